@@ -1,0 +1,190 @@
+"""One error-code enum shared by the broker and every client.
+
+Codes travel in protocol bodies as plain integers (``"error": 6``). Numbers follow
+Kafka's where the meaning is the same, so operators can map what they know.
+"""
+
+from __future__ import annotations
+
+from enum import IntEnum
+
+
+class ErrorCode(IntEnum):
+    UNKNOWN_SERVER_ERROR = -1
+    NONE = 0
+    OFFSET_OUT_OF_RANGE = 1
+    CORRUPT_MESSAGE = 2
+    UNKNOWN_TOPIC_OR_PARTITION = 3
+    INVALID_FETCH_SIZE = 4
+    LEADER_NOT_AVAILABLE = 5
+    NOT_LEADER_OR_FOLLOWER = 6
+    REQUEST_TIMED_OUT = 7
+    BROKER_NOT_AVAILABLE = 8
+    REPLICA_NOT_AVAILABLE = 9
+    MESSAGE_TOO_LARGE = 10
+    OFFSET_METADATA_TOO_LARGE = 12
+    NETWORK_EXCEPTION = 13
+    COORDINATOR_LOAD_IN_PROGRESS = 14
+    COORDINATOR_NOT_AVAILABLE = 15
+    NOT_COORDINATOR = 16
+    INVALID_TOPIC_EXCEPTION = 17
+    RECORD_LIST_TOO_LARGE = 18
+    NOT_ENOUGH_REPLICAS = 19
+    NOT_ENOUGH_REPLICAS_AFTER_APPEND = 20
+    INVALID_REQUIRED_ACKS = 21
+    ILLEGAL_GENERATION = 22
+    INVALID_GROUP_ID = 24
+    UNKNOWN_MEMBER_ID = 25
+    INVALID_SESSION_TIMEOUT = 26
+    REBALANCE_IN_PROGRESS = 27
+    INVALID_TIMESTAMP = 32
+    UNSUPPORTED_VERSION = 35
+    TOPIC_ALREADY_EXISTS = 36
+    INVALID_PARTITIONS = 37
+    INVALID_REPLICATION_FACTOR = 38
+    INVALID_CONFIG = 40
+    INVALID_REQUEST = 42
+    POLICY_VIOLATION = 44
+    OUT_OF_ORDER_SEQUENCE_NUMBER = 45
+    DUPLICATE_SEQUENCE_NUMBER = 46
+    INVALID_PRODUCER_EPOCH = 47
+    STORAGE_ERROR = 56
+    UNKNOWN_PRODUCER_ID = 59
+    NON_EMPTY_GROUP = 68
+    GROUP_ID_NOT_FOUND = 69
+    FENCED_LEADER_EPOCH = 74
+    UNKNOWN_LEADER_EPOCH = 75
+    INVALID_RECORD = 87
+    FENCED_MEMBER_EPOCH = 110
+    STALE_MEMBER_EPOCH = 113
+    # logmq-specific codes start at 1000.
+    REQUEST_TOO_LARGE = 1000
+    UNKNOWN_API = 1001
+    INVALID_FRAME = 1002
+    TOO_MANY_CONNECTIONS = 1003
+    KAFKA_STORAGE_FULL = 1004  # the disk is full; retriable once space returns
+
+    @property
+    def retriable(self) -> bool:
+        return self in _RETRIABLE
+
+
+_RETRIABLE = frozenset(
+    {
+        ErrorCode.CORRUPT_MESSAGE,  # corrupted in transit: resend
+        ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+        ErrorCode.LEADER_NOT_AVAILABLE,
+        ErrorCode.NOT_LEADER_OR_FOLLOWER,
+        ErrorCode.REQUEST_TIMED_OUT,
+        ErrorCode.BROKER_NOT_AVAILABLE,
+        ErrorCode.REPLICA_NOT_AVAILABLE,
+        ErrorCode.NETWORK_EXCEPTION,
+        ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
+        ErrorCode.COORDINATOR_NOT_AVAILABLE,
+        ErrorCode.NOT_COORDINATOR,
+        ErrorCode.NOT_ENOUGH_REPLICAS,
+        ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND,
+        ErrorCode.REBALANCE_IN_PROGRESS,
+        ErrorCode.STORAGE_ERROR,
+        ErrorCode.FENCED_LEADER_EPOCH,
+        ErrorCode.UNKNOWN_LEADER_EPOCH,
+        ErrorCode.KAFKA_STORAGE_FULL,
+    }
+)
+
+
+class LogMQError(Exception):
+    """Base of every logmq error; carries the wire code."""
+
+    code: ErrorCode = ErrorCode.UNKNOWN_SERVER_ERROR
+
+    def __init__(self, message: str = "", code: ErrorCode | int | None = None):
+        if code is not None:
+            self.code = ErrorCode(code)
+        super().__init__(message or self.code.name)
+
+    @property
+    def retriable(self) -> bool:
+        return self.code.retriable
+
+
+class CorruptRecordError(LogMQError):
+    """A batch failed validation (length, version, checksum, offsets)."""
+
+    code = ErrorCode.CORRUPT_MESSAGE
+
+
+class OffsetOutOfRangeError(LogMQError):
+    code = ErrorCode.OFFSET_OUT_OF_RANGE
+
+
+class UnknownTopicOrPartitionError(LogMQError):
+    code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+
+
+class MessageTooLargeError(LogMQError):
+    code = ErrorCode.MESSAGE_TOO_LARGE
+
+
+class StorageError(LogMQError):
+    """An I/O error on the log; the log stays readable."""
+
+    code = ErrorCode.STORAGE_ERROR
+
+
+class DiskFullError(StorageError):
+    code = ErrorCode.KAFKA_STORAGE_FULL
+
+
+class InvalidConfigError(LogMQError):
+    code = ErrorCode.INVALID_CONFIG
+
+
+class UnsupportedVersionError(LogMQError):
+    code = ErrorCode.UNSUPPORTED_VERSION
+
+
+class OutOfOrderSequenceError(LogMQError):
+    code = ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
+
+
+class InvalidProducerEpochError(LogMQError):
+    code = ErrorCode.INVALID_PRODUCER_EPOCH
+
+
+class RequestTimedOutError(LogMQError):
+    code = ErrorCode.REQUEST_TIMED_OUT
+
+
+class ConnectionError_(LogMQError):
+    """The broker connection failed or closed; retriable."""
+
+    code = ErrorCode.NETWORK_EXCEPTION
+
+
+class InvalidFrameError(LogMQError):
+    """A protocol frame could not be parsed."""
+
+    code = ErrorCode.INVALID_FRAME
+
+
+class FrameTooLargeError(InvalidFrameError):
+    code = ErrorCode.REQUEST_TOO_LARGE
+
+
+_BY_CODE: dict[ErrorCode, type[LogMQError]] = {}
+for _cls in list(globals().values()):
+    if isinstance(_cls, type) and issubclass(_cls, LogMQError) and _cls is not LogMQError:
+        _BY_CODE.setdefault(_cls.code, _cls)
+
+
+def error_for(code: int, message: str = "") -> LogMQError:
+    """Build the most specific exception for a wire error code."""
+    try:
+        ec = ErrorCode(code)
+    except ValueError:
+        return LogMQError(message or f"unknown error code {code}")
+    cls = _BY_CODE.get(ec, LogMQError)
+    if cls is LogMQError:
+        return LogMQError(message, ec)
+    return cls(message)

@@ -1,0 +1,216 @@
+"""Sans-IO protocol codec: bytes in, frames and messages out; no sockets, no clocks.
+
+Every frame is ``u32 size`` followed by ``size`` bytes. A request frame carries a fixed
+header, a msgpack body and a raw tail; a response frame carries the correlation id, a
+msgpack body and a raw tail. Record batches travel in the tail as raw bytes: the body
+says how long each slice is (``"size"`` fields, in body order), so the broker never
+re-encodes records and can ``sendfile`` a fetch tail. docs/protocol.md is the spec.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterable
+from dataclasses import dataclass
+from enum import IntEnum
+from typing import Any
+
+import msgpack
+
+from logmq.errors import FrameTooLargeError, InvalidFrameError
+
+SIZE = struct.Struct(">I")
+# api_key u16, api_version u16, correlation_id u32, client_id_len u16
+REQUEST_HEADER = struct.Struct(">HHIH")
+BODY_LEN = struct.Struct(">I")
+# correlation_id u32, body_len u32
+RESPONSE_HEADER = struct.Struct(">II")
+
+DEFAULT_MAX_FRAME_SIZE = 100 * 1024 * 1024
+
+
+class ApiKey(IntEnum):
+    PRODUCE = 0
+    FETCH = 1
+    LIST_OFFSETS = 2
+    METADATA = 3
+    OFFSET_COMMIT = 8
+    OFFSET_FETCH = 9
+    FIND_COORDINATOR = 10
+    JOIN_GROUP = 11
+    HEARTBEAT = 12
+    LEAVE_GROUP = 13
+    SYNC_GROUP = 14
+    DESCRIBE_GROUPS = 15
+    LIST_GROUPS = 16
+    API_VERSIONS = 18
+    CREATE_TOPICS = 19
+    DELETE_TOPICS = 20
+    INIT_PRODUCER_ID = 22
+    OFFSET_FOR_LEADER_EPOCH = 23
+    DESCRIBE_CONFIGS = 32
+    ALTER_CONFIGS = 33
+    DELETE_GROUPS = 42
+
+
+@dataclass(slots=True)
+class Request:
+    api_key: int
+    api_version: int
+    correlation_id: int
+    client_id: str
+    body: dict[str, Any]
+    tail: memoryview  # raw bytes after the body (record batches), possibly empty
+
+
+@dataclass(slots=True)
+class Response:
+    correlation_id: int
+    body: dict[str, Any]
+    tail: memoryview
+
+
+def pack_body(body: Any) -> bytes:
+    return msgpack.packb(body, use_bin_type=True)
+
+
+def unpack_body(data: Any) -> dict[str, Any]:
+    try:
+        body = msgpack.unpackb(data, raw=False, strict_map_key=False)
+    except Exception as e:  # msgpack raises several unrelated types on bad input
+        raise InvalidFrameError(f"undecodable msgpack body: {e}") from None
+    if not isinstance(body, dict):
+        raise InvalidFrameError(f"body must be a map, got {type(body).__name__}")
+    return body
+
+
+def encode_request(
+    api_key: int,
+    api_version: int,
+    correlation_id: int,
+    client_id: str,
+    body: dict[str, Any],
+    tail: Iterable[bytes | memoryview] = (),
+) -> list[bytes | memoryview]:
+    """Frame a request as a list of buffers for ``transport.writelines``."""
+    cid = client_id.encode()
+    packed = pack_body(body)
+    parts = list(tail)
+    tail_len = sum(len(p) for p in parts)
+    size = REQUEST_HEADER.size + len(cid) + BODY_LEN.size + len(packed) + tail_len
+    head = (
+        SIZE.pack(size)
+        + REQUEST_HEADER.pack(api_key, api_version, correlation_id & 0xFFFFFFFF, len(cid))
+        + cid
+        + BODY_LEN.pack(len(packed))
+        + packed
+    )
+    return [head, *parts]
+
+
+def decode_request(frame: memoryview | bytes) -> Request:
+    """Parse one request frame (without its size prefix)."""
+    mv = memoryview(frame)
+    if len(mv) < REQUEST_HEADER.size + BODY_LEN.size:
+        raise InvalidFrameError(f"request frame too short: {len(mv)} bytes")
+    api_key, api_version, corr, cid_len = REQUEST_HEADER.unpack_from(mv, 0)
+    pos = REQUEST_HEADER.size
+    if pos + cid_len + BODY_LEN.size > len(mv):
+        raise InvalidFrameError("client id runs past the frame")
+    try:
+        client_id = bytes(mv[pos : pos + cid_len]).decode()
+    except UnicodeDecodeError:
+        raise InvalidFrameError("client id is not UTF-8") from None
+    pos += cid_len
+    (body_len,) = BODY_LEN.unpack_from(mv, pos)
+    pos += BODY_LEN.size
+    if pos + body_len > len(mv):
+        raise InvalidFrameError("body runs past the frame")
+    body = unpack_body(mv[pos : pos + body_len])
+    return Request(api_key, api_version, corr, client_id, body, mv[pos + body_len :])
+
+
+def peek_correlation_id(frame: memoryview | bytes) -> int | None:
+    """Correlation id of a request frame even when the rest is garbage."""
+    if len(frame) >= REQUEST_HEADER.size:
+        return REQUEST_HEADER.unpack_from(frame, 0)[2]
+    return None
+
+
+def encode_response_head(correlation_id: int, body: dict[str, Any], tail_len: int = 0) -> bytes:
+    """Size prefix, header and body of a response whose ``tail_len`` tail bytes follow.
+
+    The server writes this, then the tail (for fetches, straight from the segment file).
+    """
+    packed = pack_body(body)
+    size = RESPONSE_HEADER.size + len(packed) + tail_len
+    return SIZE.pack(size) + RESPONSE_HEADER.pack(correlation_id & 0xFFFFFFFF, len(packed)) + packed
+
+
+def encode_response(
+    correlation_id: int, body: dict[str, Any], tail: Iterable[bytes | memoryview] = ()
+) -> list[bytes | memoryview]:
+    parts = list(tail)
+    return [encode_response_head(correlation_id, body, sum(len(p) for p in parts)), *parts]
+
+
+def decode_response(frame: memoryview | bytes) -> Response:
+    mv = memoryview(frame)
+    if len(mv) < RESPONSE_HEADER.size:
+        raise InvalidFrameError(f"response frame too short: {len(mv)} bytes")
+    corr, body_len = RESPONSE_HEADER.unpack_from(mv, 0)
+    pos = RESPONSE_HEADER.size
+    if pos + body_len > len(mv):
+        raise InvalidFrameError("body runs past the frame")
+    body = unpack_body(mv[pos : pos + body_len])
+    return Response(corr, body, mv[pos + body_len :])
+
+
+class FrameDecoder:
+    """Splits a byte stream into frames.
+
+    ``feed()`` takes whatever the socket produced and returns the complete frames (each
+    without its size prefix). A size above ``max_frame_size`` raises FrameTooLargeError
+    before anything is allocated for it.
+    """
+
+    __slots__ = ("_buf", "_need", "max_frame_size")
+
+    def __init__(self, max_frame_size: int = DEFAULT_MAX_FRAME_SIZE):
+        self.max_frame_size = max_frame_size
+        self._buf = bytearray()
+        self._need = -1  # size of the frame being read, -1 while reading its prefix
+
+    @property
+    def buffered(self) -> int:
+        return len(self._buf)
+
+    def feed(self, data: bytes | bytearray | memoryview) -> list[memoryview]:
+        self._buf += data
+        frames: list[memoryview] = []
+        buf = self._buf
+        pos = 0
+        n = len(buf)
+        view = memoryview(buf)
+        while True:
+            if self._need < 0:
+                if n - pos < 4:
+                    break
+                (size,) = SIZE.unpack_from(buf, pos)
+                if size > self.max_frame_size:
+                    self._buf = bytearray()
+                    raise FrameTooLargeError(
+                        f"frame of {size} bytes exceeds the {self.max_frame_size}-byte limit"
+                    )
+                self._need = size
+                pos += 4
+            if n - pos < self._need:
+                break
+            # one copy, so frames stay valid after the buffer is compacted
+            frames.append(memoryview(view[pos : pos + self._need].tobytes()))
+            pos += self._need
+            self._need = -1
+        view.release()
+        if pos:
+            del buf[:pos]
+        return frames

@@ -1,0 +1,387 @@
+"""The record batch: one format for clients, the wire and the disk.
+
+A batch is a fixed 65-byte big-endian header followed by the records, msgpack-encoded
+and optionally compressed. The broker stamps ``base_offset`` and ``leader_epoch``, which
+sit before the checksum, so assigning offsets never re-hashes; everything from
+``attributes`` to the end is covered by an xxh3-64 checksum. The broker validates a batch
+from its header and checksum alone and never decodes the records it stores. See
+docs/format.md for the byte layout.
+"""
+
+from __future__ import annotations
+
+import struct
+import zlib
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import msgpack
+import xxhash
+
+from logmq.errors import CorruptRecordError, LogMQError
+
+#   base_offset q, batch_length i, leader_epoch i, magic b, checksum Q, attributes h,
+#   last_offset_delta i, first_timestamp q, max_timestamp q, producer_id q,
+#   producer_epoch h, base_sequence i, record_count i
+HEADER = struct.Struct(">qiibQhiqqqhii")
+HEADER_SIZE = HEADER.size  # 65
+LOG_OVERHEAD = 12  # base_offset + batch_length: batch_length counts the bytes after them
+BASE_OFFSET_POS = 0
+LENGTH_POS = 8
+LEADER_EPOCH_POS = 12
+MAGIC_POS = 16
+CHECKSUM_POS = 17
+CHECKSUM_START = 25  # the checksum covers attributes .. end of batch
+MAGIC = 1
+MAX_BATCH_SIZE = 1 << 30  # a header announcing more than this is corrupt, not big
+
+_Q = struct.Struct(">q")
+_I = struct.Struct(">i")
+_STAMP = struct.Struct(">qii")  # base_offset, batch_length, leader_epoch
+
+NO_PRODUCER_ID = -1
+NO_PRODUCER_EPOCH = -1
+NO_SEQUENCE = -1
+
+
+class Compression:
+    """Codec ids stored in attribute bits 0-2."""
+
+    NONE = 0
+    GZIP = 1
+    ZSTD = 2
+    LZ4 = 3
+    MASK = 0x07
+
+    NAMES = {"none": NONE, "gzip": GZIP, "zstd": ZSTD, "lz4": LZ4}
+
+    @classmethod
+    def parse(cls, value: str | int | None) -> int:
+        if value is None:
+            return cls.NONE
+        if isinstance(value, int):
+            if value not in cls.NAMES.values():
+                raise ValueError(f"unknown compression codec id {value}")
+            return value
+        try:
+            return cls.NAMES[value.lower()]
+        except KeyError:
+            raise ValueError(f"unknown compression codec {value!r}") from None
+
+
+ATTR_LOG_APPEND_TIME = 0x08
+ATTR_TRANSACTIONAL = 0x10
+ATTR_CONTROL = 0x20
+
+
+def _zstd():
+    try:
+        import zstandard
+    except ImportError:  # pragma: no cover - depends on extras
+        raise LogMQError("zstd compression needs the 'zstandard' package") from None
+    return zstandard
+
+
+def _lz4():
+    try:
+        import lz4.frame
+    except ImportError:  # pragma: no cover - depends on extras
+        raise LogMQError("lz4 compression needs the 'lz4' package") from None
+    return lz4.frame
+
+
+def compress(codec: int, data: bytes) -> bytes:
+    if codec == Compression.NONE:
+        return data
+    if codec == Compression.GZIP:
+        c = zlib.compressobj(6, zlib.DEFLATED, 31)
+        return c.compress(data) + c.flush()
+    if codec == Compression.ZSTD:
+        return _zstd().ZstdCompressor(level=3).compress(data)
+    if codec == Compression.LZ4:
+        return _lz4().compress(data)
+    raise CorruptRecordError(f"unknown compression codec {codec}")
+
+
+def decompress(codec: int, data: bytes | memoryview) -> bytes | memoryview:
+    if codec == Compression.NONE:
+        return data
+    if codec == Compression.GZIP:
+        return zlib.decompress(data, 47)
+    if codec == Compression.ZSTD:
+        return _zstd().ZstdDecompressor().decompress(bytes(data))
+    if codec == Compression.LZ4:
+        return _lz4().decompress(bytes(data))
+    raise CorruptRecordError(f"unknown compression codec {codec}")
+
+
+@dataclass(slots=True, frozen=True)
+class BatchHeader:
+    base_offset: int
+    batch_length: int
+    leader_epoch: int
+    magic: int
+    checksum: int
+    attributes: int
+    last_offset_delta: int
+    first_timestamp: int
+    max_timestamp: int
+    producer_id: int
+    producer_epoch: int
+    base_sequence: int
+    record_count: int
+
+    @property
+    def size(self) -> int:
+        """Total bytes of the batch, header included."""
+        return self.batch_length + LOG_OVERHEAD
+
+    @property
+    def last_offset(self) -> int:
+        return self.base_offset + self.last_offset_delta
+
+    @property
+    def next_offset(self) -> int:
+        return self.base_offset + self.last_offset_delta + 1
+
+    @property
+    def compression(self) -> int:
+        return self.attributes & Compression.MASK
+
+    @property
+    def last_sequence(self) -> int:
+        if self.base_sequence < 0:
+            return NO_SEQUENCE
+        return (self.base_sequence + self.last_offset_delta) & 0x7FFFFFFF
+
+    @property
+    def is_idempotent(self) -> bool:
+        return self.producer_id >= 0
+
+
+def read_header(buf: Any, pos: int = 0) -> BatchHeader:
+    """Parse a header without checking it. ``buf`` needs HEADER_SIZE bytes at ``pos``."""
+    return BatchHeader(*HEADER.unpack_from(buf, pos))
+
+
+def peek_size(buf: Any, pos: int = 0) -> int:
+    """Total size of the batch at ``pos`` from its length field (needs 12 bytes)."""
+    return _I.unpack_from(buf, pos + LENGTH_POS)[0] + LOG_OVERHEAD
+
+
+def compute_checksum(buf: Any, pos: int, size: int) -> int:
+    mv = memoryview(buf)
+    return xxhash.xxh3_64_intdigest(mv[pos + CHECKSUM_START : pos + size])
+
+
+def validate(
+    buf: Any, pos: int = 0, *, contiguous: bool = True, end: int | None = None
+) -> BatchHeader:
+    """Check one batch at ``pos`` from its header and checksum, without decoding records.
+
+    ``contiguous`` requires offset deltas 0..n-1 (true of every batch a producer
+    sends); compacted batches on disk may have gaps, so readers of those pass False.
+    Raises CorruptRecordError naming what is wrong.
+    """
+    limit = len(buf) if end is None else end
+    avail = limit - pos
+    if avail < HEADER_SIZE:
+        raise CorruptRecordError(f"truncated batch header: {avail} of {HEADER_SIZE} bytes")
+    h = read_header(buf, pos)
+    size = h.batch_length + LOG_OVERHEAD
+    if h.batch_length < HEADER_SIZE - LOG_OVERHEAD or size > MAX_BATCH_SIZE:
+        raise CorruptRecordError(f"invalid batch length {h.batch_length}")
+    if size > avail:
+        raise CorruptRecordError(f"truncated batch: {avail} of {size} bytes")
+    if h.magic != MAGIC:
+        raise CorruptRecordError(f"unsupported batch format version {h.magic}")
+    if h.record_count <= 0:
+        raise CorruptRecordError(f"invalid record count {h.record_count}")
+    if h.last_offset_delta < h.record_count - 1 or (
+        contiguous and h.last_offset_delta != h.record_count - 1
+    ):
+        raise CorruptRecordError(
+            f"last offset delta {h.last_offset_delta} does not fit {h.record_count} records"
+        )
+    if h.compression > Compression.LZ4:
+        raise CorruptRecordError(f"unknown compression codec {h.compression}")
+    if compute_checksum(buf, pos, size) != h.checksum:
+        raise CorruptRecordError("checksum mismatch")
+    return h
+
+
+def iter_headers(
+    buf: Any, pos: int = 0, end: int | None = None
+) -> Iterator[tuple[int, BatchHeader]]:
+    """Yield (position, header) of each complete batch in a buffer of concatenated batches.
+
+    Stops quietly at a trailing partial batch (fetch responses may end in one); does not
+    verify checksums: use validate() for that.
+    """
+    limit = len(buf) if end is None else end
+    while limit - pos >= HEADER_SIZE:
+        h = read_header(buf, pos)
+        size = h.batch_length + LOG_OVERHEAD
+        if h.batch_length < HEADER_SIZE - LOG_OVERHEAD or pos + size > limit:
+            return
+        yield pos, h
+        pos += size
+
+
+def stamp(buf: Any, pos: int, base_offset: int, leader_epoch: int) -> None:
+    """Write broker-assigned fields into a writable buffer; the checksum stays valid."""
+    _Q.pack_into(buf, pos + BASE_OFFSET_POS, base_offset)
+    _I.pack_into(buf, pos + LEADER_EPOCH_POS, leader_epoch)
+
+
+def _assemble(
+    payload: bytes,
+    *,
+    count: int,
+    last_offset_delta: int,
+    first_timestamp: int,
+    max_timestamp: int,
+    attributes: int,
+    base_offset: int,
+    leader_epoch: int,
+    producer_id: int,
+    producer_epoch: int,
+    base_sequence: int,
+) -> bytes:
+    out = bytearray(HEADER_SIZE + len(payload))
+    HEADER.pack_into(
+        out,
+        0,
+        base_offset,
+        HEADER_SIZE + len(payload) - LOG_OVERHEAD,
+        leader_epoch,
+        MAGIC,
+        0,
+        attributes,
+        last_offset_delta,
+        first_timestamp,
+        max_timestamp,
+        producer_id,
+        producer_epoch,
+        base_sequence,
+        count,
+    )
+    out[HEADER_SIZE:] = payload
+    struct.pack_into(
+        ">Q", out, CHECKSUM_POS, xxhash.xxh3_64_intdigest(memoryview(out)[CHECKSUM_START:])
+    )
+    return bytes(out)
+
+
+Header = tuple[str, bytes | None]
+
+
+def encode_batch(
+    records: Sequence[tuple[int, bytes | None, bytes | None, Sequence[Header] | None]],
+    *,
+    compression: int = Compression.NONE,
+    base_offset: int = 0,
+    leader_epoch: int = -1,
+    producer_id: int = NO_PRODUCER_ID,
+    producer_epoch: int = NO_PRODUCER_EPOCH,
+    base_sequence: int = NO_SEQUENCE,
+    offset_deltas: Sequence[int] | None = None,
+) -> bytes:
+    """Encode ``(timestamp_ms, key, value, headers)`` tuples into one batch.
+
+    ``offset_deltas`` is for compaction, which rewrites batches that keep gaps.
+    """
+    if not records:
+        raise ValueError("a batch holds at least one record")
+    first_ts = records[0][0]
+    max_ts = max(r[0] for r in records)
+    if offset_deltas is None:
+        rows = [
+            [i, ts - first_ts, k, v, list(h) if h else None]
+            for i, (ts, k, v, h) in enumerate(records)
+        ]
+        last_delta = len(records) - 1
+    else:
+        rows = [
+            [d, ts - first_ts, k, v, list(h) if h else None]
+            for d, (ts, k, v, h) in zip(offset_deltas, records, strict=True)
+        ]
+        last_delta = offset_deltas[-1]
+    payload = compress(compression, msgpack.packb(rows, use_bin_type=True))
+    return _assemble(
+        payload,
+        count=len(records),
+        last_offset_delta=last_delta,
+        first_timestamp=first_ts,
+        max_timestamp=max_ts,
+        attributes=compression,
+        base_offset=base_offset,
+        leader_epoch=leader_epoch,
+        producer_id=producer_id,
+        producer_epoch=producer_epoch,
+        base_sequence=base_sequence,
+    )
+
+
+def encode_values(
+    values: Sequence[bytes | None],
+    *,
+    timestamp: int,
+    keys: Sequence[bytes | None] | None = None,
+    compression: int = Compression.NONE,
+    producer_id: int = NO_PRODUCER_ID,
+    producer_epoch: int = NO_PRODUCER_EPOCH,
+    base_sequence: int = NO_SEQUENCE,
+) -> bytes:
+    """Bulk path: many values sharing one timestamp, no headers."""
+    n = len(values)
+    if n == 0:
+        raise ValueError("a batch holds at least one record")
+    if keys is None:
+        rows = [[i, 0, None, v, None] for i, v in enumerate(values)]
+    else:
+        rows = [[i, 0, k, v, None] for i, (k, v) in enumerate(zip(keys, values, strict=True))]
+    payload = compress(compression, msgpack.packb(rows, use_bin_type=True))
+    return _assemble(
+        payload,
+        count=n,
+        last_offset_delta=n - 1,
+        first_timestamp=timestamp,
+        max_timestamp=timestamp,
+        attributes=compression,
+        base_offset=0,
+        leader_epoch=-1,
+        producer_id=producer_id,
+        producer_epoch=producer_epoch,
+        base_sequence=base_sequence,
+    )
+
+
+def decode_rows(buf: Any, pos: int = 0, header: BatchHeader | None = None) -> list[list]:
+    """Decode the records of one (already validated) batch into raw rows.
+
+    Each row is ``[offset_delta, timestamp_delta, key, value, headers]``; this is the
+    batch-wise path: one C call per batch, no per-record Python.
+    """
+    h = header or read_header(buf, pos)
+    mv = memoryview(buf)[pos + HEADER_SIZE : pos + h.size]
+    try:
+        return msgpack.unpackb(decompress(h.compression, mv), use_list=True, raw=False)
+    except (ValueError, msgpack.UnpackException, zlib.error) as e:
+        raise CorruptRecordError(f"cannot decode records: {e}") from None
+
+
+def decode_records(
+    buf: Any, pos: int = 0, *, verify: bool = True
+) -> list[tuple[int, int, bytes | None, bytes | None, list[Header]]]:
+    """Decode one batch into ``(offset, timestamp, key, value, headers)`` tuples."""
+    h = validate(buf, pos, contiguous=False) if verify else read_header(buf, pos)
+    rows = decode_rows(buf, pos, h)
+    if len(rows) != h.record_count:
+        raise CorruptRecordError(f"batch says {h.record_count} records, holds {len(rows)}")
+    base, ts0 = h.base_offset, h.first_timestamp
+    return [
+        (base + r[0], ts0 + r[1], r[2], r[3], [tuple(x) for x in r[4]] if r[4] else [])
+        for r in rows
+    ]
