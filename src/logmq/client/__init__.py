@@ -1,0 +1,54 @@
+"""The Python clients: asyncio ones, and blocking wrappers that run them on a loop thread.
+
+Quick reference (every client takes ``bootstrap="host:port[,host:port]"`` and is an
+async / plain context manager):
+
+``AsyncProducer.send(topic, value, key=None, partition=None, headers=None,
+timestamp=None)`` appends to a per-partition batch and returns a RecordHandle; ``await``
+it for ``RecordMetadata``. ``send_batch(topic, values, keys=None, partition=None)`` is
+the bulk path and awaits to ``[(partition, base_offset, count), ...]``, one tuple per
+batch written. The blocking ``Producer`` returns ``concurrent.futures.Future`` objects
+for the same results. Values and keys may be bytes or str (UTF-8). Keyed records go to
+``xxh3_64(key) % partitions``; keyless ones stick to one partition until its batch closes.
+
+``AsyncConsumer.poll(timeout, max_records)`` returns ``Record`` objects;
+``poll_batches()`` is the batch-wise fast path: ``FetchedBatch`` objects whose ``rows``
+are the raw decoded ``[offset_delta, timestamp_delta, key, value, headers]`` lists (see
+``FetchedBatch``), with ``values()``/``keys()``/``offsets()``/``records()`` helpers.
+
+Module map: connection (one pipelined socket), cluster (metadata, routing,
+ListOffsets), accumulator + inflight (sans-IO batching and sequence bookkeeping),
+sender (the producer's I/O task), producer, fetcher (sans-IO response decoding),
+consumer, admin, sync (blocking wrappers).
+"""
+
+from logmq.client.admin import (
+    AsyncAdmin,
+    ConfigEntry,
+    NewTopic,
+    PartitionDescription,
+    TopicDescription,
+)
+from logmq.client.consumer import AsyncConsumer
+from logmq.client.fetcher import FetchedBatch
+from logmq.client.producer import AsyncProducer, BufferFullError, BulkHandle, RecordHandle
+from logmq.client.sync import Admin, Consumer, LoopThread, Producer, RecordFuture
+
+__all__ = [
+    "Admin",
+    "AsyncAdmin",
+    "AsyncConsumer",
+    "AsyncProducer",
+    "BufferFullError",
+    "BulkHandle",
+    "ConfigEntry",
+    "Consumer",
+    "FetchedBatch",
+    "LoopThread",
+    "NewTopic",
+    "PartitionDescription",
+    "Producer",
+    "RecordFuture",
+    "RecordHandle",
+    "TopicDescription",
+]

@@ -206,8 +206,9 @@ class FrameDecoder:
                 pos += 4
             if n - pos < self._need:
                 break
-            # one copy, so frames stay valid after the buffer is compacted
-            frames.append(memoryview(view[pos : pos + self._need].tobytes()))
+            # one copy, so frames stay valid after the buffer is compacted; a writable
+            # copy, so the storage can stamp offsets into a produce tail in place
+            frames.append(memoryview(bytearray(view[pos : pos + self._need])))
             pos += self._need
             self._need = -1
         view.release()

@@ -1,0 +1,198 @@
+"""Storage engine benchmark: PartitionLog append/read beside raw os.write/os.read.
+
+In-process, 100-byte records in batches of 1,000, on the same file system in the same
+run. Also times reopening the cleanly closed log (it must not scan) and the first read
+of data written before the reopen (checksummed once). Not a test: it prints a table,
+and ``--json FILE`` writes the figures.
+
+    python benchmarks/bench_storage.py --mb 1024
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+from logmq.storage import batch as b
+from logmq.storage.config import LogConfig
+from logmq.storage.log_manager import LogManager
+from logmq.storage.partition_log import PartitionLog
+
+RECORD = 100
+PER_BATCH = 1000
+READ_CHUNK = 1 << 20
+ROUND = 32  # batches per alternation round (about 3.5 MB)
+READ_RUNS = 3
+
+
+def make_batches(k: int) -> list[bytes]:
+    out = []
+    for j in range(k):
+        values = [bytes([65 + (i + j) % 26]) * RECORD for i in range(PER_BATCH)]
+        out.append(b.encode_values(values, timestamp=1_700_000_000_000 + j))
+    return out
+
+
+def raw_read(path: Path) -> tuple[float, int]:
+    fd = os.open(path, os.O_RDONLY)
+    total = 0
+    t = time.perf_counter()
+    while chunk := os.read(fd, READ_CHUNK):
+        total += len(chunk)
+    dt = time.perf_counter() - t
+    os.close(fd)
+    return dt, total
+
+
+def log_append(plog: PartitionLog, batches: list[bytes], n: int) -> float:
+    t = time.perf_counter()
+    for i in range(n):
+        plog.append(batches[i % len(batches)])
+    return time.perf_counter() - t
+
+
+def log_read(plog: PartitionLog, copy: bool) -> tuple[float, int]:
+    offset, total = plog.log_start_offset, 0
+    end = plog.log_end_offset
+    t = time.perf_counter()
+    while offset < end:
+        sl = plog.read(offset, READ_CHUNK)
+        if copy:
+            sl.read()  # the bytes a buffered sender would copy
+        offset = sl.end_offset  # where the next fetch continues
+        total += sl.length
+    return time.perf_counter() - t, total
+
+
+async def group_commit(directory: Path, producers: int, per_producer: int) -> dict:
+    mgr = LogManager(directory)
+    await mgr.start()
+    plog = mgr.create_log("gc", 0, {"group.commit": "true"})
+    small = b.encode_values([b"x" * RECORD] * 10, timestamp=1)
+
+    async def producer() -> None:
+        for _ in range(per_producer):
+            await mgr.append(plog, small)
+
+    t = time.perf_counter()
+    await asyncio.gather(*(producer() for _ in range(producers)))
+    dt = time.perf_counter() - t
+    await mgr.stop()
+    appends = producers * per_producer
+    return {"appends_per_s": appends / dt, "producers": producers, "seconds": dt}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--mb", type=int, default=1024, help="data volume per pass (MB)")
+    ap.add_argument("--dir", default=None, help="directory on the file system to test")
+    ap.add_argument("--json", default=None, help="also write the figures as JSON here")
+    ap.add_argument("--no-group-commit", action="store_true")
+    args = ap.parse_args()
+
+    base = Path(tempfile.mkdtemp(prefix="logmq-bench-", dir=args.dir))
+    try:
+        batches = make_batches(16)
+        bsize = len(batches[0])
+        n = max(1, args.mb * 1_000_000 // bsize)
+        nbytes = n * bsize
+        records = n * PER_BATCH
+        results: dict[str, dict] = {}
+
+        # Raw and log writes alternate in small rounds so that page-cache writeback
+        # (which throttles writers unpredictably on a shared machine) hits both alike.
+        cfg = LogConfig()  # 1 GiB segments, Kafka defaults
+        plog = PartitionLog(base / "bench-0", cfg)
+        raw_fd = os.open(base / "raw.bin", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        raw_s = log_s = 0.0
+        done = 0
+        while done < n:
+            k = min(ROUND, n - done)
+            t = time.perf_counter()
+            for i in range(done, done + k):
+                os.write(raw_fd, batches[i % len(batches)])
+            t2 = time.perf_counter()
+            for i in range(done, done + k):
+                plog.append(batches[i % len(batches)])
+            t3 = time.perf_counter()
+            raw_s += t2 - t
+            log_s += t3 - t2
+            done += k
+        os.close(raw_fd)
+        results["raw os.write"] = {"seconds": raw_s}
+        results["log append"] = {"seconds": log_s}
+        # Reads alternate too (raw, log, raw, log); each figure is the mean of its runs.
+        raw_s = log_s = 0.0
+        for _ in range(READ_RUNS):
+            dt, got = raw_read(base / "raw.bin")
+            assert got == nbytes
+            raw_s += dt / READ_RUNS
+            dt, got = log_read(plog, copy=True)
+            assert got == nbytes, (got, nbytes)
+            log_s += dt / READ_RUNS
+        results["raw os.read"] = {"seconds": raw_s}
+        results["log read (slice.read)"] = {"seconds": log_s}
+        dt, got = log_read(plog, copy=False)
+        results["log read (FileSlice only)"] = {"seconds": dt}
+        t = time.perf_counter()
+        plog.close()
+        results["close (fsync)"] = {"seconds": time.perf_counter() - t, "skip_rate": True}
+
+        t = time.perf_counter()
+        reopened = PartitionLog(base / "bench-0", cfg)
+        reopen_s = time.perf_counter() - t
+        assert reopened.log_end_offset == records
+        dt, got = log_read(reopened, copy=True)
+        results["first read after reopen (checksums)"] = {"seconds": dt}
+        reopened.close()
+
+        for r in results.values():
+            if not r.get("skip_rate"):
+                r["records_per_s"] = records / r["seconds"]
+                r["mb_per_s"] = nbytes / r["seconds"] / 1e6
+        summary = {
+            "bytes": nbytes,
+            "records": records,
+            "batch_bytes": bsize,
+            "append_vs_raw": results["raw os.write"]["seconds"] / results["log append"]["seconds"],
+            "read_vs_raw": results["raw os.read"]["seconds"]
+            / results["log read (slice.read)"]["seconds"],
+            "reopen_ms": reopen_s * 1000,
+        }
+        if not args.no_group_commit:
+            summary["group_commit"] = asyncio.run(group_commit(base / "gc", 64, 20))
+
+        print(f"{nbytes / 1e6:.0f} MB, {records:,} records of {RECORD} B, {bsize} B batches")
+        print(f"{'path':<38}{'records/s':>14}{'MB/s':>10}{'seconds':>10}")
+        for name, r in results.items():
+            rate = (
+                f"{r['records_per_s']:>14,.0f}{r['mb_per_s']:>10,.0f}"
+                if "mb_per_s" in r
+                else " " * 24
+            )
+            print(f"{name:<38}{rate}{r['seconds']:>10.3f}")
+        print(f"append / raw write: {summary['append_vs_raw']:.0%}")
+        print(f"read / raw read:    {summary['read_vs_raw']:.0%}")
+        print(
+            f"reopen of the cleanly closed {nbytes / 1e9:.2f} GB log: {summary['reopen_ms']:.1f} ms"
+        )
+        if "group_commit" in summary:
+            g = summary["group_commit"]
+            print(
+                f"group commit, {g['producers']} concurrent producers: "
+                f"{g['appends_per_s']:,.0f} durable appends/s"
+            )
+        if args.json:
+            Path(args.json).write_text(json.dumps({"results": results, **summary}, indent=2))
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,148 @@
+"""``logmq consume TOPIC``: print records as text or JSON lines until a limit is reached."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+import click
+
+from logmq.client import Admin, Consumer
+from logmq_cli.common import CliContext, client_errors
+from logmq_cli.output import BYTE_ENCODINGS, format_record
+
+
+class IdleTimer:
+    """Decides when ``--timeout`` of silence has passed; fed the monotonic time."""
+
+    def __init__(self, timeout: float | None, now: float) -> None:
+        self.timeout = timeout
+        self.last = now
+
+    def arrived(self, now: float) -> None:
+        self.last = now
+
+    def remaining(self, now: float) -> float | None:
+        """Seconds left before giving up (None: wait forever)."""
+        if self.timeout is None:
+            return None
+        return max(0.0, self.last + self.timeout - now)
+
+
+@click.command()
+@click.argument("topic")
+@click.option("--from-beginning", is_flag=True, help="Start at the log start, not the end.")
+@click.option(
+    "--partition",
+    "-p",
+    type=click.IntRange(min=0),
+    default=None,
+    help="Read only this partition (default: all partitions of TOPIC).",
+)
+@click.option(
+    "--offset",
+    type=click.IntRange(min=0),
+    default=None,
+    help="Start at this offset (in every partition read).",
+)
+@click.option(
+    "--max-records",
+    "-n",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Exit after this many records.",
+)
+@click.option(
+    "--timeout",
+    type=click.FloatRange(min=0),
+    default=None,
+    help="Exit when no record arrives for this many seconds.",
+)
+@click.option(
+    "--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True
+)
+@click.option(
+    "--bytes",
+    "encoding",
+    type=click.Choice(BYTE_ENCODINGS),
+    default="utf8",
+    show_default=True,
+    help="How keys and values are turned into text: UTF-8 (undecodable bytes "
+    "as \\xNN escapes) or base64.",
+)
+@click.option("--print-key", is_flag=True, help="Text format: print KEY<sep>VALUE.")
+@click.option("--key-separator", default="\t", show_default=repr("\t"))
+@click.pass_obj
+@client_errors
+def consume(
+    ctx: CliContext,
+    topic: str,
+    from_beginning: bool,
+    partition: int | None,
+    offset: int | None,
+    max_records: int | None,
+    timeout: float | None,
+    fmt: str,
+    encoding: str,
+    print_key: bool,
+    key_separator: str,
+) -> None:
+    """Print records of TOPIC, one per line, newest first unless told where to start."""
+    if offset is not None and from_beginning:
+        raise click.UsageError("--offset and --from-beginning are exclusive")
+    with Admin(ctx.bootstrap, request_timeout_ms=ctx.request_timeout_ms) as admin:
+        desc = admin.describe_topics([topic])[topic]
+    partitions = sorted(p.partition for p in desc.partitions)
+    if partition is not None:
+        if partition not in partitions:
+            raise click.ClickException(f"topic {topic} has no partition {partition}")
+        partitions = [partition]
+    out = sys.stdout
+    count = 0
+    with Consumer(
+        ctx.bootstrap, request_timeout_ms=ctx.request_timeout_ms, fetch_max_wait_ms=200
+    ) as consumer:
+        tps = [(topic, p) for p in partitions]
+        consumer.assign(tps)
+        if offset is not None:
+            for tp in tps:
+                consumer.seek(*tp, offset)
+        elif from_beginning:
+            consumer.seek_to_beginning(*tps)
+        else:
+            consumer.seek_to_end(*tps)
+        idle = IdleTimer(timeout, time.monotonic())
+        try:
+            while max_records is None or count < max_records:
+                left = idle.remaining(time.monotonic())
+                if left == 0.0:
+                    break
+                wait = 1.0 if left is None else min(1.0, left)
+                limit = None if max_records is None else max_records - count
+                records = consumer.poll(timeout=wait, max_records=limit)
+                if not records:
+                    continue
+                idle.arrived(time.monotonic())
+                count += len(records)
+                out.write(
+                    "\n".join(
+                        format_record(
+                            r,
+                            fmt,
+                            encoding=encoding,
+                            print_key=print_key,
+                            key_separator=key_separator,
+                        )
+                        for r in records
+                    )
+                    + "\n"
+                )
+                out.flush()
+        except KeyboardInterrupt:
+            pass
+        except BrokenPipeError:
+            # The reader went away (``| head``); stop quietly like other Unix tools.
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            return
+    click.echo(f"Processed {count} records.", err=True)

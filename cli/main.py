@@ -1,0 +1,44 @@
+"""The ``logmq`` command: topics, console produce/consume and benchmarks.
+
+Every subcommand reaches the cluster through ``--bootstrap`` (or ``LOGMQ_BOOTSTRAP``).
+"""
+
+from __future__ import annotations
+
+import click
+
+from logmq_cli.bench import bench
+from logmq_cli.common import DEFAULT_BOOTSTRAP, CliContext
+from logmq_cli.consume import consume
+from logmq_cli.produce import produce
+from logmq_cli.topic import topic
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.option(
+    "--bootstrap",
+    "-b",
+    envvar="LOGMQ_BOOTSTRAP",
+    default=DEFAULT_BOOTSTRAP,
+    show_default=True,
+    help="Broker address(es), host:port[,host:port...]. Env: LOGMQ_BOOTSTRAP.",
+)
+@click.option(
+    "--request-timeout",
+    type=click.FloatRange(min=0.1),
+    default=30.0,
+    show_default=True,
+    help="Seconds to wait for the cluster before giving up on a request.",
+)
+@click.version_option(package_name="logmq")
+@click.pass_context
+def cli(ctx: click.Context, bootstrap: str, request_timeout: float) -> None:
+    """logmq: manage topics, produce and consume from the console, run benchmarks."""
+    ctx.obj = CliContext(bootstrap=bootstrap, request_timeout_ms=int(request_timeout * 1000))
+
+
+for _command in (topic, produce, consume, bench):
+    cli.add_command(_command)
+
+if __name__ == "__main__":  # pragma: no cover
+    cli()

@@ -1,0 +1,159 @@
+"""``logmq-server``: run one broker on uvloop until SIGTERM/SIGINT.
+
+Options come from flags, then ``LOGMQ_<OPTION>`` environment variables, then a TOML file
+given with ``--config``, then defaults (docs/configuration.md). When the broker listens
+it prints one line ``logmq-server ready HOST:PORT`` on stdout, which scripts and the test
+harness wait for instead of polling the port.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import sys
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import click
+import uvloop
+
+from logmq.broker.broker import Broker
+from logmq.broker.config import BrokerConfig
+from logmq.broker.metadata_store import NodeIdMismatchError
+from logmq.errors import LogMQError
+
+READY_PREFIX = "logmq-server ready"
+
+
+def _load_toml(ctx: click.Context, _param: click.Parameter, value: str | None) -> str | None:
+    """Eager --config callback: the file's values become the defaults of every option."""
+    if value is None:
+        return None
+    try:
+        with open(value, "rb") as f:
+            doc = tomllib.load(f)
+    except (OSError, tomllib.TOMLDecodeError) as e:
+        raise click.BadParameter(f"cannot read {value}: {e}") from None
+    section = doc.get("server", doc)
+    defaults: dict[str, Any] = {}
+    for key, val in section.items():
+        if key in ("topic_defaults", "topic-defaults") and isinstance(val, dict):
+            defaults["topic_config"] = [f"{k}={v}" for k, v in val.items()]
+        elif not isinstance(val, dict):
+            defaults[key.replace("-", "_")] = val
+    ctx.default_map = {**(ctx.default_map or {}), **defaults}
+    return value
+
+
+def _parse_topic_configs(items: tuple[str, ...]) -> dict[str, str]:
+    out = {}
+    for item in items:
+        if "=" not in item:
+            raise click.BadParameter(
+                f"expected key=value, got {item!r}", param_hint="--topic-config"
+            )
+        k, v = item.split("=", 1)
+        out[k.strip()] = v.strip()
+    return out
+
+
+async def serve(config: BrokerConfig) -> None:
+    broker = Broker(config)
+    await broker.start()
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    print(f"{READY_PREFIX} {config.host}:{broker.port}", flush=True)
+    try:
+        await stop.wait()
+    finally:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.remove_signal_handler(sig)
+        await broker.stop()
+
+
+@click.command(context_settings={"auto_envvar_prefix": "LOGMQ", "show_default": True})
+@click.option(
+    "--config",
+    type=click.Path(dir_okay=False),
+    callback=_load_toml,
+    is_eager=True,
+    expose_value=False,
+    help="TOML file with option values (a [server] table or top level).",
+)
+@click.option(
+    "--data-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=Path("./logmq-data"),
+    help="Where logs and metadata live.",
+)
+@click.option("--host", default="127.0.0.1", help="Address to listen on.")
+@click.option("--port", type=click.IntRange(0, 65535), default=9092, help="0 = any free port.")
+@click.option("--node-id", type=click.IntRange(0), default=1, help="This broker's id.")
+@click.option(
+    "--log-level",
+    type=click.Choice(["debug", "info", "warning", "error"], case_sensitive=False),
+    default="info",
+)
+@click.option(
+    "--metrics-port",
+    type=click.IntRange(0, 65535),
+    default=None,
+    help="Serve Prometheus metrics on this port; 0 = any free port; unset = off.",
+)
+@click.option("--metrics-host", default="127.0.0.1")
+@click.option("--advertised-host", default=None, help="Host given to clients (default: --host).")
+@click.option("--max-connections", type=click.IntRange(1), default=1000)
+@click.option("--idle-timeout-ms", type=click.IntRange(1), default=600_000)
+@click.option(
+    "--max-in-flight",
+    type=click.IntRange(1),
+    default=64,
+    help="Queued requests per connection before the broker stops reading it.",
+)
+@click.option("--max-frame-size", type=click.IntRange(1024, 0xFFFFFFFF), default=100 * 1024 * 1024)
+@click.option("--socket-buffer-bytes", type=click.IntRange(0), default=4 * 1024 * 1024)
+@click.option("--auto-create-topics/--no-auto-create-topics", default=False)
+@click.option("--default-partitions", type=click.IntRange(1), default=1)
+@click.option("--zero-copy/--no-zero-copy", default=True, help="os.sendfile for fetches.")
+@click.option("--max-fetch-wait-ms", type=click.IntRange(0), default=30_000)
+@click.option("--shutdown-grace-ms", type=click.IntRange(0), default=10_000)
+@click.option(
+    "--topic-config",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="Broker-wide default for a topic config (repeatable).",
+)
+def main(log_level: str, max_in_flight: int, topic_config: tuple[str, ...], **opts: Any) -> None:
+    """Run a logmq broker."""
+    logging.basicConfig(
+        level=log_level.upper(),
+        stream=sys.stderr,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    try:
+        config = BrokerConfig(
+            max_in_flight_per_connection=max_in_flight,
+            topic_defaults=_parse_topic_configs(topic_config),
+            **opts,
+        )
+    except ValueError as e:
+        raise click.UsageError(str(e)) from None
+    try:
+        uvloop.run(serve(config))
+    except NodeIdMismatchError as e:
+        click.echo(f"logmq-server: {e}", err=True)
+        sys.exit(2)
+    except LogMQError as e:
+        click.echo(f"logmq-server: {e}", err=True)
+        sys.exit(2)
+    except OSError as e:
+        click.echo(f"logmq-server: cannot start: {e}", err=True)
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()

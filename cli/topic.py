@@ -1,0 +1,179 @@
+"""``logmq topic``: create, list, describe, delete and reconfigure topics."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from logmq.client import Admin, TopicDescription
+from logmq.errors import ErrorCode, LogMQError
+from logmq_cli.common import CliContext, client_errors
+from logmq_cli.output import emit_json, parse_key_values, print_table
+
+json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
+
+
+def open_admin(ctx: CliContext) -> Admin:
+    return Admin(ctx.bootstrap, request_timeout_ms=ctx.request_timeout_ms)
+
+
+def describe_to_json(desc: TopicDescription, configs: dict[str, Any] | None) -> dict[str, Any]:
+    """The ``topic describe --json`` document."""
+    out: dict[str, Any] = {
+        "topic": desc.name,
+        "internal": desc.internal,
+        "partitions": [
+            {
+                "partition": p.partition,
+                "leader": p.leader,
+                "leader_epoch": p.leader_epoch,
+                "replicas": list(p.replicas),
+                "isr": list(p.isr),
+                "log_start_offset": p.log_start_offset,
+                "log_end_offset": p.log_end_offset,
+            }
+            for p in sorted(desc.partitions, key=lambda p: p.partition)
+        ],
+    }
+    if configs is not None:
+        out["configs"] = configs
+    return out
+
+
+@click.group()
+def topic() -> None:
+    """Create, list, describe, delete and reconfigure topics."""
+
+
+@topic.command("create")
+@click.argument("name")
+@click.option("--partitions", "-p", type=click.IntRange(min=1), default=1, show_default=True)
+@click.option(
+    "--replication-factor", "-r", type=click.IntRange(min=1), default=1, show_default=True
+)
+@click.option(
+    "--config",
+    "-c",
+    "configs",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="Topic config override; repeat for several.",
+)
+@click.option("--if-not-exists", is_flag=True, help="Succeed when the topic already exists.")
+@json_option
+@click.pass_obj
+@client_errors
+def create(
+    ctx: CliContext,
+    name: str,
+    partitions: int,
+    replication_factor: int,
+    configs: tuple[str, ...],
+    if_not_exists: bool,
+    as_json: bool,
+) -> None:
+    """Create topic NAME."""
+    parsed = parse_key_values(configs, "--config")
+    created = True
+    with open_admin(ctx) as admin:
+        try:
+            admin.create_topic(name, partitions, replication_factor, parsed)
+        except LogMQError as e:
+            if not (if_not_exists and e.code == ErrorCode.TOPIC_ALREADY_EXISTS):
+                raise
+            created = False
+    if as_json:
+        emit_json({"topic": name, "created": created, "partitions": partitions})
+    elif created:
+        click.echo(f"Created topic {name} with {partitions} partition(s).")
+    else:
+        click.echo(f"Topic {name} already exists.")
+
+
+@topic.command("list")
+@click.option("--internal", is_flag=True, help="Include internal topics.")
+@json_option
+@click.pass_obj
+@client_errors
+def list_(ctx: CliContext, internal: bool, as_json: bool) -> None:
+    """List topic names."""
+    with open_admin(ctx) as admin:
+        names = admin.list_topics(internal=internal)
+    if as_json:
+        emit_json(names)
+    else:
+        print_table(["topic"], [[n] for n in names])
+
+
+@topic.command("describe")
+@click.argument("name")
+@json_option
+@click.pass_obj
+@client_errors
+def describe(ctx: CliContext, name: str, as_json: bool) -> None:
+    """Partitions of NAME (leader, replicas, ISR, log start/end offsets) and its configs."""
+    with open_admin(ctx) as admin:
+        desc = admin.describe_topics([name])[name]
+        entries = admin.describe_configs([name]).get(name, {})
+    configs = {k: e.value for k, e in sorted(entries.items())}
+    doc = describe_to_json(desc, configs)
+    if as_json:
+        emit_json(doc)
+        return
+    print_table(
+        ["partition", "leader", "replicas", "isr", "log start offset", "log end offset"],
+        [
+            [
+                p["partition"],
+                p["leader"],
+                p["replicas"],
+                p["isr"],
+                p["log_start_offset"],
+                p["log_end_offset"],
+            ]
+            for p in doc["partitions"]
+        ],
+        title=f"Topic {name}" + (" (internal)" if desc.internal else ""),
+    )
+    overrides = [(k, e.value) for k, e in sorted(entries.items()) if not e.default]
+    if overrides:
+        print_table(["config", "value"], overrides, title="Overrides")
+
+
+@topic.command("delete")
+@click.argument("names", nargs=-1, required=True)
+@json_option
+@click.pass_obj
+@client_errors
+def delete(ctx: CliContext, names: tuple[str, ...], as_json: bool) -> None:
+    """Delete one or more topics and all their data."""
+    with open_admin(ctx) as admin:
+        admin.delete_topics(list(names))
+    if as_json:
+        emit_json({"deleted": list(names)})
+    else:
+        for n in names:
+            click.echo(f"Deleted topic {n}.")
+
+
+@topic.command("alter-config")
+@click.argument("name")
+@click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="Set a config.")
+@click.option("--delete", "deletes", multiple=True, metavar="KEY", help="Revert to default.")
+@json_option
+@click.pass_obj
+@client_errors
+def alter_config(
+    ctx: CliContext, name: str, sets: tuple[str, ...], deletes: tuple[str, ...], as_json: bool
+) -> None:
+    """Set or delete config overrides of topic NAME."""
+    if not sets and not deletes:
+        raise click.UsageError("give at least one --set KEY=VALUE or --delete KEY")
+    parsed = parse_key_values(sets, "--set")
+    with open_admin(ctx) as admin:
+        admin.alter_configs(name, set=parsed, delete=list(deletes))
+    if as_json:
+        emit_json({"topic": name, "set": parsed, "deleted": list(deletes)})
+    else:
+        click.echo(f"Altered configs of topic {name}.")

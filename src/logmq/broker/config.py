@@ -1,0 +1,73 @@
+"""Broker (server-wide) settings.
+
+One frozen dataclass so every component reads the same validated values; the CLI fills
+it from flags, ``LOGMQ_*`` environment variables and an optional TOML file (in that
+order of precedence). docs/configuration.md lists every option.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from logmq.net.codec import DEFAULT_MAX_FRAME_SIZE
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerConfig:
+    data_dir: Path = Path("./logmq-data")
+    host: str = "127.0.0.1"
+    port: int = 9092
+    node_id: int = 1
+    # None = no metrics endpoint; 0 = let the OS pick a port (logged at start).
+    metrics_port: int | None = None
+    metrics_host: str = "127.0.0.1"
+    advertised_host: str | None = None  # what Metadata tells clients; defaults to host
+    max_frame_size: int = DEFAULT_MAX_FRAME_SIZE
+    max_connections: int = 1000
+    idle_timeout_ms: int = 600_000
+    max_in_flight_per_connection: int = 64
+    socket_buffer_bytes: int = 4 * 1024 * 1024
+    auto_create_topics: bool = False
+    default_partitions: int = 1
+    zero_copy: bool = True  # os.sendfile for fetch tails; False = read + transport.write
+    max_fetch_wait_ms: int = 30_000  # cap on a client's max_wait_ms
+    shutdown_grace_ms: int = 10_000  # how long in-flight requests get on SIGTERM
+    producer_id_block_size: int = 1000
+    topic_defaults: dict[str, str] = field(default_factory=dict)  # broker-wide LogConfig
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "data_dir", Path(self.data_dir))
+        checks = {
+            "port": 0 <= self.port <= 65535,
+            "node_id": self.node_id >= 0,
+            "max_frame_size": 1024 <= self.max_frame_size <= 0xFFFFFFFF,
+            "max_connections": self.max_connections >= 1,
+            "idle_timeout_ms": self.idle_timeout_ms >= 1,
+            "max_in_flight_per_connection": self.max_in_flight_per_connection >= 1,
+            "socket_buffer_bytes": self.socket_buffer_bytes >= 0,
+            "default_partitions": self.default_partitions >= 1,
+            "max_fetch_wait_ms": self.max_fetch_wait_ms >= 0,
+            "shutdown_grace_ms": self.shutdown_grace_ms >= 0,
+            "producer_id_block_size": self.producer_id_block_size >= 1,
+        }
+        if self.metrics_port is not None:
+            checks["metrics_port"] = 0 <= self.metrics_port <= 65535
+        bad = [name for name, ok in checks.items() if not ok]
+        if bad:
+            raise ValueError(
+                "invalid broker setting(s): " + ", ".join(f"{n}={getattr(self, n)!r}" for n in bad)
+            )
+
+    @property
+    def advertised(self) -> str:
+        return self.advertised_host or self.host
+
+    def replace(self, **changes: Any) -> BrokerConfig:
+        return dataclasses.replace(self, **changes)
+
+    @classmethod
+    def field_names(cls) -> list[str]:
+        return [f.name for f in dataclasses.fields(cls)]

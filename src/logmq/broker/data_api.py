@@ -1,0 +1,286 @@
+"""Handlers of the data path: Produce, Fetch, ListOffsets.
+
+Everything here is per batch or per partition, never per record: the produce tail is
+sliced into per-partition memoryviews and handed to the storage, which validates and
+stamps batches from their headers; a fetch answers with file regions that the server
+sends with ``os.sendfile``. On a single node the high watermark is the log end offset,
+set after every append.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import TYPE_CHECKING, Any
+
+from logmq.broker.request_fields import InvalidRequestError, req_int, req_list, req_str
+from logmq.errors import ErrorCode, LogMQError
+from logmq.net.codec import Request
+from logmq.net.server import Reply
+
+if TYPE_CHECKING:
+    from logmq.broker.broker import Broker
+    from logmq.storage.partition_log import PartitionLog
+
+log = logging.getLogger("logmq.broker")
+
+LEADER_EPOCH = 0  # single node: the one and only leader epoch
+EARLIEST = -2
+LATEST = -1
+
+
+def _perror(partition: int, code: ErrorCode, message: str | None = None, **extra: Any) -> dict:
+    return {"partition": partition, "error": int(code), "message": message, **extra}
+
+
+class DataApi:
+    def __init__(self, broker: Broker):
+        self.b = broker
+
+    def _log_for(self, topic: str, partition: int, *, auto_create: bool = False) -> PartitionLog:
+        plog = self.b.get_log(topic, partition)
+        if (
+            plog is None
+            and auto_create
+            and self.b.topics is not None
+            and topic not in self.b.topics
+            and self.b.maybe_auto_create(topic) is not None
+        ):
+            plog = self.b.get_log(topic, partition)
+        if plog is None:
+            raise LogMQError(
+                f"unknown topic or partition {topic}-{partition}",
+                ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+            )
+        return plog
+
+    # -- Produce ----------------------------------------------------------------------
+    async def produce(self, req: Request) -> Reply | None:
+        body = req.body
+        acks = req_int(body, "acks")
+        topics = req_list(body, "topics")
+        # Slice the tail first: sizes that do not add up make the whole request invalid.
+        work: list[tuple[str, list[tuple[int, memoryview]]]] = []
+        tail = req.tail
+        pos = 0
+        for t in topics:
+            name = req_str(t, "topic")
+            parts = []
+            for p in req_list(t, "partitions"):
+                partition, size = req_int(p, "partition"), req_int(p, "size")
+                if size < 0 or pos + size > len(tail):
+                    raise InvalidRequestError(
+                        f"partition sizes exceed the {len(tail)}-byte tail at {name}-{partition}"
+                    )
+                parts.append((partition, tail[pos : pos + size]))
+                pos += size
+            work.append((name, parts))
+        if pos != len(tail):
+            raise InvalidRequestError(f"tail has {len(tail) - pos} bytes not claimed by any entry")
+
+        if acks not in (0, 1, -1):
+            msg = f"acks must be 0, 1 or -1, got {acks}"
+            out = [
+                {"topic": name, "partitions": [
+                    _perror(p, ErrorCode.INVALID_REQUIRED_ACKS, msg, base_offset=-1,
+                            log_append_time=-1, log_start_offset=-1)
+                    for p, _ in parts
+                ]}
+                for name, parts in work
+            ]  # fmt: skip
+            return Reply({"topics": out})
+        # Pipelined produce requests run concurrently (the server overlaps their
+        # durability waits) yet must append in the order they were sent. Each append is
+        # a task created before this handler first yields; handlers take their first
+        # step in arrival order, so the appends start in arrival order too. (Awaiting
+        # one coroutine directly would let it overtake an earlier request's tasks.)
+        results = await asyncio.gather(
+            *(
+                self._append(req.api_key, name, partition, data)
+                for name, parts in work
+                for partition, data in parts
+            )
+        )
+        out = []
+        i = 0
+        for name, parts in work:
+            out.append({"topic": name, "partitions": results[i : i + len(parts)]})
+            i += len(parts)
+        if acks == 0:
+            return None
+        return Reply({"topics": out})
+
+    async def _append(self, api_key: int, topic: str, partition: int, data: memoryview) -> dict:
+        try:
+            plog = self._log_for(topic, partition, auto_create=True)
+            if not data:
+                raise LogMQError("empty record set", ErrorCode.CORRUPT_MESSAGE)
+            assert self.b.logs is not None
+            info = await self.b.logs.append(plog, data, leader_epoch=LEADER_EPOCH)
+            plog.high_watermark = plog.log_end_offset
+            if not info.duplicate:
+                self.b.waiters.notify((topic, partition))
+            append_time = (
+                info.max_timestamp if plog.config.message_timestamp_type == "LogAppendTime" else -1
+            )
+            return _perror(
+                partition,
+                ErrorCode.NONE,
+                None,
+                base_offset=info.first_offset,
+                log_append_time=append_time,
+                log_start_offset=plog.log_start_offset,
+            )
+        except LogMQError as e:
+            self.b.metrics.error(api_key, e.code)
+            return _perror(
+                partition, e.code, str(e), base_offset=-1, log_append_time=-1, log_start_offset=-1
+            )
+        except Exception as e:
+            log.exception("append to %s-%d failed", topic, partition)
+            return _perror(
+                partition,
+                ErrorCode.UNKNOWN_SERVER_ERROR,
+                f"{type(e).__name__}: {e}",
+                base_offset=-1,
+                log_append_time=-1,
+                log_start_offset=-1,
+            )
+
+    # -- Fetch ------------------------------------------------------------------------
+    async def fetch(self, req: Request) -> Reply:
+        body = req.body
+        max_wait_ms = min(max(req_int(body, "max_wait_ms", 0), 0), self.b.config.max_fetch_wait_ms)
+        min_bytes = req_int(body, "min_bytes", 1)
+        max_bytes = req_int(body, "max_bytes", 50 * 1024 * 1024)
+        if max_bytes < 0:
+            raise LogMQError("max_bytes must be >= 0", ErrorCode.INVALID_FETCH_SIZE)
+        wanted: list[tuple[str, list[tuple[int, int, int, int]]]] = []
+        for t in req_list(body, "topics"):
+            parts = []
+            for p in req_list(t, "partitions"):
+                pmax = req_int(p, "partition_max_bytes", 1024 * 1024)
+                if pmax < 0:
+                    raise LogMQError(
+                        "partition_max_bytes must be >= 0", ErrorCode.INVALID_FETCH_SIZE
+                    )
+                parts.append(
+                    (
+                        req_int(p, "partition"),
+                        req_int(p, "fetch_offset"),
+                        pmax,
+                        req_int(p, "current_leader_epoch", -1),
+                    )
+                )
+            wanted.append((req_str(t, "topic"), parts))
+
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + max_wait_ms / 1000
+        tps = [(name, p[0]) for name, parts in wanted for p in parts]
+        while True:
+            topics, tail, total, any_error = self._read(wanted, max_bytes)
+            remaining = deadline - loop.time()
+            if total >= min_bytes or any_error or remaining <= 0 or not tps:
+                return Reply({"error": 0, "topics": topics}, tail)
+            if not await self.b.waiters.wait(tps, remaining):
+                # timed out; one last read so the answer is current
+                topics, tail, _, _ = self._read(wanted, max_bytes)
+                return Reply({"error": 0, "topics": topics}, tail)
+
+    def _read(self, wanted, max_bytes: int) -> tuple[list, list, int, bool]:
+        topics = []
+        tail: list[Any] = []
+        total = 0
+        any_error = False
+        budget = max_bytes
+        for name, parts in wanted:
+            results = []
+            for partition, offset, pmax, epoch in parts:
+                try:
+                    plog = self._log_for(name, partition)
+                    if epoch > LEADER_EPOCH:
+                        raise LogMQError(
+                            f"leader epoch {epoch} is newer than {LEADER_EPOCH}",
+                            ErrorCode.UNKNOWN_LEADER_EPOCH,
+                        )
+                    hw = plog.high_watermark
+                    start = plog.log_start_offset
+                    if not start <= offset <= hw:
+                        raise LogMQError(
+                            f"offset {offset} is outside [{start}, {hw}] of {name}-{partition}",
+                            ErrorCode.OFFSET_OUT_OF_RANGE,
+                        )
+                    size = 0
+                    limit = min(pmax, budget)
+                    if offset < hw and (limit > 0 or total == 0):
+                        region = plog.read(offset, max(limit, 1), max_offset=hw)
+                        if region is not None and region.length > 0:
+                            size = region.length
+                            tail.append(region)
+                            total += size
+                            budget = max(0, budget - size)
+                    results.append(
+                        {
+                            "partition": partition,
+                            "error": 0,
+                            "high_watermark": hw,
+                            "log_start_offset": start,
+                            "size": size,
+                        }
+                    )
+                except LogMQError as e:
+                    any_error = True
+                    results.append(
+                        {
+                            "partition": partition,
+                            "error": int(e.code),
+                            "message": str(e),
+                            "high_watermark": -1,
+                            "log_start_offset": -1,
+                            "size": 0,
+                        }
+                    )
+            topics.append({"topic": name, "partitions": results})
+        return topics, tail, total, any_error
+
+    # -- ListOffsets ------------------------------------------------------------------
+    async def list_offsets(self, req: Request) -> Reply:
+        out = []
+        for t in req_list(req.body, "topics"):
+            name = req_str(t, "topic")
+            results = []
+            for p in req_list(t, "partitions"):
+                partition, ts = req_int(p, "partition"), req_int(p, "timestamp")
+                try:
+                    plog = self._log_for(name, partition)
+                    if ts == EARLIEST:
+                        offset, found_ts = plog.log_start_offset, -1
+                    elif ts == LATEST:
+                        offset, found_ts = plog.high_watermark, -1
+                    elif ts < 0:
+                        raise InvalidRequestError(f"invalid timestamp {ts}")
+                    else:
+                        hit = plog.offset_for_timestamp(ts)
+                        offset, found_ts = hit if hit is not None else (-1, -1)
+                        if offset >= plog.high_watermark:
+                            offset, found_ts = -1, -1
+                    results.append(
+                        {
+                            "partition": partition,
+                            "error": 0,
+                            "timestamp": found_ts,
+                            "offset": offset,
+                        }
+                    )
+                except LogMQError as e:
+                    results.append(
+                        {
+                            "partition": partition,
+                            "error": int(e.code),
+                            "message": str(e),
+                            "timestamp": -1,
+                            "offset": -1,
+                        }
+                    )
+            out.append({"topic": name, "partitions": results})
+        return Reply({"topics": out})

@@ -1,0 +1,71 @@
+"""Parking lot for long-poll fetches: woken by appends, never by a polling loop.
+
+A fetch that finds fewer than ``min_bytes`` registers one future on every partition it
+reads; an append to any of them (``notify``) resolves the future and the fetch re-reads.
+``wake_all`` releases everybody at shutdown so in-flight fetches answer promptly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterable
+
+TopicPartition = tuple[str, int]
+
+
+class FetchWaiters:
+    def __init__(self) -> None:
+        self._waiting: dict[TopicPartition, set[asyncio.Future[None]]] = {}
+        self._closed = False
+        self._parked = 0
+
+    def notify(self, tp: TopicPartition) -> None:
+        futs = self._waiting.pop(tp, None)
+        if futs:
+            for fut in futs:
+                if not fut.done():
+                    fut.set_result(None)
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def wake_all(self) -> None:
+        """Shutdown: wake every parked fetch now and every later one immediately."""
+        self._closed = True
+        for tp in list(self._waiting):
+            self.notify(tp)
+
+    @property
+    def parked(self) -> int:
+        return self._parked
+
+    async def wait(self, tps: Iterable[TopicPartition], timeout: float) -> bool:
+        """Wait until one of ``tps`` gets an append or ``timeout`` seconds pass.
+
+        Returns True when woken by an append, False on timeout or once shut down (so
+        a fetch answers with what it has instead of parking again).
+        """
+        if self._closed:
+            return False
+        if timeout <= 0:
+            return False
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        keys = list(tps)
+        for tp in keys:
+            self._waiting.setdefault(tp, set()).add(fut)
+        self._parked += 1
+        try:
+            async with asyncio.timeout(timeout):
+                await fut
+            return not self._closed
+        except TimeoutError:
+            return False
+        finally:
+            self._parked -= 1
+            for tp in keys:
+                s = self._waiting.get(tp)
+                if s is not None:
+                    s.discard(fut)
+                    if not s:
+                        del self._waiting[tp]

@@ -1,0 +1,169 @@
+"""Prometheus metrics of one broker, in a registry of its own.
+
+A dedicated CollectorRegistry per broker keeps several in-process brokers (tests) from
+colliding. Per-partition gauges are computed at scrape time from the live logs, so the
+produce path pays nothing for them. The endpoint is a tiny asyncio HTTP responder with
+an owner (start/stop), not prometheus_client's background thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Iterable
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+from logmq.net.codec import ApiKey
+
+log = logging.getLogger("logmq.metrics")
+
+_LATENCY_BUCKETS = (
+    0.0001,
+    0.00025,
+    0.0005,
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+    30.0,
+)
+
+
+def _api_name(api_key: int) -> str:
+    try:
+        return ApiKey(api_key).name.lower()
+    except ValueError:
+        return "unknown"
+
+
+PartitionStats = Callable[[], Iterable[tuple[str, int, int, int]]]  # topic, p, leo, size
+
+
+class _PartitionCollector:
+    def __init__(self, stats: PartitionStats):
+        self._stats = stats
+
+    def collect(self):
+        leo = GaugeMetricFamily(
+            "logmq_log_end_offset", "Log end offset per partition", labels=["topic", "partition"]
+        )
+        size = GaugeMetricFamily(
+            "logmq_log_size_bytes", "Bytes on disk per partition", labels=["topic", "partition"]
+        )
+        count = 0
+        for topic, partition, end_offset, nbytes in self._stats():
+            leo.add_metric([topic, str(partition)], end_offset)
+            size.add_metric([topic, str(partition)], nbytes)
+            count += 1
+        yield GaugeMetricFamily("logmq_partitions", "Partitions hosted by this broker", count)
+        yield leo
+        yield size
+
+
+class BrokerMetrics:
+    def __init__(
+        self,
+        partition_stats: PartitionStats | None = None,
+        parked_fetches: Callable[[], int] | None = None,
+    ):
+        self.registry = CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self._bytes_in = Counter("logmq_bytes_in", "Bytes received from clients", registry=r)
+        self._bytes_out = Counter("logmq_bytes_out", "Bytes sent to clients", registry=r)
+        self._requests = Counter("logmq_requests", "Requests answered", ["api"], registry=r)
+        self._latency = Histogram(
+            "logmq_request_latency_seconds",
+            "Time from request read to response written",
+            ["api"],
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self._connections = Gauge("logmq_connections", "Open client connections", registry=r)
+        self._errors = Counter(
+            "logmq_request_errors", "Error codes returned", ["api", "error"], registry=r
+        )
+        # Child lookups cost a dict access + lock; cache them per api key.
+        self._req_children: dict[int, tuple[Counter, Histogram]] = {}
+        if partition_stats is not None:
+            r.register(_PartitionCollector(partition_stats))
+        if parked_fetches is not None:
+            Gauge(
+                "logmq_parked_fetches", "Long-poll fetches waiting for data", registry=r
+            ).set_function(parked_fetches)
+
+    def connection_opened(self) -> None:
+        self._connections.inc()
+
+    def connection_closed(self) -> None:
+        self._connections.dec()
+
+    def bytes_in(self, n: int) -> None:
+        self._bytes_in.inc(n)
+
+    def bytes_out(self, n: int) -> None:
+        self._bytes_out.inc(n)
+
+    def request_done(self, api_key: int, seconds: float) -> None:
+        children = self._req_children.get(api_key)
+        if children is None:
+            name = _api_name(api_key)
+            children = (self._requests.labels(name), self._latency.labels(name))
+            self._req_children[api_key] = children
+        children[0].inc()
+        children[1].observe(seconds)
+
+    def error(self, api_key: int, code: int) -> None:
+        self._errors.labels(_api_name(api_key), str(code)).inc()
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)
+
+
+class MetricsServer:
+    """Serves ``GET /metrics`` (any path, really) over plain HTTP/1.0."""
+
+    def __init__(self, metrics: BrokerMetrics):
+        self._metrics = metrics
+        self._server: asyncio.base_events.Server | None = None
+        self.port = 0
+
+    async def start(self, host: str, port: int) -> None:
+        self._server = await asyncio.start_server(self._serve, host, port)
+        self.port = self._server.sockets[0].getsockname()[1]
+
+    async def stop(self) -> None:
+        if self._server is not None:
+            self._server.close()
+            await self._server.wait_closed()
+            self._server = None
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            async with asyncio.timeout(10):
+                await reader.readuntil(b"\r\n\r\n")
+                body = self._metrics.render()
+                writer.write(
+                    b"HTTP/1.0 200 OK\r\nContent-Type: "
+                    + CONTENT_TYPE_LATEST.encode()
+                    + b"\r\nContent-Length: "
+                    + str(len(body)).encode()
+                    + b"\r\n\r\n"
+                    + body
+                )
+                await writer.drain()
+        except (TimeoutError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, OSError):
+            pass
+        finally:
+            writer.close()

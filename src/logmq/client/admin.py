@@ -1,0 +1,241 @@
+"""AsyncAdmin: topics, configs and offsets.
+
+Each call is one request (routed to the controller when the cluster names one, else any
+broker); per-topic errors are raised as the matching ``errors.*`` exception after the
+whole response is read, so a batch call reports the first failure by name.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from logmq.client.cluster import ClusterClient, PartitionInfo, TopicPartition
+from logmq.errors import ErrorCode, LogMQError, error_for
+from logmq.net.codec import ApiKey, Response
+
+
+@dataclass(slots=True, frozen=True)
+class NewTopic:
+    name: str
+    partitions: int = 1
+    replication_factor: int = 1
+    configs: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(slots=True, frozen=True)
+class PartitionDescription:
+    partition: int
+    leader: int
+    leader_epoch: int
+    replicas: list[int]
+    isr: list[int]
+    log_start_offset: int
+    log_end_offset: int  # the high watermark: the offset the next record will get
+
+
+@dataclass(slots=True, frozen=True)
+class TopicDescription:
+    name: str
+    internal: bool
+    partitions: list[PartitionDescription]
+
+
+@dataclass(slots=True, frozen=True)
+class ConfigEntry:
+    name: str
+    value: str | None
+    default: bool
+    read_only: bool
+
+
+def _raise_first(entries: Iterable[dict[str, Any]], what: str, key: str = "topic") -> None:
+    for e in entries:
+        code = e.get("error", 0)
+        if code:
+            name = e.get(key) or e.get("name")
+            raise error_for(code, e.get("message") or f"{what} {name}: {ErrorCode(code).name}")
+
+
+class AsyncAdmin:
+    def __init__(
+        self,
+        bootstrap: str,
+        *,
+        client_id: str = "logmq-admin",
+        request_timeout_ms: int = 30000,
+        retry_backoff_ms: int = 100,
+    ) -> None:
+        self.request_timeout_ms = request_timeout_ms
+        self._cluster = ClusterClient(
+            bootstrap,
+            client_id=client_id,
+            request_timeout_ms=request_timeout_ms,
+            retry_backoff_ms=retry_backoff_ms,
+        )
+
+    async def start(self) -> AsyncAdmin:
+        try:
+            await self._cluster.refresh_metadata()
+        except BaseException:
+            await self._cluster.close()
+            raise
+        return self
+
+    async def __aenter__(self) -> AsyncAdmin:
+        return await self.start()
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        await self._cluster.close()
+
+    async def _controller_request(self, api_key: int, body: dict[str, Any]) -> Response:
+        controller = self._cluster.metadata.controller_id
+        if controller >= 0 and controller in self._cluster.metadata.brokers:
+            try:
+                return await self._cluster.request_node(controller, api_key, body)
+            except LogMQError as e:
+                if not e.retriable:
+                    raise
+                await self._cluster.refresh_metadata()
+        return await self._cluster.request_any(api_key, body)
+
+    # -- topics -------------------------------------------------------------------
+    async def create_topics(
+        self, topics: Iterable[NewTopic], *, validate_only: bool = False
+    ) -> None:
+        """Create topics; raises the first per-topic error (e.g. TOPIC_ALREADY_EXISTS)."""
+        body = {
+            "topics": [
+                {
+                    "topic": t.name,
+                    "partitions": t.partitions,
+                    "replication_factor": t.replication_factor,
+                    "configs": {str(k): str(v) for k, v in (t.configs or {}).items()},
+                }
+                for t in topics
+            ],
+            "timeout_ms": self.request_timeout_ms,
+            "validate_only": validate_only,
+        }
+        resp = await self._controller_request(ApiKey.CREATE_TOPICS, body)
+        _raise_first(resp.body.get("topics") or (), "create topic")
+        await self._cluster.refresh_metadata([t["topic"] for t in body["topics"]])
+
+    async def create_topic(
+        self,
+        name: str,
+        partitions: int = 1,
+        replication_factor: int = 1,
+        configs: Mapping[str, Any] | None = None,
+    ) -> None:
+        await self.create_topics(
+            [NewTopic(name, partitions, replication_factor, dict(configs or {}))]
+        )
+
+    async def delete_topics(self, names: Iterable[str]) -> None:
+        body = {"topics": list(names), "timeout_ms": self.request_timeout_ms}
+        resp = await self._controller_request(ApiKey.DELETE_TOPICS, body)
+        _raise_first(resp.body.get("topics") or (), "delete topic")
+        await self._cluster.refresh_metadata(body["topics"])
+
+    async def delete_topic(self, name: str) -> None:
+        await self.delete_topics([name])
+
+    async def list_topics(self, *, internal: bool = False) -> list[str]:
+        """Names of all topics (internal ones only when asked)."""
+        await self._cluster.refresh_metadata()
+        return sorted(
+            name
+            for name, t in self._cluster.metadata.topics.items()
+            if t.error == ErrorCode.NONE and (internal or not t.internal)
+        )
+
+    async def describe_topics(self, names: Iterable[str]) -> dict[str, TopicDescription]:
+        """Leaders, replicas and ISR per partition, with log start and end offsets."""
+        names = list(names)
+        resp = await self._cluster.request_any(
+            ApiKey.METADATA, {"topics": names, "allow_auto_create": False}
+        )
+        _raise_first(resp.body.get("topics") or (), "describe topic")
+        await self._cluster.refresh_metadata(names)
+        parts: dict[str, list[PartitionInfo]] = {}
+        for name in names:
+            info = self._cluster.metadata.topics.get(name)
+            if info is None:
+                raise self._cluster.topic_error(name)
+            parts[name] = info.partitions
+        tps = [(n, p.partition) for n, ps in parts.items() for p in ps]
+        starts = await self._cluster.list_offsets(dict.fromkeys(tps, -2)) if tps else {}
+        ends = await self._cluster.list_offsets(dict.fromkeys(tps, -1)) if tps else {}
+        out = {}
+        for name, ps in parts.items():
+            info = self._cluster.metadata.topics[name]
+            out[name] = TopicDescription(
+                name,
+                info.internal,
+                [
+                    PartitionDescription(
+                        p.partition,
+                        p.leader,
+                        p.leader_epoch,
+                        p.replicas,
+                        p.isr,
+                        starts[(name, p.partition)][0],
+                        ends[(name, p.partition)][0],
+                    )
+                    for p in ps
+                ],
+            )
+        return out
+
+    # -- configs ------------------------------------------------------------------
+    async def describe_configs(
+        self, names: Iterable[str], *, resource_type: str = "topic"
+    ) -> dict[str, dict[str, ConfigEntry]]:
+        body = {"resources": [{"type": resource_type, "name": str(n)} for n in names]}
+        resp = await self._controller_request(ApiKey.DESCRIBE_CONFIGS, body)
+        resources = resp.body.get("resources") or []
+        _raise_first(resources, f"describe {resource_type} configs", key="name")
+        return {
+            r["name"]: {
+                c["name"]: ConfigEntry(
+                    c["name"], c.get("value"), bool(c.get("default")), bool(c.get("read_only"))
+                )
+                for c in r.get("configs") or ()
+            }
+            for r in resources
+        }
+
+    async def alter_configs(
+        self,
+        topic: str,
+        set: Mapping[str, Any] | None = None,
+        delete: Iterable[str] | None = None,
+        *,
+        validate_only: bool = False,
+    ) -> None:
+        """Incrementally set and delete (revert to default) topic configs."""
+        body = {
+            "resources": [
+                {
+                    "type": "topic",
+                    "name": topic,
+                    "set": {str(k): str(v) for k, v in (set or {}).items()},
+                    "delete": list(delete or ()),
+                }
+            ],
+            "validate_only": validate_only,
+        }
+        resp = await self._controller_request(ApiKey.ALTER_CONFIGS, body)
+        _raise_first(resp.body.get("resources") or (), "alter configs", key="name")
+
+    # -- offsets ------------------------------------------------------------------
+    async def list_offsets(
+        self, requests: Mapping[TopicPartition, int]
+    ) -> dict[TopicPartition, tuple[int, int]]:
+        """Map ``(topic, partition)`` to -2, -1 or a time; returns ``(offset, timestamp)`` each."""
+        return await self._cluster.list_offsets(dict(requests))

@@ -1,0 +1,422 @@
+"""What a client knows about the cluster, and the connections it keeps to it.
+
+``ClusterMetadata`` is an immutable snapshot parsed from a Metadata response (sans-IO,
+so another thread may read the current snapshot without a lock: refreshes replace it
+whole). ``ClusterClient`` owns one ``BrokerConnection`` per broker, routes requests to
+partition leaders and refreshes metadata when a leader is unknown or has moved.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from logmq.client.connection import BrokerConnection
+from logmq.client.fetcher import fetch_body, first_at_or_after, parse_fetch_response
+from logmq.errors import (
+    ConnectionError_,
+    ErrorCode,
+    LogMQError,
+    RequestTimedOutError,
+    error_for,
+)
+from logmq.net.codec import ApiKey, Response
+
+TopicPartition = tuple[str, int]
+
+
+@dataclass(slots=True, frozen=True)
+class BrokerInfo:
+    node_id: int
+    host: str
+    port: int
+
+
+@dataclass(slots=True, frozen=True)
+class PartitionInfo:
+    topic: str
+    partition: int
+    leader: int
+    leader_epoch: int
+    replicas: list[int]
+    isr: list[int]
+    error: ErrorCode = ErrorCode.NONE
+
+
+@dataclass(slots=True, frozen=True)
+class TopicInfo:
+    name: str
+    partitions: list[PartitionInfo]
+    internal: bool = False
+    error: ErrorCode = ErrorCode.NONE
+
+
+@dataclass(slots=True, frozen=True)
+class ClusterMetadata:
+    cluster_id: str | None = None
+    controller_id: int = -1
+    brokers: dict[int, BrokerInfo] = field(default_factory=dict)
+    topics: dict[str, TopicInfo] = field(default_factory=dict)
+    # partition count of each healthy topic: the producer's per-record lookup
+    counts: dict[str, int] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        counts = {
+            name: len(t.partitions)
+            for name, t in self.topics.items()
+            if t.error == ErrorCode.NONE and t.partitions
+        }
+        object.__setattr__(self, "counts", counts)
+
+    @classmethod
+    def from_response(cls, body: dict[str, Any]) -> ClusterMetadata:
+        brokers = {
+            b["node_id"]: BrokerInfo(b["node_id"], b["host"], b["port"])
+            for b in body.get("brokers") or []
+        }
+        topics: dict[str, TopicInfo] = {}
+        for t in body.get("topics") or []:
+            parts = [
+                PartitionInfo(
+                    t["topic"],
+                    p["partition"],
+                    p.get("leader", -1),
+                    p.get("leader_epoch", -1),
+                    list(p.get("replicas") or []),
+                    list(p.get("isr") or []),
+                    _code(p.get("error", 0)),
+                )
+                for p in t.get("partitions") or []
+            ]
+            parts.sort(key=lambda p: p.partition)
+            topics[t["topic"]] = TopicInfo(
+                t["topic"], parts, bool(t.get("internal", False)), _code(t.get("error", 0))
+            )
+        return cls(body.get("cluster_id"), body.get("controller_id", -1), brokers, topics)
+
+    def merged(self, newer: ClusterMetadata, refreshed: Iterable[str] | None) -> ClusterMetadata:
+        """This snapshot updated by a response for ``refreshed`` topics (None = all)."""
+        if refreshed is None:
+            return newer
+        topics = dict(self.topics)
+        for name in refreshed:
+            topics.pop(name, None)
+        for name, info in newer.topics.items():
+            if info.error == ErrorCode.NONE:
+                topics[name] = info
+        brokers = newer.brokers or self.brokers
+        return ClusterMetadata(newer.cluster_id, newer.controller_id, brokers, topics)
+
+    def partition_count(self, topic: str) -> int:
+        """Number of partitions of a known, healthy topic, else 0."""
+        return self.counts.get(topic, 0)
+
+    def leader_for(self, topic: str, partition: int) -> int:
+        info = self.topics.get(topic)
+        if info is None or not 0 <= partition < len(info.partitions):
+            return -1
+        p = info.partitions[partition]
+        return p.leader if p.partition == partition else -1
+
+    def partition(self, topic: str, partition: int) -> PartitionInfo | None:
+        info = self.topics.get(topic)
+        if info is None:
+            return None
+        for p in info.partitions:
+            if p.partition == partition:
+                return p
+        return None
+
+
+def _code(value: int) -> ErrorCode:
+    try:
+        return ErrorCode(value)
+    except ValueError:
+        return ErrorCode.UNKNOWN_SERVER_ERROR
+
+
+def parse_bootstrap(bootstrap: str | Iterable[str]) -> list[tuple[str, int]]:
+    """``"host:port[,host:port]"`` into address pairs."""
+    items = bootstrap.split(",") if isinstance(bootstrap, str) else list(bootstrap)
+    out = []
+    for item in items:
+        item = item.strip()
+        if not item:
+            continue
+        host, sep, port = item.rpartition(":")
+        if not sep or not port.isdigit():
+            raise ValueError(f"bootstrap address {item!r} is not host:port")
+        out.append((host.strip("[]") or "127.0.0.1", int(port)))
+    if not out:
+        raise ValueError("bootstrap names no broker")
+    return out
+
+
+class ClusterClient:
+    """Connections per broker, metadata and leader routing shared by one client object."""
+
+    def __init__(
+        self,
+        bootstrap: str | Iterable[str],
+        *,
+        client_id: str = "logmq-python",
+        request_timeout_ms: int = 30000,
+        retry_backoff_ms: int = 100,
+        connect_timeout_ms: int = 10000,
+        allow_auto_create_topics: bool = False,
+    ) -> None:
+        self.bootstrap = parse_bootstrap(bootstrap)
+        self.client_id = client_id
+        self.request_timeout = request_timeout_ms / 1000
+        self.retry_backoff = retry_backoff_ms / 1000
+        self.connect_timeout = connect_timeout_ms / 1000
+        self.allow_auto_create = allow_auto_create_topics
+        self.metadata = ClusterMetadata()
+        self._connections: dict[int, BrokerConnection] = {}
+        self._connecting: dict[int, asyncio.Future[BrokerConnection]] = {}
+        self._bootstrap_conn: BrokerConnection | None = None
+        self._refresh: asyncio.Task[ClusterMetadata] | None = None
+        self._wanted: set[str] = set()
+        self._closed = False
+
+    # -- connections --------------------------------------------------------------
+    async def _open(self, host: str, port: int, node_id: int) -> BrokerConnection:
+        return await BrokerConnection.open(
+            host,
+            port,
+            connect_timeout=self.connect_timeout,
+            client_id=self.client_id,
+            node_id=node_id,
+        )
+
+    async def any_connection(self) -> BrokerConnection:
+        """A connection to some broker: a known one first, else a bootstrap address."""
+        if self._closed:
+            raise ConnectionError_("client is closed")
+        for conn in self._connections.values():
+            if conn.is_open:
+                return conn
+        if self._bootstrap_conn is not None and self._bootstrap_conn.is_open:
+            return self._bootstrap_conn
+        addrs = [(b.host, b.port) for b in self.metadata.brokers.values()] + self.bootstrap
+        last: LogMQError | None = None
+        for host, port in addrs:
+            try:
+                self._bootstrap_conn = await self._open(host, port, -1)
+                return self._bootstrap_conn
+            except ConnectionError_ as e:
+                last = e
+        raise last or ConnectionError_("no broker reachable")
+
+    async def connection(self, node_id: int) -> BrokerConnection:
+        """The connection to broker ``node_id``, opened on first use and after a loss."""
+        if self._closed:
+            raise ConnectionError_("client is closed")
+        conn = self._connections.get(node_id)
+        if conn is not None and conn.is_open:
+            return conn
+        pending = self._connecting.get(node_id)
+        if pending is None:
+            broker = self.metadata.brokers.get(node_id)
+            if broker is None:
+                await self.refresh_metadata()
+                broker = self.metadata.brokers.get(node_id)
+                if broker is None:
+                    raise error_for(ErrorCode.BROKER_NOT_AVAILABLE, f"unknown broker {node_id}")
+            pending = asyncio.ensure_future(self._open(broker.host, broker.port, node_id))
+            self._connecting[node_id] = pending
+            try:
+                conn = await pending
+            finally:
+                self._connecting.pop(node_id, None)
+            self._connections[node_id] = conn
+            return conn
+        return await asyncio.shield(pending)
+
+    async def leader_connection(self, topic: str, partition: int) -> BrokerConnection:
+        leader = self.metadata.leader_for(topic, partition)
+        if leader < 0:
+            await self.refresh_metadata([topic])
+            leader = self.metadata.leader_for(topic, partition)
+            if leader < 0:
+                raise self.topic_error(topic, partition)
+        return await self.connection(leader)
+
+    def topic_error(self, topic: str, partition: int | None = None) -> LogMQError:
+        info = self.metadata.topics.get(topic)
+        if info is None or info.error == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
+            return error_for(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"unknown topic {topic!r}")
+        if info.error != ErrorCode.NONE:
+            return error_for(info.error, f"topic {topic!r}: {info.error.name}")
+        if partition is not None and self.metadata.partition(topic, partition) is None:
+            return error_for(
+                ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"no partition {partition} in {topic!r}"
+            )
+        return error_for(ErrorCode.LEADER_NOT_AVAILABLE, f"no leader for {topic}-{partition}")
+
+    # -- metadata -----------------------------------------------------------------
+    async def refresh_metadata(self, topics: Iterable[str] | None = None) -> ClusterMetadata:
+        """Fetch metadata for ``topics`` (plus every topic asked for before; None = all).
+
+        Concurrent callers share one request in flight.
+        """
+        if topics is not None:
+            self._wanted.update(topics)
+        if self._refresh is not None and not self._refresh.done():
+            return await asyncio.shield(self._refresh)
+        self._refresh = asyncio.ensure_future(self._do_refresh(topics is None))
+        return await asyncio.shield(self._refresh)
+
+    async def _do_refresh(self, all_topics: bool) -> ClusterMetadata:
+        names = None if all_topics else sorted(self._wanted)
+        body = {"topics": names, "allow_auto_create": self.allow_auto_create}
+        resp = await self.request_any(ApiKey.METADATA, body)
+        newer = ClusterMetadata.from_response(resp.body)
+        self.metadata = self.metadata.merged(newer, names)
+        return newer
+
+    async def ensure_topic(self, topic: str, timeout: float) -> ClusterMetadata:
+        """Metadata with ``topic``'s partitions, retrying transient errors until ``timeout``."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while True:
+            if self.metadata.partition_count(topic):
+                return self.metadata
+            try:
+                newer = await self.refresh_metadata([topic])
+            except ConnectionError_:
+                newer = None
+            if self.metadata.partition_count(topic):
+                return self.metadata
+            info = newer.topics.get(topic) if newer else None
+            if info is not None and info.error != ErrorCode.NONE and not info.error.retriable:
+                raise error_for(info.error, f"topic {topic!r}: {info.error.name}")
+            if loop.time() >= deadline:
+                raise error_for(
+                    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"no metadata for topic {topic!r}"
+                )
+            await asyncio.sleep(self._backoff())
+
+    def _backoff(self) -> float:
+        return self.retry_backoff * (0.8 + 0.4 * random.random())
+
+    # -- requests -----------------------------------------------------------------
+    async def request_any(
+        self, api_key: int, body: dict[str, Any], *, timeout: float | None = None
+    ) -> Response:
+        """A request any broker can answer, retried on connection loss until the timeout."""
+        loop = asyncio.get_running_loop()
+        timeout = self.request_timeout if timeout is None else timeout
+        deadline = loop.time() + timeout
+        while True:
+            try:
+                conn = await self.any_connection()
+                return await conn.request(api_key, body, timeout=max(0.001, deadline - loop.time()))
+            except ConnectionError_ as e:
+                if loop.time() + self.retry_backoff >= deadline:
+                    raise RequestTimedOutError(f"{ApiKey(api_key).name} failed: {e}") from None
+                await asyncio.sleep(self._backoff())
+
+    async def request_node(
+        self, node_id: int, api_key: int, body: dict[str, Any], *, timeout: float | None = None
+    ) -> Response:
+        conn = await self.connection(node_id)
+        return await conn.request(
+            api_key, body, timeout=self.request_timeout if timeout is None else timeout
+        )
+
+    async def list_offsets(
+        self, requests: dict[TopicPartition, int], *, retries: int = 5
+    ) -> dict[TopicPartition, tuple[int, int]]:
+        """ListOffsets routed to each partition's leader: ``{tp: (offset, timestamp)}``.
+
+        ``requests`` maps a partition to -2 (earliest), -1 (latest) or a time in ms.
+        Retriable errors refresh metadata and retry; others raise.
+        """
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.request_timeout
+        out: dict[TopicPartition, tuple[int, int]] = {}
+        todo = dict(requests)
+        while todo:
+            by_node: dict[int, dict[str, list[dict[str, int]]]] = {}
+            for (topic, part), ts in todo.items():
+                leader = self.metadata.leader_for(topic, part)
+                if leader < 0:
+                    await self.refresh_metadata([topic])
+                    leader = self.metadata.leader_for(topic, part)
+                    if leader < 0:
+                        raise self.topic_error(topic, part)
+                by_node.setdefault(leader, {}).setdefault(topic, []).append(
+                    {"partition": part, "timestamp": ts}
+                )
+            retry: LogMQError | None = None
+            for node, topics in by_node.items():
+                body = {
+                    "replica_id": -1,
+                    "isolation_level": 0,
+                    "topics": [{"topic": t, "partitions": ps} for t, ps in topics.items()],
+                }
+                try:
+                    resp = await self.request_node(node, ApiKey.LIST_OFFSETS, body)
+                except ConnectionError_ as e:
+                    retry = e
+                    continue
+                for t in resp.body.get("topics") or ():
+                    for p in t.get("partitions") or ():
+                        tp = (t["topic"], p["partition"])
+                        if tp not in todo:
+                            continue
+                        code = p.get("error", 0)
+                        if code:
+                            err = error_for(code, p.get("message") or f"ListOffsets {tp}")
+                            if not err.retriable:
+                                raise err
+                            retry = err
+                            continue
+                        out[tp] = (p.get("offset", -1), p.get("timestamp", -1))
+                        del todo[tp]
+            if todo:
+                if retry is None:
+                    raise error_for(ErrorCode.UNKNOWN_SERVER_ERROR, f"no offsets for {list(todo)}")
+                if retries <= 0 or loop.time() >= deadline:
+                    raise retry
+                retries -= 1
+                await asyncio.sleep(self._backoff())
+                await self.refresh_metadata({t for t, _ in todo})
+        return out
+
+    async def exact_time_offset(
+        self, tp: TopicPartition, offset: int, target: int, max_bytes: int
+    ) -> tuple[int, int] | None:
+        """The first record at or after ``target`` ms, reading from ``offset`` (the batch
+        a time index pointed at): ``(offset, timestamp)`` or None."""
+        partition = {
+            "partition": tp[1],
+            "fetch_offset": offset,
+            "partition_max_bytes": max_bytes,
+            "current_leader_epoch": -1,
+        }
+        body = fetch_body({tp[0]: [partition]}, 0, 0, max_bytes)
+        conn = await self.leader_connection(*tp)
+        resp = await conn.request(ApiKey.FETCH, body, timeout=self.request_timeout)
+        for pd in parse_fetch_response(resp.body, resp.tail, {tp: offset}):
+            if pd.error == ErrorCode.NONE:
+                return first_at_or_after(pd, target)
+        return None
+
+    async def close(self) -> None:
+        self._closed = True
+        if self._refresh is not None and not self._refresh.done():
+            self._refresh.cancel()
+        conns = list(self._connections.values())
+        if self._bootstrap_conn is not None:
+            conns.append(self._bootstrap_conn)
+        self._connections.clear()
+        self._bootstrap_conn = None
+        for conn in conns:
+            conn.close()
+        for conn in conns:
+            await conn.wait_closed()

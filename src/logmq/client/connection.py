@@ -1,0 +1,229 @@
+"""One pipelined TCP connection to one broker.
+
+Requests are written as soon as they are made and answered in order (docs/protocol.md,
+"Pipelining"), so a deque of pending futures matched by correlation id is all the
+bookkeeping needed. Frame splitting is the sans-IO ``FrameDecoder``; this module only
+moves bytes and resolves futures.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import socket
+from collections.abc import Iterable
+from typing import Any
+
+from logmq.errors import ConnectionError_, InvalidFrameError, LogMQError, error_for
+from logmq.net.codec import DEFAULT_MAX_FRAME_SIZE, FrameDecoder, Response, decode_response
+from logmq.net.codec import encode_request as _encode_request
+
+SOCKET_BUFFER = 4 * 1024 * 1024
+
+
+class BrokerConnection(asyncio.Protocol):
+    """A client connection: ``send()`` writes a request and returns its response future.
+
+    The transport's write buffer is watched through pause_writing/resume_writing; callers
+    that produce a lot ``await drain()`` between requests so memory stays bounded.
+    """
+
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        *,
+        client_id: str = "logmq-python",
+        max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
+        node_id: int = -1,
+    ) -> None:
+        self.host = host
+        self.port = port
+        self.node_id = node_id
+        self.client_id = client_id
+        self._decoder = FrameDecoder(max_frame_size)
+        self._pending: collections.deque[tuple[int, asyncio.Future[Response]]] = collections.deque()
+        self._transport: asyncio.Transport | None = None
+        self._next_correlation = 1
+        self._paused = False
+        self._drain_waiters: list[asyncio.Future[None]] = []
+        self._closed_error: LogMQError | None = None
+        self._closed = asyncio.get_running_loop().create_future()
+
+    # -- lifecycle ----------------------------------------------------------------
+    @classmethod
+    async def open(
+        cls, host: str, port: int, *, connect_timeout: float = 10.0, **kwargs: Any
+    ) -> BrokerConnection:
+        loop = asyncio.get_running_loop()
+        try:
+            async with asyncio.timeout(connect_timeout):
+                _, proto = await loop.create_connection(
+                    lambda: cls(host, port, **kwargs), host, port
+                )
+        except (OSError, TimeoutError) as e:
+            raise ConnectionError_(f"cannot connect to {host}:{port}: {e or 'timed out'}") from None
+        return proto
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._transport = transport  # type: ignore[assignment]
+        sock = transport.get_extra_info("socket")
+        if sock is not None:
+            try:
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, SOCKET_BUFFER)
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SOCKET_BUFFER)
+            except OSError:
+                pass
+        transport.set_write_buffer_limits(high=SOCKET_BUFFER)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._fail(
+            ConnectionError_(f"connection to {self.host}:{self.port} lost: {exc or 'closed'}")
+        )
+
+    def _fail(self, err: LogMQError, *, abort: bool = True) -> None:
+        if self._closed_error is None:
+            self._closed_error = err
+        pending, self._pending = self._pending, collections.deque()
+        for _, fut in pending:
+            if not fut.done():
+                fut.set_exception(self._closed_error)
+                fut.exception()  # a caller that gave up on it must not get a warning
+        for w in self._drain_waiters:
+            if not w.done():
+                w.set_exception(self._closed_error)
+        self._drain_waiters.clear()
+        if self._transport is not None and abort:
+            self._transport.abort()
+        if not self._closed.done():
+            self._closed.set_result(None)
+
+    @property
+    def is_open(self) -> bool:
+        return self._closed_error is None and self._transport is not None
+
+    @property
+    def in_flight(self) -> int:
+        return len(self._pending)
+
+    def close(self) -> None:
+        """Close after the buffered writes; pending requests fail with ConnectionError_."""
+        if self._transport is not None and self._closed_error is None:
+            err = ConnectionError_(f"connection to {self.host}:{self.port} closed")
+            self._fail(err, abort=False)
+            self._transport.close()  # writes what is buffered (acks=0 sends) first
+
+    async def wait_closed(self) -> None:
+        await self._closed
+
+    # -- flow control -------------------------------------------------------------
+    def pause_writing(self) -> None:
+        self._paused = True
+
+    def resume_writing(self) -> None:
+        self._paused = False
+        for w in self._drain_waiters:
+            if not w.done():
+                w.set_result(None)
+        self._drain_waiters.clear()
+
+    async def drain(self) -> None:
+        """Wait while the transport's write buffer is above its high-water mark."""
+        if self._closed_error is not None:
+            raise self._closed_error
+        if not self._paused:
+            return
+        w = asyncio.get_running_loop().create_future()
+        self._drain_waiters.append(w)
+        await w
+
+    # -- requests -----------------------------------------------------------------
+    def send(
+        self,
+        api_key: int,
+        body: dict[str, Any],
+        tail: Iterable[bytes | memoryview] = (),
+        *,
+        api_version: int = 0,
+        expect_response: bool = True,
+    ) -> asyncio.Future[Response] | None:
+        """Write one request now; return the future of its response (None if none comes)."""
+        if self._closed_error is not None:
+            raise self._closed_error
+        assert self._transport is not None
+        corr = self._next_correlation
+        self._next_correlation = (corr + 1) & 0xFFFFFFFF
+        frame = _encode_request(api_key, api_version, corr, self.client_id, body, tail)
+        self._transport.writelines(frame)
+        if not expect_response:
+            return None
+        fut: asyncio.Future[Response] = asyncio.get_running_loop().create_future()
+        self._pending.append((corr, fut))
+        return fut
+
+    async def request(
+        self,
+        api_key: int,
+        body: dict[str, Any],
+        tail: Iterable[bytes | memoryview] = (),
+        *,
+        api_version: int = 0,
+        timeout: float | None = None,
+    ) -> Response:
+        """Send and await the response; a request-level error body raises.
+
+        A timeout closes the connection: the broker is not answering in order any more
+        as far as we can tell, and the caller retries on a fresh connection.
+        """
+        await self.drain()
+        fut = self.send(api_key, body, tail, api_version=api_version)
+        assert fut is not None
+        try:
+            if timeout is None:
+                resp = await fut
+            else:
+                async with asyncio.timeout(timeout):
+                    resp = await fut
+        except TimeoutError:
+            self._fail(ConnectionError_(f"request to {self.host}:{self.port} timed out"))
+            raise ConnectionError_(f"request to {self.host}:{self.port} timed out") from None
+        check_request_error(resp.body)
+        return resp
+
+    def data_received(self, data: bytes) -> None:
+        try:
+            frames = self._decoder.feed(data)
+        except InvalidFrameError as e:
+            self._fail(ConnectionError_(f"bad frame from {self.host}:{self.port}: {e}"))
+            return
+        for frame in frames:
+            try:
+                resp = decode_response(frame)
+            except InvalidFrameError as e:
+                self._fail(ConnectionError_(f"bad response from {self.host}:{self.port}: {e}"))
+                return
+            if not self._pending:
+                self._fail(ConnectionError_(f"unexpected response from {self.host}:{self.port}"))
+                return
+            corr, fut = self._pending[0]
+            if corr != resp.correlation_id:
+                self._fail(
+                    ConnectionError_(
+                        f"response correlation id {resp.correlation_id} does not match {corr}"
+                    )
+                )
+                return
+            self._pending.popleft()
+            if not fut.done():
+                fut.set_result(resp)
+
+    def eof_received(self) -> bool | None:
+        return None
+
+
+def check_request_error(body: dict[str, Any]) -> None:
+    """Raise for a whole-request error (``{"error": code, "message": ...}`` with no payload)."""
+    code = body.get("error", 0)
+    if code and len(body) <= 2 and set(body) <= {"error", "message"}:
+        raise error_for(code, body.get("message") or "")

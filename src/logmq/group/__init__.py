@@ -1,0 +1,56 @@
+"""Consumer groups: deterministic cores the broker's group coordinator drives.
+
+Assignors decide who reads what; :class:`ConsumerGroup` runs one group's membership and
+incremental reconciliation; :class:`OffsetStore` keeps committed offsets; everything
+persists as records in the compacted ``__consumer_offsets`` topic and is rebuilt by
+replaying them. See docs/consumer-groups.md.
+"""
+
+from .assignors import (
+    Assignor,
+    RangeAssignor,
+    RoundRobinAssignor,
+    StickyAssignor,
+    TopicPartition,
+    assignor_by_name,
+)
+from .codec import OFFSETS_TOPIC, GroupRecord, coordinator_partition
+from .consumer_group import ConsumerGroup
+from .coordinator import GroupCoordinator
+from .model import (
+    JOIN_EPOCH,
+    LEAVE_EPOCH,
+    TEMPORARY_LEAVE_EPOCH,
+    GroupConfig,
+    GroupDescription,
+    GroupState,
+    HeartbeatResult,
+    MemberDescription,
+    MemberState,
+)
+from .offsets import CommittedOffset, OffsetStore
+
+__all__ = [
+    "JOIN_EPOCH",
+    "LEAVE_EPOCH",
+    "OFFSETS_TOPIC",
+    "TEMPORARY_LEAVE_EPOCH",
+    "Assignor",
+    "CommittedOffset",
+    "ConsumerGroup",
+    "GroupConfig",
+    "GroupCoordinator",
+    "GroupDescription",
+    "GroupRecord",
+    "GroupState",
+    "HeartbeatResult",
+    "MemberDescription",
+    "MemberState",
+    "OffsetStore",
+    "RangeAssignor",
+    "RoundRobinAssignor",
+    "StickyAssignor",
+    "TopicPartition",
+    "assignor_by_name",
+    "coordinator_partition",
+]

@@ -1,0 +1,187 @@
+"""The groups of one ``__consumer_offsets`` partition, as its leader coordinates them.
+
+A broker runs one :class:`GroupCoordinator` per offsets partition it leads: it builds it
+from the partition's records when it becomes leader (:meth:`GroupCoordinator.replay`)
+and drops it when it stops leading. This class routes requests to the right
+:class:`ConsumerGroup`, validates group ids and collects the records every group wants
+persisted; like the groups it is pure (no clock, no I/O).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+
+from ..errors import ErrorCode
+from .assignors import Assignor, StickyAssignor, TopicPartition
+from .codec import GroupRecord, coordinator_partition, decode_key
+from .consumer_group import ConsumerGroup
+from .model import JOIN_EPOCH, GroupConfig, GroupDescription, HeartbeatResult
+from .offsets import CommittedOffset
+
+
+class GroupCoordinator:
+    """Routes group requests for the groups that hash to ``partition``."""
+
+    def __init__(
+        self,
+        partition: int = 0,
+        partition_count: int = 1,
+        config: GroupConfig | None = None,
+        assignor_factory: Callable[[], Assignor] = StickyAssignor,
+        topic_partitions: Mapping[str, int] | None = None,
+        member_id_factory: Callable[[], str] | None = None,
+    ) -> None:
+        self.partition = partition
+        self.partition_count = partition_count
+        self.config = config or GroupConfig()
+        self._assignor_factory = assignor_factory
+        self._topic_partitions = dict(topic_partitions or {})
+        self._member_id_factory = member_id_factory
+        self._groups: dict[str, ConsumerGroup] = {}
+        self._touched: dict[str, None] = {}  # groups with records to take, in order
+
+    def group_ids(self) -> list[str]:
+        return sorted(self._groups)
+
+    def group(self, group_id: str) -> ConsumerGroup | None:
+        return self._groups.get(group_id)
+
+    def check_group_id(self, group_id: str) -> ErrorCode:
+        """INVALID_GROUP_ID for an empty id, NOT_COORDINATOR if it hashes elsewhere."""
+        if not group_id:
+            return ErrorCode.INVALID_GROUP_ID
+        if coordinator_partition(group_id, self.partition_count) != self.partition:
+            return ErrorCode.NOT_COORDINATOR
+        return ErrorCode.NONE
+
+    # ---- requests ------------------------------------------------------------------
+
+    def heartbeat(
+        self,
+        group_id: str,
+        member_id: str,
+        member_epoch: int,
+        instance_id: str | None = None,
+        subscribed_topics: Iterable[str] | None = None,
+        owned_partitions: Iterable[TopicPartition] | None = None,
+        now_ms: int = 0,
+    ) -> HeartbeatResult:
+        error = self.check_group_id(group_id)
+        group = self._groups.get(group_id)
+        if error is ErrorCode.NONE and group is None and member_epoch != JOIN_EPOCH:
+            error = ErrorCode.UNKNOWN_MEMBER_ID
+        if error is not ErrorCode.NONE:
+            return HeartbeatResult(member_id, member_epoch, None, error)
+        group = group or self._create(group_id)
+        result = group.heartbeat(
+            member_id, member_epoch, instance_id, subscribed_topics, owned_partitions, now_ms
+        )
+        self._touched[group_id] = None
+        return result
+
+    def commit_offsets(
+        self,
+        group_id: str,
+        member_id: str,
+        member_epoch: int,
+        offsets: Mapping[TopicPartition, tuple[int, str]],
+        now_ms: int = 0,
+    ) -> dict[TopicPartition, ErrorCode]:
+        error = self.check_group_id(group_id)
+        group = self._groups.get(group_id)
+        if error is ErrorCode.NONE and group is None and member_id:
+            error = ErrorCode.UNKNOWN_MEMBER_ID
+        if error is not ErrorCode.NONE:
+            return {tp: error for tp in offsets}
+        group = group or self._create(group_id)
+        self._touched[group_id] = None
+        return group.commit_offsets(member_id, member_epoch, offsets, now_ms)
+
+    def fetch_offsets(
+        self, group_id: str, partitions: Iterable[TopicPartition] | None = None
+    ) -> tuple[ErrorCode, dict[TopicPartition, CommittedOffset | None]]:
+        error = self.check_group_id(group_id)
+        if error is not ErrorCode.NONE:
+            return error, {}
+        group = self._groups.get(group_id)
+        if group is None:
+            return ErrorCode.NONE, {tp: None for tp in partitions or ()}
+        return ErrorCode.NONE, group.fetch_offsets(partitions)
+
+    def alter_offsets(
+        self, group_id: str, offsets: Mapping[TopicPartition, tuple[int, str]], now_ms: int = 0
+    ) -> dict[TopicPartition, ErrorCode]:
+        error = self.check_group_id(group_id)
+        if error is not ErrorCode.NONE:
+            return {tp: error for tp in offsets}
+        group = self._groups.get(group_id) or self._create(group_id)
+        self._touched[group_id] = None
+        return group.alter_offsets(offsets, now_ms)
+
+    def delete_offsets(self, group_id: str, partitions: Iterable[TopicPartition]) -> ErrorCode:
+        error = self.check_group_id(group_id)
+        if error is not ErrorCode.NONE:
+            return error
+        group = self._groups.get(group_id)
+        if group is None:
+            return ErrorCode.GROUP_ID_NOT_FOUND
+        self._touched[group_id] = None
+        return group.delete_offsets(partitions)
+
+    def describe(self, group_id: str) -> tuple[ErrorCode, GroupDescription | None]:
+        error = self.check_group_id(group_id)
+        if error is ErrorCode.NONE and group_id not in self._groups:
+            error = ErrorCode.GROUP_ID_NOT_FOUND
+        if error is not ErrorCode.NONE:
+            return error, None
+        return ErrorCode.NONE, self._groups[group_id].describe()
+
+    # ---- time, metadata, persistence -----------------------------------------------
+
+    def tick(self, now_ms: int) -> dict[str, list[str]]:
+        """Expire members in every group; returns group id -> expired member ids."""
+        expired = {}
+        for group_id, group in self._groups.items():
+            deadline = group.next_deadline_ms()
+            if deadline is not None and deadline <= now_ms:
+                expired[group_id] = group.tick(now_ms)
+                self._touched[group_id] = None
+        return expired
+
+    def next_deadline_ms(self) -> int | None:
+        deadlines = (g.next_deadline_ms() for g in self._groups.values())
+        return min((d for d in deadlines if d is not None), default=None)
+
+    def update_metadata(self, topic_partitions: Mapping[str, int]) -> None:
+        self._topic_partitions = dict(topic_partitions)
+        for group_id, group in self._groups.items():
+            group.update_metadata(self._topic_partitions)
+            self._touched[group_id] = None
+
+    def take_records(self) -> list[GroupRecord]:
+        """Everything to append to this offsets partition since the last call."""
+        records: list[GroupRecord] = []
+        for group_id in self._touched:
+            records += self._groups[group_id].take_records()
+        self._touched.clear()
+        return records
+
+    def replay(self, records: Iterable[GroupRecord], now_ms: int = 0) -> None:
+        """Load groups from this partition's records (e.g. on becoming leader)."""
+        by_group: dict[str, list[GroupRecord]] = {}
+        for record in records:
+            by_group.setdefault(decode_key(record.key).group_id, []).append(record)
+        for group_id, group_records in by_group.items():
+            group = self._groups.get(group_id) or self._create(group_id)
+            group.replay(group_records, now_ms)
+
+    def _create(self, group_id: str) -> ConsumerGroup:
+        group = ConsumerGroup(
+            group_id,
+            self._assignor_factory(),
+            self.config,
+            self._topic_partitions,
+            self._member_id_factory,
+        )
+        self._groups[group_id] = group
+        return group

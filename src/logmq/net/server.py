@@ -1,0 +1,485 @@
+"""The asyncio shell around ServerConnection: sockets, tasks, flow control, sendfile.
+
+Each connection has one worker task that answers its requests strictly in order (the
+protocol promises pipelined answers in request order). The protocol object only frames
+and queues; it stops reading when ``max_in_flight`` requests are queued, so a client
+that floods gets TCP backpressure instead of unbounded broker memory. Fetch tails that
+are file regions are sent with ``os.sendfile`` after draining the transport (see
+zero_copy.py); bytes tails go through the transport.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import logging
+import os
+import socket
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from logmq.errors import ErrorCode
+from logmq.net.codec import Request, encode_response_head
+from logmq.net.connection import (
+    UNKNOWN_CORRELATION_ID,
+    ProtocolError,
+    RequestReceived,
+    ServerConnection,
+)
+from logmq.net.zero_copy import sendfile_all
+
+log = logging.getLogger("logmq.net")
+
+WRITE_HIGH_WATER = 1024 * 1024
+LINGER_S = 5.0  # how long a connection closing after a fatal error waits for the peer
+
+
+@dataclass(slots=True)
+class Reply:
+    """A response body plus tail parts: bytes, or file regions sent with sendfile."""
+
+    body: dict[str, Any]
+    tail: list[Any] = field(default_factory=list)
+
+
+Handler = Callable[[Request], Awaitable[Reply | None]]
+
+
+@dataclass(slots=True)
+class ServerOptions:
+    max_frame_size: int
+    max_connections: int = 1000
+    idle_timeout_s: float = 600.0
+    max_in_flight: int = 64
+    socket_buffer_bytes: int = 4 * 1024 * 1024
+    zero_copy: bool = True
+
+
+class _NullMetrics:
+    def connection_opened(self) -> None: ...
+    def connection_closed(self) -> None: ...
+    def bytes_in(self, n: int) -> None: ...
+    def bytes_out(self, n: int) -> None: ...
+    def request_done(self, api_key: int, seconds: float) -> None: ...
+
+
+def _is_region(part: Any) -> bool:
+    return not isinstance(part, bytes | bytearray | memoryview)
+
+
+class BrokerConnection(asyncio.BufferedProtocol):
+    """One client connection: queues requests, answers them in order from a worker task.
+
+    A BufferedProtocol: the loop reads straight into memory the FrameReader lends it,
+    so a large produce frame is received into its final buffer without a copy.
+    """
+
+    def __init__(self, server: TcpServer):
+        self._server = server
+        self._opts = server.options
+        self._conn = ServerConnection(self._opts.max_frame_size, self._opts.max_in_flight)
+        self._queue: collections.deque[RequestReceived | ProtocolError] = collections.deque()
+        self._wakeup = asyncio.Event()
+        self._loop = asyncio.get_running_loop()
+        self.transport: asyncio.Transport | None = None
+        self._task: asyncio.Task | None = None
+        self._dup_fd: int | None = None
+        self._reading = True
+        self._sending_file = False
+        self._draining = False  # server shutdown: answer what is queued, read no more
+        self._lingering = False  # after a fatal error: discard input until the peer closes
+        self._closed = asyncio.Event()
+        # (event, handler task or None for a protocol error, start time); None = stop
+        self._replies: asyncio.Queue[tuple[Any, asyncio.Task | None, float] | None] = (
+            asyncio.Queue()
+        )
+        self._running: set[asyncio.Task] = set()
+        self._running_concurrent = True  # every running handler may overlap a produce
+        self._write_resumed: asyncio.Future | None = None  # set while the protocol is paused
+        self._idle_timer: asyncio.TimerHandle | None = None
+        self._last_active = 0.0
+        self.peer = "?"
+
+    # -- asyncio.Protocol callbacks ---------------------------------------------------
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]  # uvloop: not a subclass
+        peer = transport.get_extra_info("peername")
+        self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
+        transport.set_write_buffer_limits(high=WRITE_HIGH_WATER, low=0)
+        sock = transport.get_extra_info("socket")
+        if sock is not None:
+            try:
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                if self._opts.socket_buffer_bytes:
+                    sock.setsockopt(
+                        socket.SOL_SOCKET, socket.SO_SNDBUF, self._opts.socket_buffer_bytes
+                    )
+                    sock.setsockopt(
+                        socket.SOL_SOCKET, socket.SO_RCVBUF, self._opts.socket_buffer_bytes
+                    )
+            except OSError as e:  # pragma: no cover - platform specific
+                log.debug("socket options on %s: %s", self.peer, e)
+            if self._opts.zero_copy and hasattr(os, "sendfile"):
+                self._dup_fd = os.dup(sock.fileno())
+        if not self._server.admit(self):
+            log.warning("refusing connection from %s: max_connections reached", self.peer)
+            head = encode_response_head(
+                UNKNOWN_CORRELATION_ID,
+                {"error": int(ErrorCode.TOO_MANY_CONNECTIONS), "message": "too many connections"},
+            )
+            transport.write(head)
+            transport.close()
+            return
+        self._task = self._loop.create_task(self._run(), name=f"logmq-conn-{self.peer}")
+        self._touch()
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        return self._conn.get_buffer()
+
+    def buffer_updated(self, nbytes: int) -> None:
+        self._server.metrics.bytes_in(nbytes)
+        self._touch()
+        self._handle_events(self._conn.buffer_updated(nbytes))
+
+    def _handle_events(self, events: list) -> None:
+        for ev in events:
+            if isinstance(ev, ProtocolError):
+                log.warning("bad frame from %s: %s (%s)", self.peer, ev.message, ev.code.name)
+        self._queue.extend(events)
+        if events:
+            self._wakeup.set()
+        self._update_reading()
+
+    def eof_received(self) -> bool:
+        # Close: a peer that stops sending is gone for all practical purposes, and its
+        # parked fetches must not hold resources until they time out.
+        return False
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._closed.set()
+        for task in self._running:
+            task.cancel()  # nobody is left to answer: do not park fetches for a ghost
+        self._wakeup.set()
+        if self._write_resumed is not None and not self._write_resumed.done():
+            self._write_resumed.set_result(None)
+        if self._idle_timer is not None:
+            self._idle_timer.cancel()
+        if self._task is None:
+            self._release()
+
+    def pause_writing(self) -> None:
+        if self._write_resumed is None:
+            self._write_resumed = self._loop.create_future()
+
+    def resume_writing(self) -> None:
+        fut, self._write_resumed = self._write_resumed, None
+        if fut is not None and not fut.done():
+            fut.set_result(None)
+
+    # -- helpers ---------------------------------------------------------------------
+    def _touch(self) -> None:
+        """Note activity; the idle timer re-arms itself instead of being reset per read."""
+        self._last_active = self._loop.time()
+        if self._idle_timer is None and not self._closed.is_set():
+            self._idle_timer = self._loop.call_later(self._opts.idle_timeout_s, self._idle)
+
+    def _idle(self) -> None:
+        self._idle_timer = None
+        if self._closed.is_set():
+            return
+        quiet = self._loop.time() - self._last_active
+        if self._conn.in_flight or quiet < self._opts.idle_timeout_s:
+            delay = max(self._opts.idle_timeout_s - quiet, 0.001)
+            self._idle_timer = self._loop.call_later(delay, self._idle)
+            return
+        log.info("closing idle connection from %s", self.peer)
+        self.close()
+
+    def _update_reading(self) -> None:
+        t = self.transport
+        if t is None or t.is_closing():
+            return
+        want = self._lingering or (
+            self._conn.wants_read and not self._sending_file and not self._draining
+        )
+        if want != self._reading:
+            self._reading = want
+            if want:
+                t.resume_reading()
+            else:
+                t.pause_reading()
+
+    def close(self) -> None:
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.close()
+
+    def begin_drain(self) -> None:
+        """Server shutdown: stop reading; the worker answers what is queued, then closes."""
+        self._draining = True
+        self._update_reading()
+        self._wakeup.set()
+
+    def _release(self) -> None:
+        if self._dup_fd is not None:
+            os.close(self._dup_fd)
+            self._dup_fd = None
+        self._server.forget(self)
+
+    async def wait_closed(self) -> None:
+        await self._closed.wait()
+        if self._task is not None:
+            await asyncio.shield(self._task)
+
+    def abort(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+        if self.transport is not None:
+            self.transport.abort()
+
+    # -- the worker ------------------------------------------------------------------
+    async def _run(self) -> None:
+        """Dispatch requests to handlers; a second coroutine writes answers in order."""
+        writer = self._loop.create_task(self._write_loop(), name=f"logmq-write-{self.peer}")
+        try:
+            await self._dispatch_loop()
+        except Exception:
+            log.exception("connection %s failed", self.peer)
+        finally:
+            self._replies.put_nowait(None)  # the writer stops after what is queued
+            try:
+                await writer
+            except Exception:
+                log.exception("connection %s writer failed", self.peer)
+            finally:
+                for task in list(self._running):
+                    task.cancel()  # only left when the connection closed under us
+                if self._running:
+                    await asyncio.gather(*self._running, return_exceptions=True)
+                self.close()
+                await self._closed.wait()
+                self._release()
+
+    async def _dispatch_loop(self) -> None:
+        """Start a handler per request, in order.
+
+        Requests the server marks concurrent (produce) start without waiting for the
+        ones before them, so their durability waits (fsync, group commit) overlap; any
+        other request first waits for every running handler, so a request never
+        overtakes one sent before it (a produce after a CreateTopics sees the topic).
+        """
+        while not self._closed.is_set():
+            if not self._queue:
+                if self._draining or self._conn.closing:
+                    return
+                self._wakeup.clear()
+                await self._wakeup.wait()
+                continue
+            ev = self._queue.popleft()
+            if isinstance(ev, ProtocolError):
+                self._replies.put_nowait((ev, None, 0.0))
+                if ev.fatal:
+                    return
+                continue
+            concurrent = self._server.is_concurrent(ev.request)
+            if self._running and not (concurrent and self._running_concurrent):
+                await asyncio.wait(list(self._running))
+            if not self._running:
+                self._running_concurrent = True
+            self._running_concurrent = self._running_concurrent and concurrent
+            task = self._loop.create_task(self._server.handler(ev.request))
+            self._running.add(task)
+            task.add_done_callback(self._running.discard)
+            self._replies.put_nowait((ev, task, time.perf_counter()))
+
+    async def _write_loop(self) -> None:
+        while True:
+            item = await self._replies.get()
+            if item is None:
+                return
+            ev, task, start = item
+            if isinstance(ev, ProtocolError):
+                await self._answer_error(ev)
+                self._conn.request_done()
+                if ev.fatal:
+                    await self._linger()
+                    return
+                self._update_reading()
+                continue
+            assert task is not None
+            try:
+                reply = await task
+            except asyncio.CancelledError:
+                if not task.cancelled():
+                    raise  # this writer itself is being cancelled
+                reply = None  # the connection closed and its handlers were cancelled
+            if reply is not None and not self._closed.is_set():
+                await self._write(ev.request.correlation_id, reply)
+            self._server.metrics.request_done(ev.request.api_key, time.perf_counter() - start)
+            self._conn.request_done()
+            self._update_reading()
+
+    async def _linger(self) -> None:
+        """Half-close after a fatal error answer and swallow what the peer still sends.
+
+        Closing a socket with unread input makes the kernel send a reset, which can
+        destroy the error answer before the client reads it.
+        """
+        t = self.transport
+        if t is None or t.is_closing() or not t.can_write_eof():
+            return
+        t.write_eof()
+        self._lingering = True
+        self._update_reading()
+        try:
+            async with asyncio.timeout(LINGER_S):
+                await self._closed.wait()
+        except TimeoutError:
+            pass
+
+    async def _answer_error(self, ev: ProtocolError) -> None:
+        body = {"error": int(ev.code), "message": ev.message}
+        await self._write(ev.correlation_id, Reply(body))
+
+    async def _write(self, correlation_id: int, reply: Reply) -> None:
+        t = self.transport
+        assert t is not None
+        if self._closed.is_set():
+            return
+        tail = reply.tail
+        tail_len = 0
+        has_region = False
+        for p in tail:
+            if _is_region(p):
+                has_region = True
+                tail_len += p.length
+            else:
+                tail_len += len(p)
+        head = encode_response_head(correlation_id, reply.body, tail_len)
+        self._server.metrics.bytes_out(len(head) + tail_len)
+        if not has_region:
+            t.writelines([head, *tail]) if tail else t.write(head)
+        elif self._dup_fd is None:
+            t.writelines([head, *(p.read() if _is_region(p) else p for p in tail)])
+        else:
+            await self._write_zero_copy(head, tail)
+        if self._write_resumed is not None:
+            await self._write_resumed  # the client is slow: do not queue more for it
+
+    async def _write_zero_copy(self, head: bytes, tail: list[Any]) -> None:
+        t = self.transport
+        assert t is not None and self._dup_fd is not None
+        pending: list[Any] = [head]
+        self._sending_file = True
+        self._update_reading()
+        try:
+            for part in tail:
+                if not _is_region(part):
+                    pending.append(part)
+                    continue
+                t.writelines(pending)
+                pending = []
+                await self._drain_all()
+                if self._closed.is_set():
+                    return
+                try:
+                    await sendfile_all(
+                        self._loop, self._dup_fd, part.file.fileno(), part.position, part.length
+                    )
+                except OSError as e:
+                    # the peer went away mid-response (EPIPE, ECONNRESET) or the file
+                    # shrank under us: the stream is broken either way
+                    log.info("sendfile to %s failed: %s; closing", self.peer, e)
+                    self.close()
+                    return
+            if pending:
+                t.writelines(pending)
+        finally:
+            self._sending_file = False
+            self._update_reading()
+
+    async def _drain_all(self) -> None:
+        """Wait until the transport buffer is empty, without polling.
+
+        The low water mark is 0, so resume_writing fires exactly at empty; lowering the
+        high mark to 0 makes a non-empty buffer pause the protocol right away.
+        """
+        t = self.transport
+        assert t is not None
+        while t.get_write_buffer_size() > 0 and not self._closed.is_set():
+            if self._write_resumed is None:
+                t.set_write_buffer_limits(high=0, low=0)
+                t.set_write_buffer_limits(high=WRITE_HIGH_WATER, low=0)
+                if self._write_resumed is None:  # pragma: no cover - loop did not pause
+                    self._write_resumed = self._loop.create_future()
+            await self._write_resumed
+
+
+class TcpServer:
+    """Listens, admits connections up to a limit and shuts down in order."""
+
+    def __init__(
+        self,
+        handler: Handler,
+        options: ServerOptions,
+        metrics: Any = None,
+        is_concurrent: Callable[[Request], bool] | None = None,
+    ):
+        self.handler = handler
+        # requests whose handlers may run while earlier ones of the connection still run
+        self.is_concurrent = is_concurrent or (lambda _req: False)
+        self.options = options
+        self.metrics = metrics or _NullMetrics()
+        self._server: asyncio.base_events.Server | None = None
+        self._connections: set[BrokerConnection] = set()
+        self.port = 0
+
+    async def start(self, host: str, port: int) -> None:
+        loop = asyncio.get_running_loop()
+        self._server = await loop.create_server(
+            lambda: BrokerConnection(self), host, port, reuse_address=True, backlog=1024
+        )
+        self.port = self._server.sockets[0].getsockname()[1]
+
+    @property
+    def connection_count(self) -> int:
+        return len(self._connections)
+
+    def admit(self, conn: BrokerConnection) -> bool:
+        if self._server is None or len(self._connections) >= self.options.max_connections:
+            return False
+        self._connections.add(conn)
+        self.metrics.connection_opened()
+        return True
+
+    def forget(self, conn: BrokerConnection) -> None:
+        if conn in self._connections:
+            self._connections.discard(conn)
+            self.metrics.connection_closed()
+
+    def stop_accepting(self) -> None:
+        if self._server is not None:
+            self._server.close()
+
+    async def stop(self, grace_s: float, before_drain: Callable[[], None] | None = None) -> None:
+        """Stop accepting, let every connection answer what it has read, then close."""
+        self.stop_accepting()
+        conns = list(self._connections)
+        for c in conns:
+            c.begin_drain()
+        if before_drain is not None:
+            before_drain()
+        if conns:
+            waits = [asyncio.ensure_future(c.wait_closed()) for c in conns]
+            _done, pending = await asyncio.wait(waits, timeout=grace_s)
+            for c in conns:
+                if not c._closed.is_set():
+                    log.warning("connection %s did not finish in time; aborting", c.peer)
+                    c.abort()
+            for w in pending:
+                w.cancel()
+            await asyncio.gather(*waits, return_exceptions=True)
+        if self._server is not None:
+            await self._server.wait_closed()
+            self._server = None

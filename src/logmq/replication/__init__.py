@@ -1,0 +1,38 @@
+"""Replication: the metadata quorum's sans-IO Raft core (and, later, partition replicas)."""
+
+from logmq.replication.raft import RaftNode, Role
+from logmq.replication.raft_messages import (
+    AppendRequest,
+    AppendResponse,
+    Entry,
+    EntryKind,
+    HeartbeatRequest,
+    HeartbeatResponse,
+    Message,
+    Snapshot,
+    SnapshotRequest,
+    TimeoutNow,
+    VoteRequest,
+    VoteResponse,
+)
+from logmq.replication.raft_ready import HardState, PersistentState, Ready
+
+__all__ = [
+    "AppendRequest",
+    "AppendResponse",
+    "Entry",
+    "EntryKind",
+    "HardState",
+    "HeartbeatRequest",
+    "HeartbeatResponse",
+    "Message",
+    "PersistentState",
+    "RaftNode",
+    "Ready",
+    "Role",
+    "Snapshot",
+    "SnapshotRequest",
+    "TimeoutNow",
+    "VoteRequest",
+    "VoteResponse",
+]

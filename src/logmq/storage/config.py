@@ -1,0 +1,237 @@
+"""Per-topic log configuration with Kafka's key names and defaults.
+
+Operators already know ``segment.bytes`` and ``retention.ms``; keeping the names means
+DescribeConfigs output and docs read the same as Kafka's. Values arrive as strings (from
+the wire, the CLI or the on-disk override file) and are validated here, once.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields, replace
+from typing import Any
+
+from logmq.errors import InvalidConfigError
+
+GiB = 1 << 30
+MiB = 1 << 20
+DAY_MS = 24 * 3600 * 1000
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigKey:
+    """One documented topic config key: its dotted name, field, default and meaning."""
+
+    name: str
+    field: str
+    kind: str  # "int", "opt_int", "bool", "str"
+    doc: str
+    choices: tuple[str, ...] = ()
+    minimum: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class LogConfig:
+    segment_bytes: int = GiB
+    segment_ms: int = 7 * DAY_MS
+    retention_ms: int = 7 * DAY_MS
+    retention_bytes: int = -1
+    index_interval_bytes: int = 4096
+    segment_index_bytes: int = 10 * MiB
+    max_message_bytes: int = MiB + 12
+    flush_messages: int | None = None
+    flush_ms: int | None = None
+    group_commit: bool = False
+    cleanup_policy: str = "delete"
+    message_timestamp_type: str = "CreateTime"
+    file_delete_delay_ms: int = 60_000
+    min_insync_replicas: int = 1
+    unclean_leader_election_enable: bool = False
+    delete_retention_ms: int = DAY_MS
+    compression_type: str = "producer"
+
+    @classmethod
+    def from_dict(cls, d: dict[str, str], base: LogConfig | None = None) -> LogConfig:
+        """Build from dotted Kafka keys; unknown keys and bad values raise InvalidConfigError."""
+        changes: dict[str, Any] = {}
+        for key, raw in d.items():
+            spec = _BY_NAME.get(key)
+            if spec is None:
+                raise InvalidConfigError(f"unknown topic config {key!r}")
+            changes[spec.field] = _parse(spec, raw)
+        cfg = replace(base or cls(), **changes)
+        cfg._check()
+        return cfg
+
+    def to_dict(self) -> dict[str, str]:
+        return {k.name: _format(getattr(self, k.field)) for k in TOPIC_CONFIG_KEYS}
+
+    def merged(self, overrides: dict[str, str]) -> LogConfig:
+        return LogConfig.from_dict(overrides, base=self)
+
+    def _check(self) -> None:
+        if self.segment_index_bytes < 64:
+            raise InvalidConfigError("segment.index.bytes must be at least 64")
+        if self.segment_bytes > _INT31:
+            # Index entries store 32-bit file positions.
+            raise InvalidConfigError(f"segment.bytes must be <= {_INT31}")
+
+
+def _parse(spec: ConfigKey, raw: Any) -> Any:
+    text = str(raw).strip()
+    if spec.kind == "bool":
+        low = text.lower()
+        if low not in ("true", "false"):
+            raise InvalidConfigError(f"{spec.name} must be true or false, got {raw!r}")
+        return low == "true"
+    if spec.kind == "str":
+        if spec.choices and text not in spec.choices:
+            raise InvalidConfigError(f"{spec.name} must be one of {', '.join(spec.choices)}")
+        return text
+    if spec.kind == "opt_int" and text.lower() in ("", "none", "null"):
+        return None
+    try:
+        value = int(text)
+    except ValueError:
+        raise InvalidConfigError(f"{spec.name} must be an integer, got {raw!r}") from None
+    if spec.minimum is not None and value < spec.minimum:
+        raise InvalidConfigError(f"{spec.name} must be >= {spec.minimum}, got {value}")
+    return value
+
+
+def _format(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+_INT31 = (1 << 31) - 1
+
+TOPIC_CONFIG_KEYS: tuple[ConfigKey, ...] = (
+    ConfigKey(
+        "segment.bytes", "segment_bytes", "int", "Roll a new segment at this size.", (), 1024
+    ),
+    ConfigKey("segment.ms", "segment_ms", "int", "Roll a segment this old even if small.", (), 1),
+    ConfigKey(
+        "retention.ms",
+        "retention_ms",
+        "int",
+        "Delete segments older than this; -1 keeps all.",
+        (),
+        -1,
+    ),
+    ConfigKey(
+        "retention.bytes",
+        "retention_bytes",
+        "int",
+        "Delete oldest segments while the log is larger; -1 means no limit.",
+        (),
+        -1,
+    ),
+    ConfigKey(
+        "index.interval.bytes",
+        "index_interval_bytes",
+        "int",
+        "Bytes of log between two sparse index entries.",
+        (),
+        0,
+    ),
+    ConfigKey(
+        "segment.index.bytes",
+        "segment_index_bytes",
+        "int",
+        "Preallocated size of each offset/time index file.",
+        (),
+        64,
+    ),
+    ConfigKey(
+        "max.message.bytes",
+        "max_message_bytes",
+        "int",
+        "Largest record batch accepted, header included.",
+        (),
+        65,
+    ),
+    ConfigKey(
+        "flush.messages",
+        "flush_messages",
+        "opt_int",
+        "fsync before acknowledging once this many records are unflushed; empty = never.",
+        (),
+        1,
+    ),
+    ConfigKey(
+        "flush.ms",
+        "flush_ms",
+        "opt_int",
+        "A background flush syncs the log this often; empty = never.",
+        (),
+        0,
+    ),
+    ConfigKey(
+        "group.commit",
+        "group_commit",
+        "bool",
+        "Acknowledge only after an fdatasync shared by all appends waiting at that moment.",
+    ),
+    ConfigKey(
+        "cleanup.policy", "cleanup_policy", "str", "delete or compact.", ("delete", "compact")
+    ),
+    ConfigKey(
+        "message.timestamp.type",
+        "message_timestamp_type",
+        "str",
+        "CreateTime keeps producer timestamps; LogAppendTime stamps the broker's clock.",
+        ("CreateTime", "LogAppendTime"),
+    ),
+    ConfigKey(
+        "file.delete.delay.ms",
+        "file_delete_delay_ms",
+        "int",
+        "Wait this long between renaming a segment to .deleted and removing it.",
+        (),
+        0,
+    ),
+    ConfigKey(
+        "min.insync.replicas",
+        "min_insync_replicas",
+        "int",
+        "acks=all produce needs this many in-sync replicas.",
+        (),
+        1,
+    ),
+    ConfigKey(
+        "unclean.leader.election.enable",
+        "unclean_leader_election_enable",
+        "bool",
+        "Allow an out-of-sync replica to become leader (may lose data).",
+    ),
+    ConfigKey(
+        "delete.retention.ms",
+        "delete_retention_ms",
+        "int",
+        "How long compaction keeps tombstones.",
+        (),
+        0,
+    ),
+    ConfigKey(
+        "compression.type",
+        "compression_type",
+        "str",
+        "Compression the broker keeps; 'producer' keeps what the producer sent.",
+        ("producer", "none", "gzip", "zstd", "lz4"),
+    ),
+)
+
+_BY_NAME: dict[str, ConfigKey] = {k.name: k for k in TOPIC_CONFIG_KEYS}
+assert {k.field for k in TOPIC_CONFIG_KEYS} == {f.name for f in fields(LogConfig)}
+
+
+def config_doc(key: str) -> str:
+    """Documentation of one key (for DescribeConfigs and docs)."""
+    return _BY_NAME[key].doc
+
+
+def default_value(key: str) -> str:
+    return _format(getattr(LogConfig(), _BY_NAME[key].field))

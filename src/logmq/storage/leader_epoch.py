@@ -1,0 +1,98 @@
+"""Leader epoch -> start offset history of one partition (KIP-101/279 truncation).
+
+A follower that becomes follower asks the leader "where does my last epoch end?" and
+truncates there, instead of trusting its high watermark (which loses acknowledged data
+in double failovers). The history is tiny and kept in ``leader-epoch-checkpoint``.
+"""
+
+from __future__ import annotations
+
+import bisect
+from pathlib import Path
+
+from logmq.errors import StorageError
+from logmq.storage.checkpoint import atomic_write
+
+UNDEFINED_EPOCH = -1
+UNDEFINED_OFFSET = -1
+FILE_NAME = "leader-epoch-checkpoint"
+
+
+class LeaderEpochCache:
+    """Sorted (epoch, start_offset) pairs; both columns strictly increase."""
+
+    def __init__(self, path: str | Path | None = None) -> None:
+        self.path = Path(path) if path is not None else None
+        self._epochs: list[int] = []
+        self._starts: list[int] = []
+        if self.path is not None and self.path.exists():
+            self._load()
+
+    def entries(self) -> list[tuple[int, int]]:
+        return list(zip(self._epochs, self._starts, strict=True))
+
+    @property
+    def latest_epoch(self) -> int:
+        return self._epochs[-1] if self._epochs else UNDEFINED_EPOCH
+
+    def assign(self, epoch: int, start_offset: int) -> None:
+        """Record that ``epoch`` starts at ``start_offset`` (called on the first append)."""
+        if epoch < 0 or (self._epochs and epoch <= self._epochs[-1]):
+            return
+        # A newer epoch starting at or before older entries supersedes them.
+        while self._starts and self._starts[-1] >= start_offset:
+            self._epochs.pop()
+            self._starts.pop()
+        self._epochs.append(epoch)
+        self._starts.append(start_offset)
+        self.flush()
+
+    def end_offset_for_epoch(self, epoch: int, log_end_offset: int) -> tuple[int, int]:
+        """(largest epoch <= ``epoch``, the offset where it ends) as KIP-279 defines it."""
+        i = bisect.bisect_right(self._epochs, epoch) - 1
+        if i < 0:
+            return UNDEFINED_EPOCH, UNDEFINED_OFFSET
+        if i == len(self._epochs) - 1:
+            return self._epochs[i], log_end_offset
+        return self._epochs[i], self._starts[i + 1]
+
+    def truncate_from_end(self, end_offset: int) -> None:
+        """Forget epochs that start at or after ``end_offset`` (log truncated there)."""
+        n = bisect.bisect_left(self._starts, end_offset)
+        if n != len(self._starts):
+            del self._epochs[n:], self._starts[n:]
+            self.flush()
+
+    def truncate_from_start(self, start_offset: int) -> None:
+        """Drop epochs wholly before ``start_offset``; the one spanning it now starts there."""
+        i = bisect.bisect_right(self._starts, start_offset) - 1
+        if i < 0:
+            return
+        if i > 0 or self._starts[0] != start_offset:
+            del self._epochs[:i], self._starts[:i]
+            self._starts[0] = start_offset
+            self.flush()
+
+    def clear(self) -> None:
+        self._epochs.clear()
+        self._starts.clear()
+        self.flush()
+
+    def flush(self) -> None:
+        if self.path is None:
+            return
+        lines = ["0", str(len(self._epochs))]
+        lines += [f"{e} {s}" for e, s in zip(self._epochs, self._starts, strict=True)]
+        atomic_write(self.path, ("\n".join(lines) + "\n").encode())
+
+    def _load(self) -> None:
+        assert self.path is not None
+        try:
+            lines = self.path.read_text().splitlines()
+            count = int(lines[1])
+            for line in lines[2 : 2 + count]:
+                e, s = line.split()
+                self._epochs.append(int(e))
+                self._starts.append(int(s))
+        except (ValueError, IndexError) as err:
+            raise StorageError(f"malformed leader epoch checkpoint {self.path}: {err}") from None

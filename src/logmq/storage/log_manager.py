@@ -1,0 +1,355 @@
+"""All partition logs of one broker under one data directory, plus their chores.
+
+The manager owns the background tasks (retention, flush.ms flusher, checkpoints),
+the durability policy of appends (group commit, flush.messages), the per-topic
+configuration (persisted in ``topic-config.json``) and the shared LRU of open
+segment files. ``start`` loads every log, recovering those that did not shut down
+cleanly; ``stop`` flushes, checkpoints and leaves the clean-shutdown marker.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from logmq.errors import CorruptRecordError, InvalidConfigError, StorageError
+from logmq.storage import checkpoint as ckpt
+from logmq.storage.config import LogConfig
+from logmq.storage.open_files import OpenFileCache
+from logmq.storage.partition_log import AppendInfo, PartitionLog, parse_dir_name
+from logmq.storage.segment import run_sync
+
+log = logging.getLogger(__name__)
+
+CLEAN_SHUTDOWN = ".clean-shutdown"
+RECOVERY_POINT_CHECKPOINT = "recovery-point-checkpoint"
+REPLICATION_OFFSET_CHECKPOINT = "replication-offset-checkpoint"
+LOG_START_OFFSET_CHECKPOINT = "log-start-offset-checkpoint"
+TOPIC_CONFIG_FILE = "topic-config.json"
+DELETE_SUFFIX = ".delete"
+
+
+@dataclass(slots=True)
+class _Committer:
+    """Group commit state of one log: appends waiting for the next fsync."""
+
+    waiters: list[asyncio.Future[None]] = field(default_factory=list)
+    task: asyncio.Task[None] | None = None
+
+
+def _run_jobs(jobs: list[Any]) -> None:
+    for _, job in jobs:
+        run_sync(job)
+
+
+class LogManager:
+    def __init__(
+        self,
+        data_dir: str | Path,
+        default_config: LogConfig | None = None,
+        *,
+        max_open_segments: int = 1000,
+        retention_check_interval_ms: int = 300_000,
+        checkpoint_interval_ms: int = 60_000,
+        flush_check_interval_ms: int = 100,
+        idle_close_ms: int = 600_000,
+    ) -> None:
+        self.data_dir = Path(data_dir)
+        self.default_config = default_config or LogConfig()
+        self.cache = OpenFileCache(max_open_segments)
+        self.retention_check_interval_ms = retention_check_interval_ms
+        self.checkpoint_interval_ms = checkpoint_interval_ms
+        self.flush_check_interval_ms = flush_check_interval_ms
+        self.idle_close_ms = idle_close_ms
+        self._logs: dict[tuple[str, int], PartitionLog] = {}
+        self._topic_overrides: dict[str, dict[str, str]] = {}
+        self._committers: dict[tuple[str, int], _Committer] = {}
+        self._tasks: list[asyncio.Task[None]] = []
+        self.started = False
+        self.recovered_logs: list[str] = []  # logs that went through crash recovery
+        self.offline_logs: dict[tuple[str, int], str] = {}  # logs that failed to open
+
+    # -- lifecycle ------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        await asyncio.to_thread(self._load_all)
+        loop = asyncio.get_running_loop()
+        self._tasks = [
+            loop.create_task(self._every(self.retention_check_interval_ms, self.run_retention)),
+            loop.create_task(self._every(self.checkpoint_interval_ms, self._checkpoint_tick)),
+            loop.create_task(self._every(self.flush_check_interval_ms, self._flush_tick)),
+            loop.create_task(self._every(max(1, self.idle_close_ms // 4), self._close_idle)),
+        ]
+        self.started = True
+
+    def _load_all(self) -> None:
+        marker = self.data_dir / CLEAN_SHUTDOWN
+        clean = marker.exists()
+        overrides = ckpt.read_json(self.data_dir / TOPIC_CONFIG_FILE, {})
+        assert isinstance(overrides, dict)
+        self._topic_overrides = overrides
+        rps = ckpt.read_offsets(self.data_dir / RECOVERY_POINT_CHECKPOINT)
+        hws = ckpt.read_offsets(self.data_dir / REPLICATION_OFFSET_CHECKPOINT)
+        lsos = ckpt.read_offsets(self.data_dir / LOG_START_OFFSET_CHECKPOINT)
+        for entry in sorted(os.scandir(self.data_dir), key=lambda e: e.name):
+            if not entry.is_dir():
+                continue
+            if entry.name.endswith(DELETE_SUFFIX):
+                shutil.rmtree(entry.path, ignore_errors=True)  # finish an interrupted delete
+                continue
+            try:
+                key = parse_dir_name(entry.name)
+            except ValueError:
+                continue
+            try:
+                plog = PartitionLog(
+                    entry.path,
+                    self.config_for(key[0]),
+                    cache=self.cache,
+                    clean_shutdown=clean,
+                    recovery_point=rps.get(key),
+                    log_start_offset=lsos.get(key, 0),
+                    high_watermark=hws.get(key, 0),
+                )
+            except (OSError, StorageError, CorruptRecordError) as e:
+                # One unreadable partition must not take the whole broker down.
+                log.error("cannot open log %s, leaving it offline: %s", entry.path, e)
+                self.offline_logs[key] = str(e)
+                continue
+            if not clean:
+                self.recovered_logs.append(entry.name)
+            self._logs[key] = plog
+        if clean:
+            marker.unlink()
+            ckpt.fsync_dir(self.data_dir)
+        elif self._logs or self.offline_logs:
+            log.warning(
+                "no clean-shutdown marker in %s: recovered %d logs",
+                self.data_dir,
+                len(self._logs),
+            )
+
+    async def stop(self) -> None:
+        """Stop chores, wait for pending syncs, close every log, leave the clean marker."""
+        if not self.started:
+            return
+        self.started = False
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self._tasks = []
+        for c in list(self._committers.values()):
+            if c.task is not None:
+                with contextlib.suppress(Exception):
+                    await c.task
+        errors = await asyncio.to_thread(self._close_all)  # fsyncs: off the event loop
+        if errors:
+            log.error("unclean stop of %s: %s", self.data_dir, errors[0])
+            return  # without the marker, the next start recovers
+        ckpt.atomic_write(self.data_dir / CLEAN_SHUTDOWN, b"")
+
+    def _close_all(self) -> list[Exception]:
+        errors: list[Exception] = []
+        for plog in self._logs.values():
+            try:
+                plog.close()
+            except (OSError, StorageError) as e:
+                errors.append(e)
+        self.write_checkpoints()
+        return errors
+
+    async def _every(self, interval_ms: int, fn: Any) -> None:
+        while True:
+            await asyncio.sleep(interval_ms / 1000)
+            try:
+                result = fn()
+                if asyncio.iscoroutine(result):
+                    await result
+            except Exception:
+                log.exception("background storage task %s failed", getattr(fn, "__name__", fn))
+
+    # -- logs and configs -----------------------------------------------------------------
+
+    def config_for(self, topic: str) -> LogConfig:
+        overrides = self._topic_overrides.get(topic)
+        return self.default_config.merged(overrides) if overrides else self.default_config
+
+    def create_log(
+        self, topic: str, partition: int, overrides: dict[str, str] | None = None
+    ) -> PartitionLog:
+        key = (topic, partition)
+        if not topic or "/" in topic or topic in (".", ".."):
+            raise InvalidConfigError(f"invalid topic name {topic!r}")
+        if overrides:
+            self.set_topic_config(topic, overrides)
+        existing = self._logs.get(key)
+        if existing is not None:
+            return existing
+        path = self.data_dir / f"{topic}-{partition}"
+        plog = PartitionLog(path, self.config_for(topic), cache=self.cache)
+        ckpt.fsync_dir(self.data_dir)
+        self._logs[key] = plog
+        return plog
+
+    def get_log(self, topic: str, partition: int) -> PartitionLog | None:
+        return self._logs.get((topic, partition))
+
+    def logs(self) -> list[PartitionLog]:
+        return list(self._logs.values())
+
+    def topic_overrides(self, topic: str) -> dict[str, str]:
+        return dict(self._topic_overrides.get(topic, {}))
+
+    def delete_log(self, topic: str, partition: int) -> None:
+        """Remove a partition: rename its directory to ``*.delete`` (durable), then remove."""
+        plog = self._logs.pop((topic, partition), None)
+        path = self.data_dir / f"{topic}-{partition}"
+        if plog is None:
+            if self.offline_logs.pop((topic, partition), None) is None or not path.exists():
+                return
+        else:
+            self._committers.pop((topic, partition), None)
+            plog.close_handles()
+            path = plog.dir
+        doomed = path.with_name(f"{path.name}.{int(time.time() * 1000)}{DELETE_SUFFIX}")
+        os.replace(path, doomed)
+        ckpt.fsync_dir(self.data_dir)
+        shutil.rmtree(doomed, ignore_errors=True)
+        if not any(t == topic for t, _ in self._logs) and topic in self._topic_overrides:
+            del self._topic_overrides[topic]
+            self._save_topic_configs()
+
+    def set_topic_config(self, topic: str, overrides: dict[str, str]) -> None:
+        """Replace a topic's overrides (validated, persisted) and apply them to its logs."""
+        cfg = self.default_config.merged(overrides)  # raises InvalidConfigError
+        self._topic_overrides[topic] = {str(k): str(v) for k, v in overrides.items()}
+        self._save_topic_configs()
+        for (t, _), plog in self._logs.items():
+            if t == topic:
+                plog.config = cfg
+
+    def _save_topic_configs(self) -> None:
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        ckpt.write_json(self.data_dir / TOPIC_CONFIG_FILE, self._topic_overrides)
+
+    # -- appends and durability -----------------------------------------------------------
+
+    def truncate_to(self, plog: PartitionLog, offset: int) -> None:
+        """Truncate a log and checkpoint its lowered recovery point at once.
+
+        Prefer this to ``plog.truncate_to``: a stale, higher recovery point on disk would
+        let a later crash skip re-validating the rewritten range.
+        """
+        plog.truncate_to(offset)
+        self.write_checkpoints()
+
+    async def append(self, plog: PartitionLog, data: Any, *, leader_epoch: int = 0) -> AppendInfo:
+        """Append, then return only once the data is as durable as the topic's policy says."""
+        info = plog.append(data, leader_epoch=leader_epoch)
+        cfg = plog.config
+        if info.duplicate:
+            if cfg.group_commit and plog.recovery_point <= info.last_offset:
+                await self.sync(plog)
+            return info
+        if cfg.group_commit or (
+            cfg.flush_messages is not None and plog.unflushed_messages >= cfg.flush_messages
+        ):
+            await self.sync(plog)
+        return info
+
+    async def sync(self, plog: PartitionLog) -> None:
+        """Wait until everything appended so far is fsynced.
+
+        Appends waiting while an fsync runs share the next one: one fdatasync covers
+        all of them (group commit). The fsync runs in a worker thread.
+        """
+        key = (plog.topic, plog.partition)
+        c = self._committers.get(key)
+        if c is None:
+            c = self._committers[key] = _Committer()
+        fut = asyncio.get_running_loop().create_future()
+        c.waiters.append(fut)
+        if c.task is None or c.task.done():
+            c.task = asyncio.get_running_loop().create_task(self._commit_loop(plog, c))
+        await fut
+
+    async def _commit_loop(self, plog: PartitionLog, c: _Committer) -> None:
+        while c.waiters:
+            waiting, c.waiters = c.waiters, []
+            try:
+                jobs, offset, messages = plog.flush_jobs()
+                await asyncio.to_thread(_run_jobs, jobs)
+                plog.flush_done(jobs, offset, messages)
+                err: BaseException | None = None
+            except (OSError, StorageError) as e:
+                err = StorageError(f"fsync failed for {plog.topic}-{plog.partition}: {e}")
+            for fut in waiting:
+                if fut.done():
+                    continue
+                if err is None:
+                    fut.set_result(None)
+                else:
+                    fut.set_exception(err)
+
+    async def _flush_tick(self) -> None:
+        now = int(time.time() * 1000)
+        for plog in list(self._logs.values()):
+            ms = plog.config.flush_ms
+            if (
+                ms is not None
+                and plog.recovery_point < plog.log_end_offset
+                and now - plog.last_flush_ms >= ms
+                and not plog.closed
+            ):
+                await self.sync(plog)
+
+    async def _checkpoint_tick(self) -> None:
+        # Like Kafka's flush-on-roll: rolled segments become durable in the background,
+        # which lets the recovery point (and so crash recovery work) move forward.
+        for plog in list(self._logs.values()):
+            if not plog.closed and plog.recovery_point < plog.active_segment.base_offset:
+                await self.sync(plog)
+        await asyncio.to_thread(self._write_offset_files, self._checkpoint_values())
+
+    def _close_idle(self) -> int:
+        """Release descriptors and index mappings of segments nobody used for a while."""
+        return self.cache.close_idle(self.idle_close_ms / 1000)
+
+    def run_retention(self) -> int:
+        """One retention pass over every log (also rolls segments older than segment.ms)."""
+        deleted = 0
+        for plog in list(self._logs.values()):
+            if plog.closed:
+                continue
+            try:
+                plog.roll_if_old()
+                deleted += plog.delete_old_segments()
+            except (OSError, StorageError) as e:
+                log.error("retention failed for %s: %s", plog, e)
+        return deleted
+
+    def _checkpoint_values(self) -> list[tuple[str, dict[tuple[str, int], int]]]:
+        logs = list(self._logs.items())
+        return [
+            (RECOVERY_POINT_CHECKPOINT, {k: p.recovery_point for k, p in logs}),
+            (REPLICATION_OFFSET_CHECKPOINT, {k: p.high_watermark for k, p in logs}),
+            (LOG_START_OFFSET_CHECKPOINT, {k: p.log_start_offset for k, p in logs}),
+        ]
+
+    def _write_offset_files(self, values: list[tuple[str, dict[tuple[str, int], int]]]) -> None:
+        for name, offsets in values:
+            ckpt.write_offsets(self.data_dir / name, offsets)
+
+    def write_checkpoints(self) -> None:
+        """Write the recovery-point, high-watermark and log-start checkpoints now."""
+        self._write_offset_files(self._checkpoint_values())

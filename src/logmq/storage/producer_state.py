@@ -1,0 +1,185 @@
+"""Idempotent-producer sequence tracking for one partition (sans-IO).
+
+Each producer id keeps its epoch and the metadata of its last five batches, which
+is enough to recognise a retried batch (answer with the original offsets instead of
+writing it twice) and to reject gaps. The state is rebuilt from batch headers only,
+starting from the latest snapshot, so recovery never decodes records.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import msgpack
+
+from logmq.errors import InvalidProducerEpochError, OutOfOrderSequenceError
+from logmq.storage.batch import BatchHeader
+from logmq.storage.checkpoint import atomic_write
+
+log = logging.getLogger(__name__)
+
+MAX_CACHED_BATCHES = 5
+SNAPSHOT_SUFFIX = ".snapshot"
+_SEQ_MOD = 1 << 31
+
+
+@dataclass(slots=True, frozen=True)
+class BatchMetadata:
+    first_seq: int
+    last_seq: int
+    first_offset: int
+    last_offset: int
+
+
+@dataclass(slots=True)
+class ProducerEntry:
+    producer_id: int
+    epoch: int
+    batches: deque[BatchMetadata] = field(default_factory=lambda: deque(maxlen=MAX_CACHED_BATCHES))
+    last_timestamp: int = -1
+
+    def copy(self) -> ProducerEntry:
+        e = ProducerEntry(self.producer_id, self.epoch, last_timestamp=self.last_timestamp)
+        e.batches.extend(self.batches)
+        return e
+
+
+class ProducerStateManager:
+    def __init__(self) -> None:
+        self.producers: dict[int, ProducerEntry] = {}
+
+    def check(
+        self, h: BatchHeader, pending: dict[int, ProducerEntry] | None = None
+    ) -> BatchMetadata | None:
+        """Validate ``h`` against the producer's state (plus ``pending`` staged batches).
+
+        Returns the original metadata if ``h`` is a retry of a cached batch, None if it
+        may be appended; raises InvalidProducerEpochError / OutOfOrderSequenceError.
+        """
+        if h.producer_id < 0:
+            return None
+        entry = (pending or {}).get(h.producer_id) or self.producers.get(h.producer_id)
+        if entry is None:
+            return None  # unknown producer (new, or its state expired): accept
+        if h.producer_epoch < entry.epoch:
+            raise InvalidProducerEpochError(
+                f"producer {h.producer_id} epoch {h.producer_epoch} is older than {entry.epoch}"
+            )
+        if h.producer_epoch > entry.epoch:
+            if h.base_sequence != 0:
+                raise OutOfOrderSequenceError(
+                    f"producer {h.producer_id} new epoch {h.producer_epoch} must start at "
+                    f"sequence 0, got {h.base_sequence}"
+                )
+            return None
+        for m in entry.batches:
+            if m.first_seq == h.base_sequence and m.last_seq == h.last_sequence:
+                return m
+        if entry.batches:
+            expected = (entry.batches[-1].last_seq + 1) % _SEQ_MOD
+            if h.base_sequence != expected:
+                raise OutOfOrderSequenceError(
+                    f"producer {h.producer_id} expected sequence {expected}, got {h.base_sequence}"
+                )
+        return None
+
+    def stage(self, h: BatchHeader, first_offset: int, pending: dict[int, ProducerEntry]) -> None:
+        """Record an accepted batch in ``pending`` (committed after the write succeeds)."""
+        if h.producer_id < 0:
+            return
+        entry = pending.get(h.producer_id)
+        if entry is None:
+            cur = self.producers.get(h.producer_id)
+            entry = cur.copy() if cur else ProducerEntry(h.producer_id, h.producer_epoch)
+            pending[h.producer_id] = entry
+        if h.producer_epoch != entry.epoch:
+            entry.epoch = h.producer_epoch
+            entry.batches.clear()
+        entry.batches.append(
+            BatchMetadata(
+                h.base_sequence, h.last_sequence, first_offset, first_offset + h.last_offset_delta
+            )
+        )
+        entry.last_timestamp = max(entry.last_timestamp, h.max_timestamp)
+
+    def commit(self, pending: dict[int, ProducerEntry]) -> None:
+        self.producers.update(pending)
+
+    def replay(self, h: BatchHeader) -> None:
+        """Apply a batch header already in the log (recovery, follower appends)."""
+        if h.producer_id < 0:
+            return
+        entry = self.producers.get(h.producer_id)
+        if entry is not None and h.producer_epoch < entry.epoch:
+            return
+        pending: dict[int, ProducerEntry] = {}
+        self.stage(h, h.base_offset, pending)
+        self.commit(pending)
+
+    def clear(self) -> None:
+        self.producers.clear()
+
+    # -- snapshots ------------------------------------------------------------------------
+
+    def to_bytes(self, offset: int) -> bytes:
+        rows = [
+            [
+                e.producer_id,
+                e.epoch,
+                e.last_timestamp,
+                [[m.first_seq, m.last_seq, m.first_offset, m.last_offset] for m in e.batches],
+            ]
+            for e in self.producers.values()
+        ]
+        return msgpack.packb({"offset": offset, "producers": rows})
+
+    def load_bytes(self, data: bytes) -> int:
+        doc = msgpack.unpackb(data)
+        self.producers.clear()
+        for pid, epoch, ts, batches in doc["producers"]:
+            e = ProducerEntry(pid, epoch, last_timestamp=ts)
+            e.batches.extend(BatchMetadata(*m) for m in batches)
+            self.producers[pid] = e
+        return int(doc["offset"])
+
+
+def snapshot_path(directory: Path, offset: int) -> Path:
+    return directory / f"{offset:020d}{SNAPSHOT_SUFFIX}"
+
+
+def list_snapshots(directory: Path) -> list[int]:
+    out = []
+    for name in os.listdir(directory):
+        if name.endswith(SNAPSHOT_SUFFIX) and name[:20].isdigit():
+            out.append(int(name[:20]))
+    return sorted(out)
+
+
+def write_snapshot(directory: Path, state: ProducerStateManager, offset: int) -> None:
+    atomic_write(snapshot_path(directory, offset), state.to_bytes(offset))
+
+
+def load_latest_snapshot(directory: Path, state: ProducerStateManager, max_offset: int) -> int:
+    """Load the newest readable snapshot at or below ``max_offset``; returns its offset or -1."""
+    for off in reversed(list_snapshots(directory)):
+        if off > max_offset:
+            continue
+        try:
+            return state.load_bytes(snapshot_path(directory, off).read_bytes())
+        except (OSError, ValueError, KeyError, TypeError, msgpack.UnpackException) as e:
+            log.warning("ignoring unreadable producer snapshot %d: %s", off, e)
+    state.clear()
+    return -1
+
+
+def delete_snapshots(
+    directory: Path, *, above: int | None = None, below: int | None = None
+) -> None:
+    """Remove snapshots with offset > ``above`` or < ``below``."""
+    for off in list_snapshots(directory):
+        if (above is not None and off > above) or (below is not None and off < below):
+            snapshot_path(directory, off).unlink(missing_ok=True)

@@ -1,0 +1,502 @@
+"""One log segment: a ``.log`` file of whole batches plus its offset and time indexes.
+
+The segment works per batch and never decodes records. It opens its files lazily and
+lets an OpenFileCache close them when idle. It remembers which byte ranges it has
+checksummed: what this process appended is verified; bytes from before a restart are
+checksummed once, on first read, before they are handed out.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from logmq.errors import CorruptRecordError, DiskFullError, StorageError
+from logmq.storage import batch as b
+from logmq.storage import checkpoint as ckpt
+from logmq.storage.index import IndexCorruptError, OffsetIndex, TimeIndex
+from logmq.storage.open_files import OpenFileCache
+from logmq.storage.verify import RecoveryScan, VerifiedRanges, verify_range
+
+log = logging.getLogger(__name__)
+
+LOG_SUFFIX = ".log"
+INDEX_SUFFIX = ".index"
+TIME_INDEX_SUFFIX = ".timeindex"
+DELETED_SUFFIX = ".deleted"
+
+# Indirection so fault-injection tests can simulate a full disk or a short write.
+_pwritev = os.pwritev
+_IOV_MAX = 1000
+_MAX_HINTS = 64
+
+
+def segment_name(base_offset: int, suffix: str) -> str:
+    return f"{base_offset:020d}{suffix}"
+
+
+class SharedFile:
+    """A segment file descriptor closed when its last user lets go.
+
+    The segment, every FileSlice handed to a sender and every fsync job hold a
+    reference; CPython frees it (closing the descriptor) when the last one drops, so
+    evicting or deleting a segment never pulls a descriptor from under a send.
+    """
+
+    __slots__ = ("fd", "name")
+
+    def __init__(self, path: Path) -> None:
+        self.name = str(path)
+        self.fd = os.open(path, os.O_RDWR)
+
+    def fileno(self) -> int:
+        return self.fd
+
+    def __del__(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+    def __repr__(self) -> str:
+        return f"SharedFile({self.name!r}, fd={self.fd})"
+
+
+@dataclass(slots=True)
+class FileSlice:
+    """A byte range of a segment file, ready for ``os.sendfile``.
+
+    ``file`` keeps its descriptor open for as long as the slice is referenced, even if
+    the segment is evicted, truncated or deleted meanwhile.
+    """
+
+    file: Any
+    position: int
+    length: int
+    end_offset: int = -1  # the offset a fetch continues from after this slice
+
+    def read(self) -> bytes:
+        """Buffered fallback: the bytes of the slice."""
+        return os.pread(self.file.fileno(), self.length, self.position)
+
+
+@dataclass(slots=True)
+class BatchInfo:
+    """Where one batch of an append landed, for the indexes."""
+
+    position: int  # relative to the start of the write
+    size: int
+    base_offset: int
+    max_timestamp: int
+
+
+class LogSegment:
+    def __init__(
+        self,
+        directory: Path,
+        base_offset: int,
+        *,
+        index_interval: int,
+        index_bytes: int,
+        cache: OpenFileCache,
+        active: bool = False,
+        create: bool = False,
+    ) -> None:
+        self.dir = directory
+        self.base_offset = base_offset
+        self.index_interval = index_interval
+        self.index_bytes = index_bytes
+        self.cache = cache
+        self.active = active
+        self.log_path = directory / segment_name(base_offset, LOG_SUFFIX)
+        self.index_path = directory / segment_name(base_offset, INDEX_SUFFIX)
+        self.time_index_path = directory / segment_name(base_offset, TIME_INDEX_SUFFIX)
+        if create:
+            fd = os.open(self.log_path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+            os.close(fd)
+        self.size = os.stat(self.log_path).st_size
+        self.verified = VerifiedRanges()
+        self._file: SharedFile | None = None
+        self._index: OffsetIndex | None = None
+        self._time_index: TimeIndex | None = None
+        self._next_offset: int | None = base_offset if create else None
+        self._max_timestamp: int | None = -1 if create else None
+        self.bytes_since_index = 0
+        self._hints: dict[int, int] = {}  # base offset -> position, from recent reads
+        self.created_ms: int | None = None  # set by the partition log (for segment.ms)
+        self.flushed_size = self.size
+
+    # -- handles ----------------------------------------------------------------------
+
+    def _open(self, *, indexes: bool = True) -> None:
+        if self._file is not None:
+            self.cache.touch(self)
+            return
+        if not indexes:  # recovery rebuilds them
+            self._file = SharedFile(self.log_path)
+            self._reset_indexes()
+            self.cache.touch(self)
+            return
+        missing = not (self.index_path.exists() and self.time_index_path.exists())
+        self._file = SharedFile(self.log_path)
+        try:
+            self._index = OffsetIndex(
+                self.index_path, self.base_offset, self.index_bytes, writable=self.active
+            )
+            self._time_index = TimeIndex(
+                self.time_index_path, self.base_offset, self.index_bytes, writable=self.active
+            )
+            self._index.sanity_check(max(self.size, 1))
+            if missing and self.size:
+                raise IndexCorruptError(f"index of {self.log_path} missing")
+        except IndexCorruptError as e:
+            log.warning("rebuilding indexes of %s: %s", self.log_path, e)
+            self._rebuild_indexes()
+        self.cache.touch(self)
+
+    def close_handles(self) -> None:
+        """Drop descriptors and mmaps (LRU eviction); reopened on next use."""
+        for idx in (self._index, self._time_index):
+            if idx is not None:
+                idx.close()
+        self._index = self._time_index = None
+        self._file = None  # FileSlices still holding it keep it open
+
+    @property
+    def file(self) -> SharedFile:
+        self._open()
+        assert self._file is not None
+        return self._file
+
+    @property
+    def index(self) -> OffsetIndex:
+        self._open()
+        assert self._index is not None
+        return self._index
+
+    @property
+    def time_index(self) -> TimeIndex:
+        self._open()
+        assert self._time_index is not None
+        return self._time_index
+
+    def is_open(self) -> bool:
+        return self._file is not None
+
+    # -- reading headers ----------------------------------------------------------------
+
+    def header_at(self, pos: int) -> b.BatchHeader:
+        """The header of the batch at ``pos``; CorruptRecordError if it cannot be one."""
+        raw = os.pread(self.file.fileno(), b.HEADER_SIZE, pos)
+        if len(raw) < b.HEADER_SIZE:
+            raise CorruptRecordError(f"{self.log_path}: truncated batch header at position {pos}")
+        h = b.read_header(raw)
+        if h.batch_length < b.HEADER_SIZE - b.LOG_OVERHEAD or pos + h.size > self.size:
+            raise CorruptRecordError(f"{self.log_path}: invalid batch length at position {pos}")
+        return h
+
+    def iter_headers(self, pos: int = 0, end: int | None = None) -> Iterator[tuple[int, Any]]:
+        end = self.size if end is None else end
+        while pos < end:
+            h = self.header_at(pos)
+            yield pos, h
+            pos += h.size
+
+    def _tail_scan(self) -> None:
+        """Find next offset and max timestamp from the last index entries plus the tail."""
+        off, pos = self.index.last()
+        ts, _ = self.time_index.last()
+        nxt = self.base_offset
+        if pos:
+            nxt = off
+        for _, h in self.iter_headers(pos):
+            nxt = h.next_offset
+            ts = max(ts, h.max_timestamp)
+        self._next_offset, self._max_timestamp = nxt, ts
+
+    @property
+    def next_offset(self) -> int:
+        if self._next_offset is None:
+            self._tail_scan()
+        assert self._next_offset is not None
+        return self._next_offset
+
+    @property
+    def max_timestamp(self) -> int:
+        if self._max_timestamp is None:
+            self._tail_scan()
+        assert self._max_timestamp is not None
+        return self._max_timestamp
+
+    def locate(self, offset: int) -> tuple[int, b.BatchHeader] | None:
+        """Position and header of the first batch whose last offset is >= ``offset``."""
+        pos = self._hints.get(offset)
+        if pos is not None and pos < self.size:
+            h = self.header_at(pos)  # sequential consumers: where the last read ended
+            if h.base_offset == offset:
+                return pos, h
+        _, pos = self.index.lookup(offset)
+        for p, h in self.iter_headers(pos):
+            if h.last_offset >= offset:
+                return p, h
+        return None
+
+    # -- appending ------------------------------------------------------------------------
+
+    def append(
+        self, parts: list[Any], size: int, batches: list[BatchInfo], next_offset: int
+    ) -> None:
+        """Write stamped batches (as buffers) with one vectored syscall; all or nothing."""
+        pos = self.size
+        self._open()
+        assert self._file is not None and self._index is not None and self._time_index
+        fd = self._file.fileno()
+        try:
+            if len(parts) > _IOV_MAX:
+                parts = [b"".join(parts)]
+            written = _pwritev(fd, parts, pos)
+            if written < size:  # short write: finish the rest the slow way
+                rest = memoryview(b"".join(parts))
+                while written < size:
+                    written += _pwritev(fd, [rest[written:]], pos + written)
+        except OSError as e:
+            self._undo_partial_write(fd, pos)
+            if e.errno in (errno.ENOSPC, errno.EDQUOT):
+                raise DiskFullError(f"disk full appending to {self.log_path}") from e
+            raise StorageError(f"I/O error appending to {self.log_path}: {e}") from e
+        idx, tidx = self._index, self._time_index
+        max_ts, since = self.max_timestamp, self.bytes_since_index
+        for info in batches:
+            if since >= self.index_interval and info.position + pos > 0:
+                idx.append(info.base_offset, pos + info.position)
+                tidx.append(max_ts, info.base_offset)
+                since = 0
+            max_ts = max(max_ts, info.max_timestamp)
+            since += info.size
+        self.bytes_since_index = since
+        self.size = pos + size
+        self.verified.add(pos, self.size)
+        self._next_offset = next_offset
+        self._max_timestamp = max_ts
+
+    def _undo_partial_write(self, fd: int, pos: int) -> None:
+        try:
+            os.ftruncate(fd, pos)
+        except OSError:
+            # Nothing past self.size is ever read, and the next write overwrites it.
+            log.error("could not cut partial write in %s at %d", self.log_path, pos)
+
+    @property
+    def index_full(self) -> bool:
+        """True when an open index has no room left (a closed one is checked on reopen)."""
+        idx, tidx = self._index, self._time_index
+        return idx is not None and tidx is not None and (idx.is_full or tidx.is_full)
+
+    # -- reading ------------------------------------------------------------------------
+
+    def read(self, offset: int, max_bytes: int, max_offset: int | None) -> FileSlice | None:
+        found = self.locate(offset)
+        if found is None:
+            return None
+        start, first = found
+        if max_offset is not None and first.base_offset >= max_offset:
+            return None
+        end = start + first.size
+        end_offset = first.next_offset  # offset of the batch at ``end`` (or the next one)
+        limit = start + max_bytes
+        if end < limit and end < self.size:
+            idx_off, idx_pos = self.index.lookup_position(min(limit, self.size))
+            if idx_pos > end and (max_offset is None or idx_off <= max_offset):
+                end = idx_pos
+            elif max_offset is not None:
+                _, mpos = self.index.lookup(max_offset)
+                if end < mpos <= limit:
+                    end = mpos
+            end_offset = -1
+            for _, h in self.iter_headers(end):
+                if end + h.size > limit or (max_offset is not None and h.base_offset >= max_offset):
+                    end_offset = h.base_offset
+                    break
+                end += h.size
+            if end_offset < 0:
+                end_offset = self.next_offset
+        if end < self.size:
+            self._remember(end_offset, end)
+        valid_end = self.verify(start, end)
+        if valid_end != end:  # a corrupt batch: the slice stops before it
+            end = valid_end
+            for _, h in self.iter_headers(start, end):
+                end_offset = h.next_offset
+        return FileSlice(self.file, start, end - start, end_offset)
+
+    def _remember(self, offset: int, position: int) -> None:
+        """Note that the batch at ``position`` starts at ``offset`` (the next read's start)."""
+        hints = self._hints
+        hints[offset] = position
+        if len(hints) > _MAX_HINTS:
+            del hints[next(iter(hints))]
+
+    def verify(self, start: int, end: int) -> int:
+        """Checksum unverified bytes of [start, end); returns the end of the valid prefix.
+
+        Raises CorruptRecordError (naming file and position) if the first batch is bad.
+        """
+        return verify_range(self.file.fileno(), self.log_path, self.verified, start, end)
+
+    def find_timestamp(self, ts: int) -> tuple[int, int] | None:
+        """(base offset, max timestamp) of the first batch with max timestamp >= ``ts``."""
+        if self.max_timestamp < ts:
+            return None
+        _, pos = self.index.lookup(self.time_index.lookup(ts))
+        for _, h in self.iter_headers(pos):
+            if h.max_timestamp >= ts:
+                return h.base_offset, h.max_timestamp
+        return None
+
+    # -- recovery, truncation, indexes ----------------------------------------------------
+
+    def _rebuild_indexes(self) -> None:
+        """Rebuild both indexes from batch headers (no checksums)."""
+        self._reset_indexes()
+        self._reindex(self._headers_until_damage())
+
+    def _headers_until_damage(self) -> Iterator[tuple[int, Any]]:
+        try:
+            yield from self.iter_headers(0)
+        except CorruptRecordError as e:
+            log.error("index rebuild of %s stopped: %s", self.log_path, e)
+
+    def _reset_indexes(self) -> None:
+        for idx in (self._index, self._time_index):
+            if idx is not None:
+                idx.close()
+        for path in (self.index_path, self.time_index_path):
+            path.unlink(missing_ok=True)
+        self._index = OffsetIndex(
+            self.index_path, self.base_offset, self.index_bytes, writable=True
+        )
+        self._time_index = TimeIndex(
+            self.time_index_path, self.base_offset, self.index_bytes, writable=True
+        )
+
+    def _reindex(self, headers: Iterator[tuple[int, Any]]) -> None:
+        assert self._index is not None and self._time_index is not None
+        since, max_ts, nxt = 0, -1, self.base_offset
+        for pos, h in headers:
+            if since >= self.index_interval and pos > 0:
+                self._index.append(h.base_offset, pos)
+                self._time_index.append(max_ts, h.base_offset)
+                since = 0
+            since += h.size
+            max_ts = max(max_ts, h.max_timestamp)
+            nxt = h.next_offset
+        self.bytes_since_index = since
+        self._next_offset, self._max_timestamp = nxt, max_ts
+        if not self.active:
+            self._index.trim()
+            self._time_index.trim()
+
+    def recover(self) -> int:
+        """Checksum every batch, cut at the first invalid one, rebuild indexes.
+
+        Returns the number of bytes cut.
+        """
+        if self._file is None:
+            self._open(indexes=False)
+        else:
+            self._reset_indexes()
+        scan = RecoveryScan(self.file.fileno(), self.size, self.base_offset)
+        self._reindex(iter(scan))
+        valid, reason = scan.valid, scan.reason
+        cut = self.size - valid
+        if cut:
+            log.warning(
+                "recovery cut %d bytes from %s at position %d (%s)",
+                cut,
+                self.log_path,
+                valid,
+                reason or "torn tail",
+            )
+            os.ftruncate(self.file.fileno(), valid)
+            self.size = valid
+        self._hints.clear()
+        self.verified = VerifiedRanges()
+        self.verified.add(0, self.size)
+        self.flushed_size = min(self.flushed_size, self.size)
+        return cut
+
+    def truncate_to(self, offset: int) -> int:
+        """Remove batches whose last offset is >= ``offset``; returns the new next offset."""
+        found = self.locate(offset)
+        if found is None:
+            return self.next_offset
+        pos, h = found
+        self._hints.clear()
+        os.ftruncate(self.file.fileno(), pos)
+        self.size = pos
+        self.flushed_size = min(self.flushed_size, pos)
+        self.verified.cut(pos)
+        self.index.truncate_to_offset(h.base_offset)
+        self.time_index.truncate_to_offset(h.base_offset)
+        self._next_offset = None
+        self._max_timestamp = None
+        _, ipos = self.index.last()
+        self.bytes_since_index = pos - ipos
+        return self.next_offset
+
+    def roll(self) -> None:
+        """Become read-only: trim the preallocated indexes."""
+        self.active = False
+        if self._index is not None:
+            self._index.trim()
+        if self._time_index is not None:
+            self._time_index.trim()
+
+    def sync_job(self) -> tuple[SharedFile, int, list[Path]]:
+        """What a worker thread needs to make this segment durable (see run_sync)."""
+        # The active segment's indexes are rebuilt by recovery anyway; rolled segments'
+        # indexes must be durable once the recovery point passes them.
+        paths = [] if self.active else [self.index_path, self.time_index_path]
+        return self.file, self.size, paths
+
+    def close(self) -> None:
+        self.close_handles()
+        self.cache.forget(self)
+
+    def delete(self) -> None:
+        """Rename every file to ``.deleted`` (crash-safe intent), then remove them."""
+        self.close()
+        renamed = []
+        for path in (self.log_path, self.index_path, self.time_index_path):
+            target = path.with_name(path.name + DELETED_SUFFIX)
+            try:
+                os.replace(path, target)
+                renamed.append(target)
+            except FileNotFoundError:
+                pass
+        for path in renamed:
+            path.unlink(missing_ok=True)
+
+
+def run_sync(job: tuple[SharedFile, int, list[Path]]) -> int:
+    """fdatasync a segment's log and fsync its indexes; runs in a worker thread.
+
+    The job holds its own file reference, so eviction meanwhile cannot close the
+    descriptor under us. Returns the log size made durable.
+    """
+    f, size, index_paths = job
+    ckpt.fdatasync(f.fileno())
+    for path in index_paths:
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except FileNotFoundError:
+            continue
+        try:
+            ckpt.fsync(fd)
+        finally:
+            os.close(fd)
+    return size

@@ -1,0 +1,107 @@
+"""Pure pieces of the broker: fetch parking, producer ids, metadata files, settings."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from logmq.broker.config import BrokerConfig
+from logmq.broker.fetch_waiter import FetchWaiters
+from logmq.broker.metadata_store import (
+    MetaProperties,
+    NodeIdMismatchError,
+    TopicInfo,
+    TopicStore,
+    load_or_create_meta,
+    topic_name_error,
+)
+from logmq.broker.producer_ids import ProducerIdManager
+from tests.harness import wait_until
+
+
+async def test_waiter_woken_by_notify_on_any_partition():
+    w = FetchWaiters()
+    task = asyncio.ensure_future(w.wait([("a", 0), ("b", 1)], 30))
+    await wait_until(lambda: w.parked == 1, what="parked")
+    w.notify(("b", 1))
+    assert await task is True
+    assert w.parked == 0
+
+
+async def test_waiter_times_out_and_cleans_up():
+    w = FetchWaiters()
+    assert await w.wait([("a", 0)], 0.01) is False
+    assert w.parked == 0
+    assert await w.wait([("a", 0)], 0) is False
+
+
+async def test_wake_all_releases_and_never_parks_again():
+    w = FetchWaiters()
+    task = asyncio.ensure_future(w.wait([("a", 0)], 30))
+    await wait_until(lambda: w.parked == 1, what="parked")
+    w.wake_all()
+    assert await task is False  # shut down: answer now
+    assert await w.wait([("a", 0)], 30) is False  # returns at once, no busy re-park
+    assert w.closed
+
+
+def test_producer_ids_persist_blocks(tmp_path):
+    ids = ProducerIdManager(tmp_path, block_size=3)
+    first = [ids.next_id() for _ in range(4)]
+    assert first == [0, 1, 2, 3]
+    again = ProducerIdManager(tmp_path, block_size=3)
+    assert again.next_id() == 6  # the rest of the reserved block is skipped, never reused
+    assert again.was_issued(5) and not again.was_issued(7)
+
+
+def test_meta_properties(tmp_path):
+    meta = load_or_create_meta(tmp_path, 3)
+    assert load_or_create_meta(tmp_path, 3) == meta
+    assert MetaProperties.parse(meta.encode().decode()) == meta
+    with pytest.raises(NodeIdMismatchError):
+        load_or_create_meta(tmp_path, 4)
+
+
+def test_topic_store_round_trip(tmp_path):
+    store = TopicStore(tmp_path)
+    store.add(TopicInfo("a", 3, {"retention.ms": "5"}))
+    store.add(TopicInfo("__internal", 1))
+    store.set_configs("a", {"segment.bytes": "4096"})
+    again = TopicStore(tmp_path)
+    assert again.names() == ["__internal", "a"]
+    assert again.get("a").configs == {"segment.bytes": "4096"}
+    assert again.get("__internal").internal
+    again.remove("a")
+    assert TopicStore(tmp_path).names() == ["__internal"]
+
+
+@pytest.mark.parametrize("name", ["", ".", "..", "a b", "x" * 250, "é", "a/b", None])
+def test_bad_topic_names(name):
+    assert topic_name_error(name)
+
+
+@pytest.mark.parametrize("name", ["a", "A.b_c-9", "x" * 249, "__consumer_offsets"])
+def test_good_topic_names(name):
+    assert topic_name_error(name) is None
+
+
+def test_config_validation():
+    with pytest.raises(ValueError, match="port"):
+        BrokerConfig(port=70000)
+    with pytest.raises(ValueError, match="max_in_flight"):
+        BrokerConfig(max_in_flight_per_connection=0)
+    assert BrokerConfig(advertised_host=None, host="0.0.0.0").advertised == "0.0.0.0"
+
+
+def test_configuration_doc_covers_every_option_and_topic_config():
+    from pathlib import Path
+
+    from logmq.storage.config import TOPIC_CONFIG_KEYS
+    from logmq_cli.server import main
+
+    doc = (Path(__file__).parents[2] / "docs" / "configuration.md").read_text()
+    for key in TOPIC_CONFIG_KEYS:
+        assert f"`{key.name}`" in doc, key.name
+    for param in main.params:
+        assert f"`{param.opts[0]}" in doc, param.opts[0]

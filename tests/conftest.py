@@ -1,0 +1,42 @@
+"""Shared fixtures: real brokers (see tests/harness.py)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable, Iterator
+from typing import Any
+
+import pytest
+
+from tests.harness import BrokerProcess, inprocess_broker
+
+
+@pytest.fixture
+def broker_factory(tmp_path_factory) -> Iterator[Callable[..., BrokerProcess]]:
+    """Start extra brokers: ``broker_factory(extra_args=["--auto-create-topics"])``.
+
+    Every broker started through it is stopped at teardown.
+    """
+    started: list[BrokerProcess] = []
+
+    def make(**kwargs: Any) -> BrokerProcess:
+        kwargs.setdefault("data_dir", tmp_path_factory.mktemp("broker") / "data")
+        b = BrokerProcess(**kwargs)
+        started.append(b)
+        return b.start()
+
+    yield make
+    for b in started:
+        b.close()
+
+
+@pytest.fixture
+def broker(broker_factory) -> BrokerProcess:
+    """A started single-node ``logmq-server`` subprocess on 127.0.0.1 with a temp data dir."""
+    return broker_factory()
+
+
+@pytest.fixture
+async def inproc_broker(tmp_path) -> AsyncIterator[Any]:
+    """A logmq.broker.Broker running in the test's event loop (``.port`` is its port)."""
+    async with inprocess_broker(tmp_path / "data") as b:
+        yield b

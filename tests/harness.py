@@ -1,0 +1,241 @@
+"""Real brokers for tests: a ``logmq-server`` subprocess, or a Broker in this process.
+
+``BrokerProcess`` runs ``python -m logmq_cli.server`` on 127.0.0.1 with a free port and
+its own data dir, and waits for the server's ``logmq-server ready HOST:PORT`` line on
+stdout (a condition with a deadline, no sleeps). Its stderr goes to ``log_path``; a
+start failure raises with the tail of that log. Stable API used by other test suites:
+``.port``, ``.bootstrap``, ``.data_dir``, ``.start()``, ``.stop()``, ``.kill()``,
+``.restart()``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import selectors
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import AsyncIterator, Sequence
+from pathlib import Path
+from typing import Any
+
+READY_PREFIX = b"logmq-server ready"
+START_TIMEOUT = 30.0
+STOP_TIMEOUT = 30.0
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class BrokerStartError(RuntimeError):
+    pass
+
+
+class BrokerProcess:
+    """One broker subprocess. Use ``start()`` or ``with BrokerProcess(...) as b:``."""
+
+    def __init__(
+        self,
+        data_dir: str | os.PathLike | None = None,
+        *,
+        port: int | None = None,
+        node_id: int = 1,
+        extra_args: Sequence[str] = (),
+        env: dict[str, str] | None = None,
+        log_level: str = "info",
+    ):
+        if data_dir is None:
+            self._tmp = tempfile.TemporaryDirectory(prefix="logmq-broker-")
+            data_dir = Path(self._tmp.name) / "data"
+        else:
+            self._tmp = None
+        self.data_dir = Path(data_dir)
+        self.log_path = self.data_dir.parent / f"{self.data_dir.name}-broker.log"
+        self._fixed_port = port is not None
+        self.port = port if port is not None else free_port()
+        self.node_id = node_id
+        self.extra_args = list(extra_args)
+        self.env = env
+        self.log_level = log_level
+        self.proc: subprocess.Popen | None = None
+        self.returncode: int | None = None
+
+    # -- properties -------------------------------------------------------------------
+    @property
+    def host(self) -> str:
+        return "127.0.0.1"
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    @property
+    def pid(self) -> int | None:
+        return self.proc.pid if self.proc else None
+
+    @property
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def command(self) -> list[str]:
+        return [
+            sys.executable,
+            "-m",
+            "logmq_cli.server",
+            "--data-dir",
+            str(self.data_dir),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+            "--node-id",
+            str(self.node_id),
+            "--log-level",
+            self.log_level,
+            *self.extra_args,
+        ]
+
+    def log_tail(self, n: int = 40) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-n:])
+        except OSError:
+            return ""
+
+    # -- lifecycle --------------------------------------------------------------------
+    def start(self, timeout: float = START_TIMEOUT) -> BrokerProcess:
+        if self.running:
+            raise RuntimeError("broker already running")
+        for attempt in range(3):
+            try:
+                self._spawn_and_wait(timeout)
+                return self
+            except BrokerStartError as e:
+                in_use = "address already in use" in str(e).lower()
+                if self._fixed_port or not in_use or attempt == 2:
+                    raise
+                self.port = free_port()  # lost a race for the port: pick another
+        return self
+
+    def _spawn_and_wait(self, timeout: float) -> None:
+        self.data_dir.parent.mkdir(parents=True, exist_ok=True)
+        env = dict(os.environ)
+        env.update(self.env or {})
+        env.setdefault("PYTHONUNBUFFERED", "1")
+        with open(self.log_path, "ab") as log:
+            self.proc = subprocess.Popen(
+                self.command(),
+                stdout=subprocess.PIPE,
+                stderr=log,
+                stdin=subprocess.DEVNULL,
+                env=env,
+            )
+        self.returncode = None
+        assert self.proc.stdout is not None
+        deadline = time.monotonic() + timeout
+        buf = b""
+        with selectors.DefaultSelector() as sel:
+            sel.register(self.proc.stdout, selectors.EVENT_READ)
+            while READY_PREFIX not in buf:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    self.kill()
+                    raise BrokerStartError(
+                        f"broker not ready after {timeout}s; log:\n{self.log_tail()}"
+                    )
+                if sel.select(left):
+                    chunk = os.read(self.proc.stdout.fileno(), 4096)
+                    if not chunk:  # stdout closed: the process died
+                        self.proc.wait()
+                        self.returncode = self.proc.returncode
+                        raise BrokerStartError(
+                            f"broker exited with {self.returncode} during start; log:\n"
+                            f"{self.log_tail()}"
+                        )
+                    buf += chunk
+
+    def stop(self, timeout: float = STOP_TIMEOUT) -> int | None:
+        """SIGTERM and wait; returns the exit code (0 for a clean shutdown)."""
+        return self._signal_and_wait(signal.SIGTERM, timeout)
+
+    def kill(self) -> int | None:
+        """SIGKILL: no flush, no clean-shutdown marker."""
+        return self._signal_and_wait(signal.SIGKILL, STOP_TIMEOUT)
+
+    def restart(self, timeout: float = START_TIMEOUT) -> BrokerProcess:
+        if self.running:
+            self.stop()
+        self._fixed_port = True  # clients keep their bootstrap address
+        return self.start(timeout)
+
+    def _signal_and_wait(self, sig: int, timeout: float) -> int | None:
+        proc = self.proc
+        if proc is None:
+            return self.returncode
+        if proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                proc.send_signal(sig)
+            try:
+                proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        if proc.stdout is not None:
+            proc.stdout.close()
+        self.returncode = proc.returncode
+        self.proc = None
+        return self.returncode
+
+    def close(self) -> None:
+        """Stop (SIGTERM, then SIGKILL if needed) and remove a temp data dir we created."""
+        self.stop()
+        if self._tmp is not None:
+            self._tmp.cleanup()
+
+    def __enter__(self) -> BrokerProcess:
+        return self.start() if not self.running else self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"BrokerProcess({self.bootstrap}, data_dir={self.data_dir}, pid={self.pid})"
+
+
+@contextlib.asynccontextmanager
+async def inprocess_broker(data_dir: str | os.PathLike, **settings: Any) -> AsyncIterator[Any]:
+    """A Broker in the running event loop, on a free port; yields the Broker.
+
+    Faster than a subprocess and lets tests patch internals (the zero-copy proof does).
+    """
+    from logmq.broker.broker import Broker
+    from logmq.broker.config import BrokerConfig
+
+    settings.setdefault("port", 0)
+    broker = Broker(BrokerConfig(data_dir=Path(data_dir), **settings))
+    await broker.start()
+    try:
+        yield broker
+    finally:
+        await broker.stop()
+
+
+async def wait_until(condition: Any, timeout: float = 10.0, what: str = "condition") -> None:
+    """Wait for ``condition()`` to become true, failing after ``timeout`` seconds.
+
+    For state that offers no event to await (another process, a socket's buffer): it
+    re-checks on every loop turn with a short yield, and never assumes timing.
+    """
+    import asyncio
+
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        await asyncio.sleep(0.005)

@@ -1,0 +1,197 @@
+"""The sans-IO codec and server connection state machine, without sockets."""
+
+from __future__ import annotations
+
+import random
+import tracemalloc
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from logmq.errors import ErrorCode, FrameTooLargeError, InvalidFrameError
+from logmq.net.codec import (
+    SIZE,
+    FrameDecoder,
+    decode_request,
+    decode_response,
+    encode_request,
+    encode_response,
+)
+from logmq.net.connection import (
+    UNKNOWN_CORRELATION_ID,
+    ProtocolError,
+    RequestReceived,
+    ServerConnection,
+)
+
+bodies = st.dictionaries(
+    st.text(max_size=10),
+    st.one_of(
+        st.integers(-(2**63), 2**63 - 1),
+        st.text(max_size=20),
+        st.binary(max_size=20),
+        st.none(),
+        st.lists(st.integers(-(2**31), 2**31), max_size=5),
+    ),
+    max_size=6,
+)
+tails = st.lists(st.binary(max_size=300), max_size=4)
+
+
+def joined(parts) -> bytes:
+    return b"".join(bytes(p) for p in parts)
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    st.integers(0, 65535),
+    st.integers(0, 65535),
+    st.integers(0, 2**32 - 1),
+    st.text(max_size=30),
+    bodies,
+    tails,
+)
+def test_request_round_trip(api_key, version, corr, client_id, body, tail):
+    wire = joined(encode_request(api_key, version, corr, client_id, body, tail))
+    (frame,) = FrameDecoder().feed(wire)
+    req = decode_request(frame)
+    assert (req.api_key, req.api_version, req.correlation_id) == (api_key, version, corr)
+    assert req.client_id == client_id and req.body == body
+    assert bytes(req.tail) == b"".join(tail)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.integers(0, 2**32 - 1), bodies, tails)
+def test_response_round_trip(corr, body, tail):
+    wire = joined(encode_response(corr, body, tail))
+    (frame,) = FrameDecoder().feed(wire)
+    resp = decode_response(frame)
+    assert resp.correlation_id == corr and resp.body == body
+    assert bytes(resp.tail) == b"".join(tail)
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.lists(st.tuples(bodies, tails), min_size=1, max_size=5), st.randoms())
+def test_partial_feeds_in_random_chunks(frames, rnd):
+    wire = b"".join(
+        joined(encode_request(3, 0, i, "c", body, tail)) for i, (body, tail) in enumerate(frames)
+    )
+    dec = FrameDecoder()
+    got = []
+    pos = 0
+    while pos < len(wire):
+        n = rnd.randint(1, 40)
+        got.extend(dec.feed(wire[pos : pos + n]))
+        pos += n
+    assert [decode_request(f).correlation_id for f in got] == list(range(len(frames)))
+    assert dec.buffered == 0
+
+
+def test_byte_by_byte_feed():
+    wire = joined(encode_request(18, 0, 7, "me", {"a": 1}, [b"xyz"]))
+    dec = FrameDecoder()
+    frames = []
+    for i in range(len(wire)):
+        frames.extend(dec.feed(wire[i : i + 1]))
+        if i < len(wire) - 1:
+            assert frames == []
+    (frame,) = frames
+    assert bytes(decode_request(frame).tail) == b"xyz"
+
+
+def test_oversize_frame_refused_before_allocation():
+    dec = FrameDecoder(max_frame_size=1 << 20)
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        with pytest.raises(FrameTooLargeError):
+            dec.feed(SIZE.pack(0xFFFFFFFF) + b"\x00" * 8)  # announces 4 GiB
+        grown = tracemalloc.get_traced_memory()[1] - before
+    finally:
+        tracemalloc.stop()
+    assert grown < 1 << 16
+    assert dec.buffered == 0
+
+
+@pytest.mark.parametrize(
+    "frame",
+    [
+        b"",
+        b"\x00\x03",
+        b"\x00\x03\x00\x00\x00\x00\x00\x01\xff\xff",
+        b"\x00\x03\x00\x00\x00\x00\x00\x01\x00\x00\x00\x00\x00\x05\x81",
+    ],
+)
+def test_malformed_request_frames_raise_invalid_frame(frame):
+    with pytest.raises(InvalidFrameError):
+        decode_request(frame)
+
+
+def test_body_must_be_a_map():
+    frame = joined(encode_request(3, 0, 1, "c", {}))[4:]
+    bad = frame[:-1] + b"\x90"  # {} replaced by []
+    with pytest.raises(InvalidFrameError):
+        decode_request(bad)
+
+
+# -- ServerConnection -------------------------------------------------------------------
+
+
+def test_connection_yields_requests_and_counts_in_flight():
+    conn = ServerConnection(max_in_flight=2)
+    wire = b"".join(joined(encode_request(18, 0, i, "c", {})) for i in range(3))
+    events = conn.receive_data(wire)
+    assert [e.request.correlation_id for e in events if isinstance(e, RequestReceived)] == [0, 1, 2]
+    assert conn.in_flight == 3 and not conn.wants_read
+    conn.request_done()
+    conn.request_done()
+    assert conn.wants_read
+
+
+def test_undecodable_body_is_answered_and_connection_stays_open():
+    conn = ServerConnection()
+    good = joined(encode_request(18, 0, 5, "c", {}))
+    bad = bytearray(joined(encode_request(18, 0, 6, "c", {"k": 1})))
+    bad[-1] = 0xC1  # never-used msgpack byte
+    events = conn.receive_data(bytes(bad) + good)
+    assert isinstance(events[0], ProtocolError)
+    assert events[0].correlation_id == 6 and events[0].code == ErrorCode.INVALID_FRAME
+    assert not events[0].fatal
+    assert isinstance(events[1], RequestReceived) and events[1].request.correlation_id == 5
+    assert conn.wants_read
+
+
+def test_oversize_frame_is_fatal():
+    conn = ServerConnection(max_frame_size=4096)
+    (ev,) = conn.receive_data(SIZE.pack(1 << 31) + b"junk")
+    assert isinstance(ev, ProtocolError) and ev.fatal and ev.code == ErrorCode.REQUEST_TOO_LARGE
+    assert ev.correlation_id == UNKNOWN_CORRELATION_ID
+    assert conn.receive_data(b"more") == [] and not conn.wants_read
+
+
+def test_frame_without_correlation_id_is_fatal():
+    conn = ServerConnection()
+    (ev,) = conn.receive_data(SIZE.pack(3) + b"abc")
+    assert isinstance(ev, ProtocolError) and ev.fatal
+
+
+def test_request_done_without_request_is_a_bug():
+    with pytest.raises(RuntimeError):
+        ServerConnection().request_done()
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.binary(max_size=400))
+def test_connection_survives_any_bytes(data):
+    conn = ServerConnection(max_frame_size=1 << 16)
+    for ev in conn.receive_data(data):
+        assert isinstance(ev, RequestReceived | ProtocolError)
+
+
+def test_random_garbage_never_raises():
+    rnd = random.Random(1234)
+    for _ in range(300):
+        conn = ServerConnection(max_frame_size=1 << 16)
+        for _ in range(5):
+            conn.receive_data(rnd.randbytes(rnd.randint(0, 64)))
