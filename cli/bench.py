@@ -32,6 +32,7 @@ from logmq_cli.produce import ACKS_CHOICES, acks_value
 F = TypeVar("F", bound=Callable[..., Any])
 STAMP = struct.Struct("<q")  # latency records start with the send time in ns
 _VALUE = operator.attrgetter("value")
+MIN_SLEEP = 0.001  # the event loop's timer resolution
 
 
 @dataclass(slots=True)
@@ -288,8 +289,12 @@ async def run_latency(cfg: BenchConfig, warmup: int) -> dict[str, Any]:
             while sent[0] < total and not _time_up(cfg, start, time.perf_counter()):
                 n = min(bucket.available(time.perf_counter()), total - sent[0])
                 if n == 0:
-                    await asyncio.sleep(bucket.reserve(1, time.perf_counter()))
-                    n = 1
+                    # uvloop rounds timers to whole milliseconds: a shorter sleep returns
+                    # at once and the loop would spin, starving the broker of a core.
+                    wait = bucket.reserve(1, time.perf_counter())
+                    await asyncio.sleep(max(wait, MIN_SLEEP))
+                    n = 1 + min(bucket.available(time.perf_counter()), total - sent[0] - 1)
+                    bucket.reserve(n - 1, time.perf_counter())
                 else:
                     bucket.reserve(n, time.perf_counter())
                 for _ in range(n):

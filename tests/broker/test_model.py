@@ -8,6 +8,7 @@ values per partition.
 from __future__ import annotations
 
 import itertools
+import os
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -154,6 +155,14 @@ class BrokerModel(RuleBasedStateMachine):
         self.broker.restart()
         self.client = BlockingClient(self.broker.port)
 
+    @rule()
+    def crash(self):
+        # SIGKILL: producer state comes back from the last snapshot plus a header replay
+        self.client.close()
+        self.broker.kill()
+        self.broker.start()
+        self.client = BlockingClient(self.broker.port)
+
     @invariant()
     def latest_offsets_match(self):
         body, _ = self.call(
@@ -174,9 +183,10 @@ class BrokerModel(RuleBasedStateMachine):
         self.client.close()
 
 
+# LOGMQ_MODEL_EXAMPLES / LOGMQ_MODEL_STEPS scale the search up when hunting a bug.
 BrokerModel.TestCase.settings = settings(
-    max_examples=8,
-    stateful_step_count=20,
+    max_examples=int(os.environ.get("LOGMQ_MODEL_EXAMPLES", "8")),
+    stateful_step_count=int(os.environ.get("LOGMQ_MODEL_STEPS", "20")),
     deadline=None,
     suppress_health_check=list(HealthCheck),
 )

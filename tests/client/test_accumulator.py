@@ -6,7 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from logmq.client.accumulator import RecordAccumulator, partition_for_key
-from logmq.storage.batch import decode_records
+from logmq.storage.batch import decode_records, encode_batch
 
 
 def test_partitioner_is_stable_and_in_range():
@@ -121,11 +121,32 @@ def test_accumulator_never_loses_or_reorders(script, batch_size, max_records):
         else:
             while (batch := acc.pop(("t", a), now=now, force=b)) is not None:
                 assert 1 <= len(batch.records) <= max_records
-                drained[a].extend(r[2] for r in batch.records)
+                drained[a].extend(r[3] for r in batch.records)
     acc.close_all()
     for p in range(3):
         while (batch := acc.pop(("t", p), now=now)) is not None:
-            drained[p].extend(r[2] for r in batch.records)
+            drained[p].extend(r[3] for r in batch.records)
     assert drained == sent
     for batch, index, value in handles:  # every handle points at its own record
-        assert batch.records[index][2] == value
+        assert batch.records[index][3] == value
+
+
+def test_batch_encodes_what_was_appended():
+    """Rows built at append time encode to the same records the generic encoder makes."""
+    acc = RecordAccumulator(batch_size=1 << 20, linger_ms=0)
+    appended = [
+        (1000, None, b"a", None),
+        (998, b"k", b"b", [("h", b"1"), ("e", None)]),
+        (1005, None, None, []),
+    ]
+    for ts, key, value, headers in appended:
+        acc.append("t", 0, ts, key, value, headers, now=0)
+    acc.close_all()
+    batch = acc.pop(("t", 0), now=0)
+    payload = batch.encode(compression=0)
+    assert payload == encode_batch(appended)
+    got = decode_records(payload)
+    assert [(r[1], r[2], r[3], r[4]) for r in got] == [
+        (ts, key, value, [tuple(h) for h in headers or []]) for ts, key, value, headers in appended
+    ]
+    assert [batch.metadata(i).timestamp for i in range(3)] == [1000, 998, 1005]

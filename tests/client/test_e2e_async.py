@@ -6,6 +6,7 @@ import asyncio
 import time
 
 import pytest
+import uvloop
 
 from logmq import AsyncAdmin, AsyncConsumer, AsyncProducer, Record
 from logmq.errors import CorruptRecordError, OffsetOutOfRangeError, UnknownTopicOrPartitionError
@@ -270,3 +271,28 @@ async def test_many_partitions_with_a_small_fetch_budget_all_progress(shared_bro
         records = await consume(c, 300)
     assert sorted({r.partition for r in records}) == list(range(6))
     assert len(records) == 300
+
+
+def test_sub_millisecond_linger_does_not_spin_the_sender(shared_broker, topic_name):
+    """uvloop rounds timers to whole milliseconds, so a sender sleeping 0.4 ms toward a
+    linger deadline would wake at once and spin; it must wait a whole tick instead."""
+
+    async def main() -> int:
+        await make_topic(shared_broker, topic_name)
+        async with AsyncProducer(shared_broker.bootstrap, linger_ms=0.4) as producer:
+            sender = producer._sender
+            original = sender._send_ready
+            rounds = 0
+
+            async def counting(now: float) -> int:
+                nonlocal rounds
+                rounds += 1
+                return await original(now)
+
+            sender._send_ready = counting  # type: ignore[method-assign]
+            for i in range(20):
+                await producer.send(topic_name, b"%d" % i)
+            return rounds
+
+    rounds = uvloop.run(main())
+    assert rounds <= 20 * 6  # a few rounds per record; a spinning sender makes hundreds

@@ -17,7 +17,7 @@ TP = ("t", 0)
 
 def batch(n: int, tag: int) -> ProducerBatch:
     b = ProducerBatch("t", 0, created=0)
-    b.records = [(0, None, b"%d-%d" % (tag, i), None) for i in range(n)]
+    b.records = [(i, 0, None, b"%d-%d" % (tag, i), None) for i in range(n)]
     return b
 
 

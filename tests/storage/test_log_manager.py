@@ -48,7 +48,7 @@ async def test_clean_and_unclean_restart(tmp_path):
     assert read_offsets(tmp_path / "replication-offset-checkpoint") == {("orders", 0): 40}
     assert read_offsets(tmp_path / "recovery-point-checkpoint") == {("orders", 0): 60}
 
-    mgr = LogManager(tmp_path)
+    mgr = LogManager(tmp_path, topic_overrides={"orders": SMALL})  # the caller's metadata
     await mgr.start()
     assert not (tmp_path / CLEAN_SHUTDOWN).exists() and mgr.recovered_logs == []
     plog = mgr.get_log("orders", 0)
@@ -64,7 +64,7 @@ async def test_clean_and_unclean_restart(tmp_path):
     await mgr.stop()
 
 
-async def test_topic_config_persists_and_validates(tmp_path):
+async def test_topic_config_comes_from_the_caller_and_validates(tmp_path):
     mgr = LogManager(tmp_path, LogConfig.from_dict({"retention.ms": "1000"}))
     await mgr.start()
     p0 = mgr.create_log("t", 0)
@@ -75,8 +75,26 @@ async def test_topic_config_persists_and_validates(tmp_path):
         mgr.set_topic_config("t", {"flush.messages": "zero"})
     assert p0.config.flush_messages == 3
     await mgr.stop()
+    assert sorted(p.name for p in tmp_path.iterdir() if p.is_file() and "config" in p.name) == []
+
+    # The storage keeps no copy: without overrides from its caller a log opens with defaults.
     mgr = LogManager(tmp_path, LogConfig.from_dict({"retention.ms": "1000"}))
     await mgr.start()
+    assert mgr.get_log("t", 1).config.flush_messages is None
+    assert mgr.topic_overrides("t") == {}
+    await mgr.stop()
+
+    calls = []
+
+    def overrides():
+        calls.append(1)
+        return {"t": {"flush.messages": "3"}}
+
+    mgr = LogManager(
+        tmp_path, LogConfig.from_dict({"retention.ms": "1000"}), topic_overrides=overrides
+    )
+    await mgr.start()
+    assert calls == [1]
     assert mgr.get_log("t", 1).config.flush_messages == 3
     assert mgr.topic_overrides("t") == {"flush.messages": "3"}
     mgr.delete_log("t", 0)

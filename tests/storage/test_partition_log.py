@@ -132,6 +132,11 @@ def test_retention_by_bytes_and_time(tmp_path):
     with pytest.raises(OffsetOutOfRangeError):
         log.read(0, 100)
     assert [o for o, _ in read_all(log)] == list(range(log.log_start_offset, 600))
+    # file.delete.delay.ms: renamed now, removed by the deletion pass after the delay
+    pending = list(log.dir.glob("*.deleted"))
+    assert len(pending) == 3 * deleted and not (log.dir / "00000000000000000000.log").exists()
+    assert log.delete_expired_files(now[0] + cfg.file_delete_delay_ms - 1) == 0
+    assert log.delete_expired_files(now[0] + cfg.file_delete_delay_ms) == len(pending)
     assert not list(log.dir.glob("*.deleted"))
     log.config = cfg.merged({"retention.bytes": "-1", "retention.ms": "1000"})
     log.delete_old_segments()

@@ -48,6 +48,17 @@ SUPPORTED_APIS: dict[int, tuple[int, int]] = {
     ApiKey.ALTER_CONFIGS: (0, 0),
 }
 
+# requests without side effects: skipped when their client has already gone away
+# (not Metadata: it may auto-create topics)
+READ_ONLY_APIS = frozenset(
+    {
+        ApiKey.FETCH,
+        ApiKey.LIST_OFFSETS,
+        ApiKey.API_VERSIONS,
+        ApiKey.DESCRIBE_CONFIGS,
+    }
+)
+
 
 def error_body(code: ErrorCode, message: str) -> dict:
     return {"error": int(code), "message": message}
@@ -75,6 +86,7 @@ class Broker:
             ),
             self.metrics,
             is_concurrent=lambda req: req.api_key == ApiKey.PRODUCE,
+            is_read_only=lambda req: req.api_key in READ_ONLY_APIS,
         )
         self.metrics_server: MetricsServer | None = None
         self.admin = AdminApi(self)
@@ -110,7 +122,13 @@ class Broker:
         self.topics = TopicStore(self.data_dir)
         self.producer_ids = ProducerIdManager(self.data_dir, cfg.producer_id_block_size)
         default = LogConfig.from_dict(dict(cfg.topic_defaults)) if cfg.topic_defaults else None
-        self.logs = LogManager(self.data_dir, default)
+        topics = self.topics
+        # topics.json is the one home of topic configs; the storage only mirrors them.
+        self.logs = LogManager(
+            self.data_dir,
+            default,
+            topic_overrides=lambda: {info.name: info.configs for info in topics.all()},
+        )
         await self.logs.start()
         try:
             self._reconcile_logs()
@@ -156,8 +174,6 @@ class Broker:
                 wanted.add((info.name, p))
                 if self._find_log(info.name, p) is None:
                     self.logs.create_log(info.name, p, dict(info.configs))
-            if self.logs.topic_overrides(info.name) != info.configs:
-                self.logs.set_topic_config(info.name, dict(info.configs))
         for plog in list(self.logs.logs()):
             if (plog.topic, plog.partition) not in wanted:
                 log.warning("deleting orphan log %s-%d", plog.topic, plog.partition)

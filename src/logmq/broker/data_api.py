@@ -17,6 +17,7 @@ from logmq.broker.request_fields import InvalidRequestError, req_int, req_list, 
 from logmq.errors import ErrorCode, LogMQError
 from logmq.net.codec import Request
 from logmq.net.server import Reply
+from logmq.storage import batch as b
 
 if TYPE_CHECKING:
     from logmq.broker.broker import Broker
@@ -31,6 +32,43 @@ LATEST = -1
 
 def _perror(partition: int, code: ErrorCode, message: str | None = None, **extra: Any) -> dict:
     return {"partition": partition, "error": int(code), "message": message, **extra}
+
+
+def first_record_at_or_after(plog: PartitionLog, ts: int) -> tuple[int, int]:
+    """(offset, timestamp) of the first visible record, in offset order, with timestamp >= ts.
+
+    The time index finds the first batch whose largest timestamp is >= ``ts``; every
+    earlier batch is wholly older, so the answer is the first qualifying record of that
+    batch (CreateTime timestamps need not grow within a batch, so its first records may
+    be older). Only records at or above the log start offset count, which can push the
+    answer into later batches. ListOffsets is rare, so decoding these batches is fine.
+    (-1, -1) when no record below the high watermark is that recent.
+    """
+    hit = plog.offset_for_timestamp(ts)
+    if hit is None:
+        return -1, -1
+    hw = plog.high_watermark
+    offset = max(hit[0], plog.log_start_offset)
+    while offset < hw:
+        region = plog.read(offset, 1, max_offset=hw)  # the batch holding ``offset``, whole
+        if region is None or region.length == 0:
+            break
+        data = region.read()
+        for pos, h in b.iter_headers(data):
+            if h.max_timestamp < ts or h.next_offset <= offset:
+                continue
+            if h.attributes & b.ATTR_LOG_APPEND_TIME:  # every record has the append time
+                first = max(h.base_offset, offset)
+                return (first, h.max_timestamp) if first < hw else (-1, -1)
+            for rec_offset, rec_ts, *_ in b.decode_records(data, pos):
+                if rec_offset >= hw:
+                    return -1, -1
+                if rec_offset >= offset and rec_ts >= ts:
+                    return rec_offset, rec_ts
+        if region.end_offset <= offset:
+            break
+        offset = region.end_offset
+    return -1, -1
 
 
 class DataApi:
@@ -260,10 +298,7 @@ class DataApi:
                     elif ts < 0:
                         raise InvalidRequestError(f"invalid timestamp {ts}")
                     else:
-                        hit = plog.offset_for_timestamp(ts)
-                        offset, found_ts = hit if hit is not None else (-1, -1)
-                        if offset >= plog.high_watermark:
-                            offset, found_ts = -1, -1
+                        offset, found_ts = first_record_at_or_after(plog, ts)
                     results.append(
                         {
                             "partition": partition,

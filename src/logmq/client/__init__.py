@@ -11,12 +11,14 @@ batch written. The blocking ``Producer`` returns ``concurrent.futures.Future`` o
 for the same results. Values and keys may be bytes or str (UTF-8). Keyed records go to
 ``xxh3_64(key) % partitions``; keyless ones stick to one partition until its batch closes.
 
-``AsyncConsumer.poll(timeout, max_records)`` returns ``Record`` objects;
-``poll_batches()`` is the batch-wise fast path: ``FetchedBatch`` objects whose ``rows``
-are the raw decoded ``[offset_delta, timestamp_delta, key, value, headers]`` lists (see
-``FetchedBatch``), with ``values()``/``keys()``/``offsets()``/``records()`` helpers.
+``AsyncConsumer.poll(timeout, max_records)`` returns ``Record`` objects (immutable
+tuples with named fields); ``poll_batches()`` is the batch-wise fast path:
+``FetchedBatch`` objects whose ``rows`` are the raw decoded ``(offset_delta,
+timestamp_delta, key, value, headers)`` tuples (see ``FetchedBatch``), with
+``values()``/``keys()``/``offsets()``/``records()`` helpers.
 
-Module map: connection (one pipelined socket), cluster (metadata, routing,
+Module map: connection (one pipelined socket) + response_reader (sans-IO frame
+splitting into reused buffers), cluster (metadata, routing,
 ListOffsets), accumulator + inflight (sans-IO batching and sequence bookkeeping),
 sender (the producer's I/O task), producer, fetcher (sans-IO response decoding),
 consumer, admin, sync (blocking wrappers).

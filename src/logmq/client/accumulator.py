@@ -23,7 +23,7 @@ from logmq.storage.batch import (
     NO_PRODUCER_ID,
     NO_SEQUENCE,
     Header,
-    encode_batch,
+    encode_rows,
     encode_values,
 )
 
@@ -44,8 +44,10 @@ def partition_for_key(key: bytes, num_partitions: int) -> int:
 class ProducerBatch:
     """Records for one partition that travel (and are retried) as one encoded batch.
 
-    Holds either per-record tuples (``records``) or, for ``send_batch``, parallel value
-    and key lists sharing one timestamp. Completion is signalled once; waiters are made
+    Holds either per-record rows already in wire form (``records``: ``(index,
+    timestamp - first_timestamp, key, value, headers or None)``, so encoding is one
+    msgpack call) or, for ``send_batch``, parallel value and key lists sharing one
+    timestamp. Completion is signalled once; waiters are made
     lazily (an asyncio future, a threading event, callbacks) so a batch nobody waits on
     costs nothing extra.
     """
@@ -64,6 +66,7 @@ class ProducerBatch:
         "deadline",
         "done",
         "error",
+        "first_timestamp",
         "log_append_time",
         "partition",
         "payload",
@@ -79,7 +82,8 @@ class ProducerBatch:
         self.topic = topic
         self.partition = partition
         self.created = created
-        self.records: list[tuple[int, bytes | None, bytes | None, Sequence[Header] | None]] = []
+        self.records: list[tuple[int, int, bytes | None, bytes | None, list[Header] | None]] = []
+        self.first_timestamp = 0
         self.bulk_values: Sequence[bytes | None] | None = None
         self.bulk_keys: Sequence[bytes | None] | None = None
         self.bulk_timestamp = 0
@@ -131,8 +135,9 @@ class ProducerBatch:
                     base_sequence=base_sequence,
                 )
             else:
-                self.payload = encode_batch(
+                self.payload = encode_rows(
                     self.records,
+                    first_timestamp=self.first_timestamp,
                     compression=compression,
                     producer_id=producer_id,
                     producer_epoch=producer_epoch,
@@ -204,7 +209,7 @@ class ProducerBatch:
         elif self.bulk_values is not None:
             ts = self.bulk_timestamp
         else:
-            ts = self.records[index][0]
+            ts = self.first_timestamp + self.records[index][1]
         offset = self.base_offset + index if self.base_offset >= 0 else -1
         return RecordMetadata(self.topic, self.partition, offset, ts)
 
@@ -279,13 +284,16 @@ class RecordAccumulator:
             batch = self._new_batch(tp, batch, now)
             wake = True  # the sender must learn the new linger deadline
         records = batch.records
-        records.append((timestamp, key, value, headers))
+        n = len(records)
+        if not n:
+            batch.first_timestamp = timestamp
+        records.append((n, timestamp - batch.first_timestamp, key, value, headers or None))
         batch.size += size
         self.buffered_bytes += size
         if batch.size >= self.batch_size or len(records) >= self.max_batch_records:
             self._close(tp, batch)
             wake = True
-        return batch, len(records) - 1, wake
+        return batch, n, wake
 
     def _new_batch(
         self, tp: TopicPartition, full: ProducerBatch | None, now: float | None

@@ -2,7 +2,10 @@
 
 Requests are written as soon as they are made and answered in order (docs/protocol.md,
 "Pipelining"), so a deque of pending futures matched by correlation id is all the
-bookkeeping needed. Frame splitting is the sans-IO ``FrameDecoder``; this module only
+bookkeeping needed. The connection is an ``asyncio.BufferedProtocol``: the sans-IO
+``ResponseReader`` lends the event loop its memory, so a large response (a fetch of many
+megabytes) is read by the socket straight into one (reused) buffer and handed on as a
+memoryview, never appended to a growing buffer or copied in Python. This module only
 moves bytes and resolves futures.
 """
 
@@ -14,14 +17,15 @@ import socket
 from collections.abc import Iterable
 from typing import Any
 
+from logmq.client.response_reader import ResponseReader
 from logmq.errors import ConnectionError_, InvalidFrameError, LogMQError, error_for
-from logmq.net.codec import DEFAULT_MAX_FRAME_SIZE, FrameDecoder, Response, decode_response
+from logmq.net.codec import DEFAULT_MAX_FRAME_SIZE, Response, decode_response
 from logmq.net.codec import encode_request as _encode_request
 
 SOCKET_BUFFER = 4 * 1024 * 1024
 
 
-class BrokerConnection(asyncio.Protocol):
+class BrokerConnection(asyncio.BufferedProtocol):
     """A client connection: ``send()`` writes a request and returns its response future.
 
     The transport's write buffer is watched through pause_writing/resume_writing; callers
@@ -41,7 +45,7 @@ class BrokerConnection(asyncio.Protocol):
         self.port = port
         self.node_id = node_id
         self.client_id = client_id
-        self._decoder = FrameDecoder(max_frame_size)
+        self._reader = ResponseReader(max_frame_size)
         self._pending: collections.deque[tuple[int, asyncio.Future[Response]]] = collections.deque()
         self._transport: asyncio.Transport | None = None
         self._next_correlation = 1
@@ -191,12 +195,28 @@ class BrokerConnection(asyncio.Protocol):
         check_request_error(resp.body)
         return resp
 
-    def data_received(self, data: bytes) -> None:
+    def get_buffer(self, sizehint: int) -> memoryview:
+        return self._reader.get_buffer()
+
+    def buffer_updated(self, nbytes: int) -> None:
         try:
-            frames = self._decoder.feed(data)
+            frames = self._reader.buffer_updated(nbytes)
         except InvalidFrameError as e:
             self._fail(ConnectionError_(f"bad frame from {self.host}:{self.port}: {e}"))
             return
+        if frames:
+            self._dispatch(frames)
+
+    def data_received(self, data: bytes) -> None:
+        """Copy-in path for transports that do not support buffered reading."""
+        try:
+            frames = self._reader.feed(data)
+        except InvalidFrameError as e:
+            self._fail(ConnectionError_(f"bad frame from {self.host}:{self.port}: {e}"))
+            return
+        self._dispatch(frames)
+
+    def _dispatch(self, frames: list[memoryview]) -> None:
         for frame in frames:
             try:
                 resp = decode_response(frame)

@@ -34,6 +34,7 @@ from logmq.errors import (
 from logmq.net.codec import ApiKey
 from logmq.records import Record
 
+CAUGHT_UP_BYTES = 64 << 10  # a fetch response this small means the consumer is caught up
 EARLIEST = -2
 LATEST = -1
 _RESET = {"earliest": EARLIEST, "latest": LATEST, "none": None}
@@ -387,6 +388,12 @@ class AsyncConsumer:
                     self._buffered_per_node[node] += 1
                     assert self._data_ready is not None
                     self._data_ready.set()
+                    if len(resp.tail) < CAUGHT_UP_BYTES:
+                        # Caught up with the log: let a waiting poll() return these
+                        # records before this task spends time sending the next fetch.
+                        # (Behind, the next fetch goes first, so the network overlaps
+                        # with decoding.)
+                        await asyncio.sleep(0)
                 if moved:
                     await asyncio.sleep(self.retry_backoff)
                     await self._safe_refresh()

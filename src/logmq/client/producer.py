@@ -47,29 +47,40 @@ def _to_bytes(v: bytes | str | None) -> bytes | None:
     raise TypeError(f"values and keys must be bytes or str, not {type(v).__name__}")
 
 
-class RecordHandle:
-    """What ``AsyncProducer.send`` returns: ``await`` it for the RecordMetadata."""
+_tuple_new = tuple.__new__
 
-    __slots__ = ("_batch", "_index")
 
-    def __init__(self, batch: ProducerBatch, index: int) -> None:
-        self._batch = batch
-        self._index = index
+class RecordHandle(tuple):
+    """What ``AsyncProducer.send`` returns: ``await`` it for the RecordMetadata.
+
+    A tuple subclass ``(batch, index, ...)`` made by ``tuple.__new__`` straight from
+    what the accumulator returns: ``send()`` is the per-record path, and a Python
+    ``__init__`` per record would cost a tenth of it.
+    """
+
+    __slots__ = ()
+
+    def __new__(cls, batch: ProducerBatch, index: int) -> RecordHandle:
+        return _tuple_new(cls, (batch, index))
 
     def done(self) -> bool:
-        return self._batch.done
+        return self[0].done
 
     def result(self) -> RecordMetadata:
         """The metadata of a completed send (raises its error)."""
-        if not self._batch.done:
+        batch = self[0]
+        if not batch.done:
             raise asyncio.InvalidStateError("send not completed yet")
-        return self._batch.metadata(self._index)
+        return batch.metadata(self[1])
 
     def __await__(self) -> Generator[Any, None, RecordMetadata]:
-        batch = self._batch
+        batch = self[0]
         if not batch.done:
             yield from batch.async_future(asyncio.get_running_loop()).__await__()
-        return batch.metadata(self._index)
+        return batch.metadata(self[1])
+
+    def __repr__(self) -> str:
+        return f"RecordHandle({self[0]!r}, index={self[1]})"
 
 
 class BulkHandle:
@@ -110,6 +121,10 @@ class AsyncProducer:
     a tight loop should ``await wait_for_space()`` now and then: it returns at once
     below ``buffer_memory`` buffered bytes. Past twice that, send raises BufferFullError.
     Idempotence is on by default (off with acks=0, which cannot retry).
+
+    ``batch_size`` defaults to 64 KiB, not Kafka's 16 KiB: a request costs this client
+    and the broker about a hundred times what a record costs, so 16 KiB batches
+    (~150 records of 100 bytes) spend more time on requests than on records.
     """
 
     def __init__(
@@ -118,7 +133,7 @@ class AsyncProducer:
         *,
         acks: int | str = 1,
         linger_ms: float = 5,
-        batch_size: int = 16384,
+        batch_size: int = 64 << 10,
         max_batch_records: int = 10000,
         bulk_batch_bytes: int = 1 << 20,
         compression: str = "none",
@@ -238,10 +253,9 @@ class AsyncProducer:
         """Queue one record; ``await`` the result for its RecordMetadata."""
         fast = self._append(topic, value, key, partition, headers, timestamp)
         if fast is not None:
-            batch, index, wake = fast
-            if wake:
+            if fast[2]:  # (batch, index, wake)
                 self._sender.wakeup.set()  # type: ignore[union-attr]
-            return RecordHandle(batch, index)
+            return _tuple_new(RecordHandle, fast)
         fut = self._loop.create_future()  # type: ignore[union-attr]
         self._queue_for_metadata(topic, value, key, partition, headers, timestamp, fut)
         return fut

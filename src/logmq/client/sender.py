@@ -26,6 +26,8 @@ from logmq.errors import (
 )
 from logmq.net.codec import ApiKey, Response
 
+TIMER_RESOLUTION = 0.001  # seconds; the event loop's timers are no finer
+
 
 def _now() -> float:
     return time.monotonic() * 1000
@@ -106,6 +108,10 @@ class Sender:
                     continue
                 # Ready but blocked (in-flight limit, retries in order): a response wakes us.
                 delay = self.retry_backoff_ms / 1000
+            elif delay < TIMER_RESOLUTION:
+                # uvloop rounds timers to whole milliseconds: a shorter timeout fires at
+                # once and the loop would spin until the deadline.
+                delay = TIMER_RESOLUTION
             try:
                 async with asyncio.timeout(delay):
                     await self.wakeup.wait()

@@ -96,6 +96,7 @@ class BrokerConnection(asyncio.BufferedProtocol):
             asyncio.Queue()
         )
         self._running: set[asyncio.Task] = set()
+        self._read_only: set[asyncio.Task] = set()  # cancelled if the peer goes away
         self._running_concurrent = True  # every running handler may overlap a produce
         self._write_resumed: asyncio.Future | None = None  # set while the protocol is paused
         self._idle_timer: asyncio.TimerHandle | None = None
@@ -159,7 +160,7 @@ class BrokerConnection(asyncio.BufferedProtocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._closed.set()
-        for task in self._running:
+        for task in self._read_only:
             task.cancel()  # nobody is left to answer: do not park fetches for a ghost
         self._wakeup.set()
         if self._write_resumed is not None and not self._write_resumed.done():
@@ -253,7 +254,7 @@ class BrokerConnection(asyncio.BufferedProtocol):
             except Exception:
                 log.exception("connection %s writer failed", self.peer)
             finally:
-                for task in list(self._running):
+                for task in list(self._read_only):
                     task.cancel()  # only left when the connection closed under us
                 if self._running:
                     await asyncio.gather(*self._running, return_exceptions=True)
@@ -268,10 +269,14 @@ class BrokerConnection(asyncio.BufferedProtocol):
         ones before them, so their durability waits (fsync, group commit) overlap; any
         other request first waits for every running handler, so a request never
         overtakes one sent before it (a produce after a CreateTopics sees the topic).
+
+        A peer that closes right after sending (acks=0 produce) still gets every fully
+        received request carried out; only the answers are abandoned. Read-only
+        requests have no effect to carry out, so they are skipped once the peer is gone.
         """
-        while not self._closed.is_set():
+        while True:
             if not self._queue:
-                if self._draining or self._conn.closing:
+                if self._draining or self._conn.closing or self._closed.is_set():
                     return
                 self._wakeup.clear()
                 await self._wakeup.wait()
@@ -282,6 +287,12 @@ class BrokerConnection(asyncio.BufferedProtocol):
                 if ev.fatal:
                     return
                 continue
+            read_only = self._server.is_read_only(ev.request)
+            if self._closed.is_set() and read_only:
+                skipped: asyncio.Future = self._loop.create_future()
+                skipped.set_result(None)
+                self._replies.put_nowait((ev, skipped, time.perf_counter()))
+                continue
             concurrent = self._server.is_concurrent(ev.request)
             if self._running and not (concurrent and self._running_concurrent):
                 await asyncio.wait(list(self._running))
@@ -291,6 +302,9 @@ class BrokerConnection(asyncio.BufferedProtocol):
             task = self._loop.create_task(self._server.handler(ev.request))
             self._running.add(task)
             task.add_done_callback(self._running.discard)
+            if read_only:
+                self._read_only.add(task)
+                task.add_done_callback(self._read_only.discard)
             self._replies.put_nowait((ev, task, time.perf_counter()))
 
     async def _write_loop(self) -> None:
@@ -425,10 +439,13 @@ class TcpServer:
         options: ServerOptions,
         metrics: Any = None,
         is_concurrent: Callable[[Request], bool] | None = None,
+        is_read_only: Callable[[Request], bool] | None = None,
     ):
         self.handler = handler
         # requests whose handlers may run while earlier ones of the connection still run
         self.is_concurrent = is_concurrent or (lambda _req: False)
+        # requests without side effects: not worth running once their peer is gone
+        self.is_read_only = is_read_only or (lambda _req: False)
         self.options = options
         self.metrics = metrics or _NullMetrics()
         self._server: asyncio.base_events.Server | None = None

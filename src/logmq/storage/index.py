@@ -142,10 +142,10 @@ class OffsetIndex(_Index):
     _pos_field = 1
 
     def append(self, offset: int, position: int) -> None:
-        if self.is_full:
+        n = self.entries
+        if n >= self.max_entries:
             return  # the log rolls on a full index; until then lookups scan a bit more
         rel = offset - self.base_offset
-        n = self.entries
         if n:
             last_rel, last_pos = self.ENTRY.unpack_from(self._mm, (n - 1) * 8)
             if rel <= last_rel or position <= last_pos:
@@ -192,15 +192,16 @@ class TimeIndex(_Index):
     _pos_field = 1
 
     def append(self, timestamp: int, offset: int) -> None:
-        if self.is_full:
+        n = self.entries
+        if n >= self.max_entries:
             return  # the log rolls on a full index; until then lookups scan a bit more
         rel = offset - self.base_offset
-        if self.entries:
-            last_ts, last_rel = self.entry(self.entries - 1)
+        if n:
+            last_ts, last_rel = self.ENTRY.unpack_from(self._mm, (n - 1) * 12)
             if timestamp <= last_ts or rel <= last_rel:
                 return
-        self.ENTRY.pack_into(self._mm, self.entries * self.width, timestamp, rel)
-        self.entries += 1
+        self.ENTRY.pack_into(self._mm, n * 12, timestamp, rel)
+        self.entries = n + 1
 
     def lookup(self, timestamp: int) -> int:
         """An offset such that every earlier batch of the segment has max timestamp < ts."""

@@ -1,10 +1,14 @@
 """All partition logs of one broker under one data directory, plus their chores.
 
 The manager owns the background tasks (retention, flush.ms flusher, checkpoints),
-the durability policy of appends (group commit, flush.messages), the per-topic
-configuration (persisted in ``topic-config.json``) and the shared LRU of open
-segment files. ``start`` loads every log, recovering those that did not shut down
+the durability policy of appends (group commit, flush.messages) and the shared LRU of
+open segment files. ``start`` loads every log, recovering those that did not shut down
 cleanly; ``stop`` flushes, checkpoints and leaves the clean-shutdown marker.
+
+Per-topic config overrides are not the storage's to persist: the caller's metadata
+(the broker's topic store, later the Raft metadata image) is their one source of
+truth. The caller hands them over before ``start`` (``topic_overrides``) and on every
+change (``create_log``/``set_topic_config``); the manager keeps them in memory only.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ import logging
 import os
 import shutil
 import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -32,7 +37,7 @@ CLEAN_SHUTDOWN = ".clean-shutdown"
 RECOVERY_POINT_CHECKPOINT = "recovery-point-checkpoint"
 REPLICATION_OFFSET_CHECKPOINT = "replication-offset-checkpoint"
 LOG_START_OFFSET_CHECKPOINT = "log-start-offset-checkpoint"
-TOPIC_CONFIG_FILE = "topic-config.json"
+LEGACY_TOPIC_CONFIG_FILE = "topic-config.json"  # older releases kept a copy of overrides here
 DELETE_SUFFIX = ".delete"
 
 
@@ -49,6 +54,9 @@ def _run_jobs(jobs: list[Any]) -> None:
         run_sync(job)
 
 
+TopicOverrides = Mapping[str, Mapping[str, str]]
+
+
 class LogManager:
     def __init__(
         self,
@@ -60,7 +68,10 @@ class LogManager:
         checkpoint_interval_ms: int = 60_000,
         flush_check_interval_ms: int = 100,
         idle_close_ms: int = 600_000,
+        topic_overrides: TopicOverrides | Callable[[], TopicOverrides] | None = None,
     ) -> None:
+        """``topic_overrides``: per-topic config overrides (or a callable returning them,
+        called once by ``start``) that the logs found on disk open with."""
         self.data_dir = Path(data_dir)
         self.default_config = default_config or LogConfig()
         self.cache = OpenFileCache(max_open_segments)
@@ -69,6 +80,7 @@ class LogManager:
         self.flush_check_interval_ms = flush_check_interval_ms
         self.idle_close_ms = idle_close_ms
         self._logs: dict[tuple[str, int], PartitionLog] = {}
+        self._initial_overrides = topic_overrides
         self._topic_overrides: dict[str, dict[str, str]] = {}
         self._committers: dict[tuple[str, int], _Committer] = {}
         self._tasks: list[asyncio.Task[None]] = []
@@ -93,9 +105,13 @@ class LogManager:
     def _load_all(self) -> None:
         marker = self.data_dir / CLEAN_SHUTDOWN
         clean = marker.exists()
-        overrides = ckpt.read_json(self.data_dir / TOPIC_CONFIG_FILE, {})
-        assert isinstance(overrides, dict)
-        self._topic_overrides = overrides
+        initial = self._initial_overrides
+        if callable(initial):
+            initial = initial()
+        for topic, overrides in (initial or {}).items():
+            self._topic_overrides[topic] = {str(k): str(v) for k, v in overrides.items()}
+        # The caller's metadata is authoritative; a stale copy must not mislead anyone.
+        (self.data_dir / LEGACY_TOPIC_CONFIG_FILE).unlink(missing_ok=True)
         rps = ckpt.read_offsets(self.data_dir / RECOVERY_POINT_CHECKPOINT)
         hws = ckpt.read_offsets(self.data_dir / REPLICATION_OFFSET_CHECKPOINT)
         lsos = ckpt.read_offsets(self.data_dir / LOG_START_OFFSET_CHECKPOINT)
@@ -225,22 +241,19 @@ class LogManager:
         os.replace(path, doomed)
         ckpt.fsync_dir(self.data_dir)
         shutil.rmtree(doomed, ignore_errors=True)
-        if not any(t == topic for t, _ in self._logs) and topic in self._topic_overrides:
-            del self._topic_overrides[topic]
-            self._save_topic_configs()
+        if not any(t == topic for t, _ in self._logs):
+            self._topic_overrides.pop(topic, None)
 
-    def set_topic_config(self, topic: str, overrides: dict[str, str]) -> None:
-        """Replace a topic's overrides (validated, persisted) and apply them to its logs."""
-        cfg = self.default_config.merged(overrides)  # raises InvalidConfigError
+    def set_topic_config(self, topic: str, overrides: Mapping[str, str]) -> None:
+        """Replace a topic's overrides (validated; in memory) and apply them to its logs.
+
+        Persisting them is the caller's job: it passes them back at the next start.
+        """
+        cfg = self.default_config.merged(dict(overrides))  # raises InvalidConfigError
         self._topic_overrides[topic] = {str(k): str(v) for k, v in overrides.items()}
-        self._save_topic_configs()
         for (t, _), plog in self._logs.items():
             if t == topic:
                 plog.config = cfg
-
-    def _save_topic_configs(self) -> None:
-        self.data_dir.mkdir(parents=True, exist_ok=True)
-        ckpt.write_json(self.data_dir / TOPIC_CONFIG_FILE, self._topic_overrides)
 
     # -- appends and durability -----------------------------------------------------------
 
@@ -319,6 +332,8 @@ class LogManager:
         for plog in list(self._logs.values()):
             if not plog.closed and plog.recovery_point < plog.active_segment.base_offset:
                 await self.sync(plog)
+            if not plog.closed:
+                plog.delete_expired_files()  # retired segments whose delete delay passed
         await asyncio.to_thread(self._write_offset_files, self._checkpoint_values())
 
     def _close_idle(self) -> int:

@@ -43,7 +43,21 @@ from logmq.storage.segment import (
     LogSegment,
     run_sync,
 )
-from logmq.storage.stamping import AppendInfo, count_offsets, stamp_batches, validate_batches
+from logmq.storage.stamping import (
+    F_LAST_OFFSET_DELTA,
+    F_LENGTH,
+    F_MAX_TIMESTAMP,
+    F_PRODUCER_ID,
+    F_RECORD_COUNT,
+    STAMP,
+    AppendInfo,
+    RawHeader,
+    check_batch,
+    count_offsets,
+    stamp_batches,
+    to_headers,
+    validate_batches,
+)
 
 __all__ = ["AppendInfo", "FileSlice", "PartitionLog", "parse_dir_name"]
 
@@ -78,7 +92,11 @@ class PartitionLog:
         log_start_offset: int = 0,
         high_watermark: int = 0,
         clock: Callable[[], int] = _now_ms,
+        auto_high_watermark: bool = True,
     ) -> None:
+        # auto_high_watermark: a single replica's HW is its log end offset, so appends
+        # move it; the replication layer turns this off and sets the HW itself.
+        self.auto_high_watermark = auto_high_watermark
         self.dir = Path(directory)
         self.topic, self.partition = parse_dir_name(self.dir.name)
         self.config = config or LogConfig()
@@ -93,6 +111,7 @@ class PartitionLog:
         self._flushed_messages = 0
         self.last_flush_ms = clock()
         self.cut_bytes = 0  # bytes recovery removed at open
+        self._pending_deletes: list[tuple[int, list[Path]]] = []  # (due ms, files)
         self.closed = False
         self._load(clean_shutdown, recovery_point, log_start_offset)
         self._hw = min(max(high_watermark, 0), self.log_end_offset)
@@ -210,9 +229,23 @@ class PartitionLog:
 
     def append(self, data: Any, *, leader_epoch: int = 0) -> AppendInfo:
         """Validate, assign offsets to and write one or more batches; all or nothing."""
-        self._check_open()
+        if self.closed:
+            self._check_open()
         mv = memoryview(data)
-        headers = validate_batches(mv, self.config.max_message_bytes, contiguous=True)
+        cfg = self.config
+        limit = len(mv)
+        if not limit:
+            raise CorruptRecordError("empty produce data: no record batch")
+        f = check_batch(mv, 0, limit, cfg.max_message_bytes, True)
+        size = f[F_LENGTH] + b.LOG_OVERHEAD
+        if size == limit and f[F_PRODUCER_ID] < 0 and cfg.message_timestamp_type != "LogAppendTime":
+            return self._append_one(mv, f, size, leader_epoch)
+        raw = [(0, f)]
+        while size < limit:
+            f = check_batch(mv, size, limit, cfg.max_message_bytes, True)
+            raw.append((size, f))
+            size += f[F_LENGTH] + b.LOG_OVERHEAD
+        headers = to_headers(raw)
         pending: dict[int, ProducerEntry] = {}
         keep = headers
         if any(h.producer_id >= 0 for _, h in headers):
@@ -223,15 +256,42 @@ class PartitionLog:
                 return AppendInfo(dups[0].first_offset, dups[-1].last_offset, max_ts, count, True)
         now = self.clock()
         first = self.log_end_offset
-        append_time = now if self.config.message_timestamp_type == "LogAppendTime" else None
+        append_time = now if cfg.message_timestamp_type == "LogAppendTime" else None
         w = stamp_batches(mv, keep, first, leader_epoch, log_append_time=append_time)
-        self._write(w.parts, w.size, w.infos, first, w.next_offset, now)
+        self._write(w.parts, w.size, w.infos, first, w.next_offset, w.max_timestamp)
         if pending:
             self.producer_state.commit(pending)
         if leader_epoch > self.leader_epochs.latest_epoch:
             self.leader_epochs.assign(leader_epoch, first)
         self._appended_messages += w.record_count
+        if self.auto_high_watermark:
+            self._hw = w.next_offset
         return AppendInfo(first, w.next_offset - 1, w.max_timestamp, w.record_count, False)
+
+    def _append_one(self, mv: memoryview, f: RawHeader, size: int, epoch: int) -> AppendInfo:
+        """The produce hot path: one batch, no producer id, CreateTime."""
+        first = self.log_end_offset
+        nxt = first + f[F_LAST_OFFSET_DELTA] + 1
+        max_ts = f[F_MAX_TIMESTAMP]
+        seg = self.segments[-1]
+        if seg.size and (
+            seg.size + size > self.config.segment_bytes
+            or nxt - seg.base_offset > _MAX_REL_OFFSET
+            or seg.index_full
+            or self._segment_expired(seg, max_ts)
+        ):
+            seg = self.roll(first)
+        seg.append_batch(
+            STAMP.pack(first, f[F_LENGTH], epoch), mv[STAMP.size : size], size, first, max_ts, nxt
+        )
+        self.log_end_offset = nxt
+        if self.auto_high_watermark:
+            self._hw = nxt
+        if epoch > self.leader_epochs.latest_epoch:
+            self.leader_epochs.assign(epoch, first)
+        count = f[F_RECORD_COUNT]
+        self._appended_messages += count
+        return AppendInfo(first, nxt - 1, max_ts, count, False)
 
     def _check_producers(
         self, headers: list[tuple[int, b.BatchHeader]], pending: dict[int, ProducerEntry]
@@ -267,14 +327,14 @@ class PartitionLog:
             expect = h.next_offset
         infos = [BatchInfo(p, h.size, h.base_offset, h.max_timestamp) for p, h in headers]
         first = headers[0][1].base_offset
-        self._write([mv], len(mv), infos, first, expect, self.clock())
+        max_ts = max(h.max_timestamp for _, h in headers)
+        self._write([mv], len(mv), infos, first, expect, max_ts)
         for _, h in headers:
             self.producer_state.replay(h)
             if h.leader_epoch > self.leader_epochs.latest_epoch:
                 self.leader_epochs.assign(h.leader_epoch, h.base_offset)
         count = sum(h.record_count for _, h in headers)
         self._appended_messages += count
-        max_ts = max(h.max_timestamp for _, h in headers)
         return AppendInfo(first, expect - 1, max_ts, count, False)
 
     def _write(
@@ -284,22 +344,44 @@ class PartitionLog:
         infos: list[BatchInfo],
         first: int,
         next_offset: int,
-        now: int,
+        max_timestamp: int,
     ) -> None:
         seg = self.active_segment
-        if seg.size and self._should_roll(seg, size, next_offset, now):
+        if seg.size and self._should_roll(seg, size, next_offset, max_timestamp):
             seg = self.roll(first)
         seg.append(parts, size, infos, next_offset)
         self.log_end_offset = next_offset
 
-    def _should_roll(self, seg: LogSegment, size: int, next_offset: int, now: int) -> bool:
+    def _should_roll(self, seg: LogSegment, size: int, next_offset: int, max_ts: int) -> bool:
         cfg = self.config
         return (
             seg.size + size > cfg.segment_bytes
-            or (seg.created_ms is not None and now - seg.created_ms >= cfg.segment_ms)
             or seg.index_full
             or next_offset - seg.base_offset > _MAX_REL_OFFSET
+            or self._segment_expired(seg, max_ts)
         )
+
+    def _segment_expired(
+        self, seg: LogSegment, timestamp: int | None, now_ms: int | None = None
+    ) -> bool:
+        """segment.ms, measured like Kafka from the max timestamp of the first batch.
+
+        On append ``timestamp`` is the new batch's max timestamp (so a producer's
+        consistent old timestamps never roll per batch); the periodic check passes
+        None and compares with now. The data carries that time, so a restart does
+        not postpone a roll. Segments whose first batch has no timestamp fall back
+        to when this process opened them.
+        """
+        first_ts = seg.first_batch_timestamp
+        if first_ts is not None and first_ts >= 0:
+            if timestamp is None:
+                timestamp = self.clock() if now_ms is None else now_ms
+            return timestamp - first_ts >= self.config.segment_ms
+        created = seg.created_ms
+        if created is None:
+            return False
+        now = self.clock() if now_ms is None else now_ms
+        return now - created >= self.config.segment_ms
 
     def roll(self, base_offset: int | None = None) -> LogSegment:
         """Start a new active segment at ``base_offset`` (default: the log end offset)."""
@@ -370,11 +452,11 @@ class PartitionLog:
             return
         offset = max(offset, 0)
         while len(self.segments) > 1 and self.segments[-1].base_offset >= offset:
-            self.segments.pop().delete()
+            self._retire(self.segments.pop())
             self._bases.pop()
         seg = self.segments[-1]
         if seg.base_offset >= offset:
-            seg.delete()
+            self._retire(seg)
             fresh = self._segment(offset, active=True, create=True)
             self.segments[-1] = fresh
             self._bases[-1] = offset
@@ -397,7 +479,7 @@ class PartitionLog:
         """Drop everything and restart the log at ``offset`` (a follower far behind)."""
         self._check_open()
         for seg in self.segments:
-            seg.delete()
+            self._retire(seg)
         seg = self._segment(offset, active=True, create=True)
         self.segments, self._bases = [seg], [offset]
         self.log_start_offset = self.log_end_offset = self.recovery_point = self._hw = offset
@@ -406,9 +488,12 @@ class PartitionLog:
         delete_snapshots(self.dir, above=-1)
 
     def advance_log_start_offset(self, offset: int) -> int:
-        """Make offsets below ``offset`` unreadable and delete segments wholly below it."""
+        """Make offsets below ``offset`` unreadable and delete segments wholly below it.
+
+        Capped at the high watermark, like retention: uncommitted data stays.
+        """
         self._check_open()
-        offset = min(offset, self.log_end_offset)
+        offset = min(offset, self._hw)
         if offset > self.log_start_offset:
             self.log_start_offset = offset
             self.leader_epochs.truncate_from_start(offset)
@@ -422,7 +507,7 @@ class PartitionLog:
         seg = self.segments.pop(0)
         self._bases.pop(0)
         log.info("deleting segment %s", seg.log_path)
-        seg.delete()
+        self._retire(seg)
         self.log_start_offset = max(self.log_start_offset, self.segments[0].base_offset)
         self.leader_epochs.truncate_from_start(self.log_start_offset)
         delete_snapshots(self.dir, below=min(self.log_start_offset, self._latest_snapshot()))
@@ -432,40 +517,86 @@ class PartitionLog:
         return snaps[-1] if snaps else 0
 
     def delete_old_segments(self, now_ms: int | None = None) -> int:
-        """Apply retention.ms and retention.bytes; never the active segment.
+        """Apply retention.ms and retention.bytes below the high watermark.
 
-        Returns the number of segments deleted.
+        Never deletes the active segment, nor a segment holding data at or above the
+        HW (a replicated log's tail is not yet committed). Also runs the deletion pass
+        for file.delete.delay.ms. Returns the number of segments deleted.
         """
         self._check_open()
         now = self.clock() if now_ms is None else now_ms
+        self.delete_expired_files(now)
         cfg = self.config
+        segs = self.segments
         deleted = 0
         if cfg.retention_ms >= 0:
-            while len(self.segments) > 1 and (
-                now - self.segments[0].max_timestamp > cfg.retention_ms
+            while (
+                len(segs) > 1
+                and segs[1].base_offset <= self._hw
+                and now - segs[0].max_timestamp > cfg.retention_ms
             ):
                 self._delete_oldest()
                 deleted += 1
         if cfg.retention_bytes >= 0:
             total = self.size_bytes()
-            while len(self.segments) > 1 and total - self.segments[0].size >= cfg.retention_bytes:
-                total -= self.segments[0].size
+            while (
+                len(segs) > 1
+                and segs[1].base_offset <= self._hw
+                and total - segs[0].size >= cfg.retention_bytes
+            ):
+                total -= segs[0].size
                 self._delete_oldest()
                 deleted += 1
         return deleted
 
     def roll_if_old(self, now_ms: int | None = None) -> bool:
         """Roll a non-empty active segment older than segment.ms (called periodically)."""
-        now = self.clock() if now_ms is None else now_ms
         seg = self.active_segment
-        if (
-            seg.size
-            and seg.created_ms is not None
-            and now - seg.created_ms >= self.config.segment_ms
-        ):
+        if not seg.size:
+            return False
+        expired = self._segment_expired(seg, None, now_ms)
+        if expired:
             self.roll()
-            return True
-        return False
+        return expired
+
+    def delete_expired_files(self, now_ms: int | None = None) -> int:
+        """Remove ``.deleted`` files whose file.delete.delay.ms has passed; returns how many.
+
+        The log manager should call this periodically; retention passes call it too.
+        """
+        if not self._pending_deletes:
+            return 0
+        now = self.clock() if now_ms is None else now_ms
+        removed = 0
+        keep = []
+        for due, paths in self._pending_deletes:
+            if due > now:
+                keep.append((due, paths))
+                continue
+            for path in paths:
+                try:
+                    path.unlink()
+                    removed += 1
+                except FileNotFoundError:
+                    pass
+                except OSError as e:
+                    log.error("could not remove %s: %s", path, e)
+        self._pending_deletes = keep
+        return removed
+
+    def _retire(self, seg: LogSegment) -> None:
+        """Delete a segment: renamed to ``.deleted`` now, removed after file.delete.delay.ms.
+
+        The delay gives anything still reading the old files by name time to finish;
+        a restart removes leftovers, so the rename alone is the point of no return.
+        """
+        paths = seg.rename_for_delete()
+        delay = self.config.file_delete_delay_ms
+        if delay > 0:
+            self._pending_deletes.append((self.clock() + delay, paths))
+        else:
+            for path in paths:
+                path.unlink(missing_ok=True)
 
     # -- durability -----------------------------------------------------------------------
 
@@ -511,6 +642,7 @@ class PartitionLog:
         self.write_producer_snapshot()
         for seg in self.segments:
             seg.close()
+        self.delete_expired_files(1 << 62)  # nothing reads them after close
         self.closed = True
 
     def close_handles(self) -> None:

@@ -128,6 +128,7 @@ class LogSegment:
         self.bytes_since_index = 0
         self._hints: dict[int, int] = {}  # base offset -> position, from recent reads
         self.created_ms: int | None = None  # set by the partition log (for segment.ms)
+        self._first_batch_ts: int | None = None  # read lazily from the file
         self.flushed_size = self.size
 
     # -- handles ----------------------------------------------------------------------
@@ -254,7 +255,67 @@ class LogSegment:
         pos = self.size
         self._open()
         assert self._file is not None and self._index is not None and self._time_index
-        fd = self._file.fileno()
+        self._write(self._file.fileno(), parts, size, pos)
+        idx, tidx = self._index, self._time_index
+        max_ts, since = self.max_timestamp, self.bytes_since_index
+        for info in batches:
+            if since >= self.index_interval and info.position + pos > 0:
+                idx.append(info.base_offset, pos + info.position)
+                tidx.append(max_ts, info.base_offset)
+                since = 0
+            max_ts = max(max_ts, info.max_timestamp)
+            since += info.size
+        if pos == 0 and batches:
+            self._first_batch_ts = batches[0].max_timestamp
+        self.bytes_since_index = since
+        self.size = pos + size
+        self.verified.add(pos, self.size)
+        self._next_offset = next_offset
+        self._max_timestamp = max_ts
+
+    def append_batch(
+        self,
+        prefix: bytes,
+        body: Any,
+        size: int,
+        base_offset: int,
+        max_timestamp: int,
+        next_offset: int,
+    ) -> None:
+        """``append`` for one stamped batch (prefix + rest): the produce hot path."""
+        pos = self.size
+        file = self._file
+        if file is None:
+            self._open()
+            file = self._file
+            assert file is not None
+        else:
+            self.cache.touch(self)
+        self._write(file.fd, [prefix, body], size, pos)
+        max_ts = self._max_timestamp
+        if max_ts is None:
+            max_ts = self.max_timestamp
+        since = self.bytes_since_index
+        if since >= self.index_interval and pos:
+            self._index.append(base_offset, pos)  # type: ignore[union-attr]
+            self._time_index.append(max_ts, base_offset)  # type: ignore[union-attr]
+            since = 0
+        elif not pos:
+            self._first_batch_ts = max_timestamp
+        self.bytes_since_index = since + size
+        self.size = end = pos + size
+        ends = self.verified.ends
+        if ends and ends[-1] == pos:
+            ends[-1] = end  # what VerifiedRanges.add does for a tail append, inline
+        else:
+            self.verified.add(pos, end)
+        self._next_offset = next_offset
+        if max_timestamp > max_ts:
+            self._max_timestamp = max_timestamp
+        else:
+            self._max_timestamp = max_ts
+
+    def _write(self, fd: int, parts: list[Any], size: int, pos: int) -> None:
         try:
             if len(parts) > _IOV_MAX:
                 parts = [b"".join(parts)]
@@ -268,20 +329,19 @@ class LogSegment:
             if e.errno in (errno.ENOSPC, errno.EDQUOT):
                 raise DiskFullError(f"disk full appending to {self.log_path}") from e
             raise StorageError(f"I/O error appending to {self.log_path}: {e}") from e
-        idx, tidx = self._index, self._time_index
-        max_ts, since = self.max_timestamp, self.bytes_since_index
-        for info in batches:
-            if since >= self.index_interval and info.position + pos > 0:
-                idx.append(info.base_offset, pos + info.position)
-                tidx.append(max_ts, info.base_offset)
-                since = 0
-            max_ts = max(max_ts, info.max_timestamp)
-            since += info.size
-        self.bytes_since_index = since
-        self.size = pos + size
-        self.verified.add(pos, self.size)
-        self._next_offset = next_offset
-        self._max_timestamp = max_ts
+
+    @property
+    def first_batch_timestamp(self) -> int | None:
+        """Max timestamp of the first batch (what segment.ms measures from), None if empty."""
+        if not self.size:
+            return None
+        if self._first_batch_ts is None:
+            try:
+                self._first_batch_ts = self.header_at(0).max_timestamp
+            except CorruptRecordError as e:  # reads report the damage; rolls fall back
+                log.error("cannot read the first batch header of %s: %s", self.log_path, e)
+                return -1
+        return self._first_batch_ts
 
     def _undo_partial_write(self, fd: int, pos: int) -> None:
         try:
@@ -294,7 +354,9 @@ class LogSegment:
     def index_full(self) -> bool:
         """True when an open index has no room left (a closed one is checked on reopen)."""
         idx, tidx = self._index, self._time_index
-        return idx is not None and tidx is not None and (idx.is_full or tidx.is_full)
+        if idx is None or tidx is None:
+            return False
+        return idx.entries >= idx.max_entries or tidx.entries >= tidx.max_entries
 
     # -- reading ------------------------------------------------------------------------
 
@@ -424,6 +486,7 @@ class LogSegment:
             os.ftruncate(self.file.fileno(), valid)
             self.size = valid
         self._hints.clear()
+        self._first_batch_ts = None
         self.verified = VerifiedRanges()
         self.verified.add(0, self.size)
         self.flushed_size = min(self.flushed_size, self.size)
@@ -436,6 +499,7 @@ class LogSegment:
             return self.next_offset
         pos, h = found
         self._hints.clear()
+        self._first_batch_ts = None
         os.ftruncate(self.file.fileno(), pos)
         self.size = pos
         self.flushed_size = min(self.flushed_size, pos)
@@ -469,6 +533,15 @@ class LogSegment:
 
     def delete(self) -> None:
         """Rename every file to ``.deleted`` (crash-safe intent), then remove them."""
+        for path in self.rename_for_delete():
+            path.unlink(missing_ok=True)
+
+    def rename_for_delete(self) -> list[Path]:
+        """Close and rename every file to ``.deleted``; returns the new paths.
+
+        A crash after the rename leaves only ``.deleted`` files, which the next open
+        removes, so the segment is gone either way.
+        """
         self.close()
         renamed = []
         for path in (self.log_path, self.index_path, self.time_index_path):
@@ -478,8 +551,7 @@ class LogSegment:
                 renamed.append(target)
             except FileNotFoundError:
                 pass
-        for path in renamed:
-            path.unlink(missing_ok=True)
+        return renamed
 
 
 def run_sync(job: tuple[SharedFile, int, list[Path]]) -> int:

@@ -1,9 +1,12 @@
 """Turning produce bytes into stamped write buffers (sans-IO, per batch).
 
-Validation reads headers and checksums only. Stamping never copies a batch: each one
-becomes a fresh 16-byte prefix (base offset, length, leader epoch, which the checksum
-does not cover) plus a memoryview of the caller's bytes from offset 16, ready for a
-single ``pwritev``. Only LogAppendTime, which rewrites checksummed fields, copies.
+Validation reads headers and checksums only, and keeps each header as the plain tuple
+``batch.HEADER`` unpacks: building a frozen ``BatchHeader`` costs more than the
+checksum of a 100 KB batch, so one is made only where producer state needs it.
+Stamping never copies a batch: each one becomes a fresh 16-byte prefix (base offset,
+length, leader epoch, which the checksum does not cover) plus a memoryview of the
+caller's bytes from offset 16, ready for a single ``pwritev``. Only LogAppendTime,
+which rewrites checksummed fields, copies.
 """
 
 from __future__ import annotations
@@ -11,6 +14,8 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass, field
 from typing import Any
+
+import xxhash
 
 from logmq.errors import CorruptRecordError, MessageTooLargeError
 from logmq.storage import batch as b
@@ -24,7 +29,33 @@ _MAX_TIMESTAMP_POS = 39
 STAMP = struct.Struct(">qii")  # base_offset, batch_length, leader_epoch: not checksummed
 assert STAMP.size == b.MAGIC_POS
 
+# Positions in the tuple ``batch.HEADER`` unpacks (the BatchHeader field order).
+(
+    F_BASE_OFFSET,
+    F_LENGTH,
+    F_LEADER_EPOCH,
+    F_MAGIC,
+    F_CHECKSUM,
+    F_ATTRIBUTES,
+    F_LAST_OFFSET_DELTA,
+    F_FIRST_TIMESTAMP,
+    F_MAX_TIMESTAMP,
+    F_PRODUCER_ID,
+    F_PRODUCER_EPOCH,
+    F_BASE_SEQUENCE,
+    F_RECORD_COUNT,
+) = range(13)
+
+RawHeader = tuple[int, ...]  # as ``batch.HEADER.unpack_from`` returns it
 Located = list[tuple[int, b.BatchHeader]]  # (position in the request, header)
+RawLocated = list[tuple[int, RawHeader]]
+
+_unpack_header = b.HEADER.unpack_from
+_hash = xxhash.xxh3_64_intdigest
+_HEADER_SIZE = b.HEADER_SIZE
+_OVERHEAD = b.LOG_OVERHEAD
+_MIN_LENGTH = b.HEADER_SIZE - b.LOG_OVERHEAD
+_CHECKSUM_START = b.CHECKSUM_START
 
 
 @dataclass(slots=True)
@@ -48,21 +79,68 @@ class StampedWrite:
     max_timestamp: int = -1
 
 
-def validate_batches(mv: memoryview, max_batch_bytes: int, *, contiguous: bool) -> Located:
-    """Validate every batch of a request (header and checksum, no record decoding)."""
-    headers = []
-    pos, limit = 0, len(mv)
+def check_batch(
+    mv: memoryview, pos: int, limit: int, max_batch_bytes: int, contiguous: bool
+) -> RawHeader:
+    """Validate the batch at ``pos`` (the checks of ``batch.validate``); return its fields.
+
+    Raises MessageTooLargeError over ``max_batch_bytes``, else CorruptRecordError
+    naming what is wrong.
+    """
+    avail = limit - pos
+    if avail < _HEADER_SIZE:
+        if avail >= _OVERHEAD and b.peek_size(mv, pos) > max_batch_bytes:
+            _too_large(b.peek_size(mv, pos), max_batch_bytes)
+        raise CorruptRecordError(f"truncated batch header: {avail} of {_HEADER_SIZE} bytes")
+    f = _unpack_header(mv, pos)
+    length = f[F_LENGTH]
+    size = length + _OVERHEAD
+    if size > max_batch_bytes:
+        _too_large(size, max_batch_bytes)
+    if length < _MIN_LENGTH or size > b.MAX_BATCH_SIZE:
+        raise CorruptRecordError(f"invalid batch length {length}")
+    if size > avail:
+        raise CorruptRecordError(f"truncated batch: {avail} of {size} bytes")
+    if f[F_MAGIC] != b.MAGIC:
+        raise CorruptRecordError(f"unsupported batch format version {f[F_MAGIC]}")
+    count, delta = f[F_RECORD_COUNT], f[F_LAST_OFFSET_DELTA]
+    if count <= 0:
+        raise CorruptRecordError(f"invalid record count {count}")
+    if delta < count - 1 or (contiguous and delta != count - 1):
+        raise CorruptRecordError(f"last offset delta {delta} does not fit {count} records")
+    if f[F_ATTRIBUTES] & b.Compression.MASK > b.Compression.LZ4:
+        raise CorruptRecordError(f"unknown compression codec {f[F_ATTRIBUTES] & 7}")
+    if _hash(mv[pos + _CHECKSUM_START : pos + size]) != f[F_CHECKSUM]:
+        raise CorruptRecordError("checksum mismatch")
+    return f
+
+
+def _too_large(size: int, limit: int) -> None:
+    raise MessageTooLargeError(f"batch of {size} bytes exceeds max.message.bytes {limit}")
+
+
+def validate_raw(mv: memoryview, max_batch_bytes: int, *, contiguous: bool) -> RawLocated:
+    """Validate every batch of a request; (position, raw header fields) of each."""
+    limit = len(mv)
     if not limit:
         raise CorruptRecordError("empty produce data: no record batch")
+    out = []
+    pos = 0
     while pos < limit:
-        if limit - pos >= b.LOG_OVERHEAD and b.peek_size(mv, pos) > max_batch_bytes:
-            raise MessageTooLargeError(
-                f"batch of {b.peek_size(mv, pos)} bytes exceeds max.message.bytes {max_batch_bytes}"
-            )
-        h = b.validate(mv, pos, contiguous=contiguous)
-        headers.append((pos, h))
-        pos += h.size
-    return headers
+        f = check_batch(mv, pos, limit, max_batch_bytes, contiguous)
+        out.append((pos, f))
+        pos += f[F_LENGTH] + _OVERHEAD
+    return out
+
+
+def to_headers(raw: RawLocated) -> Located:
+    """Full BatchHeader objects, for the paths that track producer state."""
+    return [(p, b.BatchHeader(*f)) for p, f in raw]
+
+
+def validate_batches(mv: memoryview, max_batch_bytes: int, *, contiguous: bool) -> Located:
+    """Validate every batch of a request (header and checksum, no record decoding)."""
+    return to_headers(validate_raw(mv, max_batch_bytes, contiguous=contiguous))
 
 
 def stamp_batches(
