@@ -1,0 +1,1 @@
+"""logmq as a PySpark source and sink (Python Data Source API)."""

@@ -1,0 +1,1 @@
+"""Cluster metadata: the records, the image and the controller (sans-IO)."""
