@@ -1,4 +1,9 @@
-"""``logmq consume TOPIC``: print records as text or JSON lines until a limit is reached."""
+"""``logmq consume TOPIC``: print records as text or JSON lines until a limit is reached.
+
+With ``--group`` it consumes as a member of a consumer group: it reads its share of the
+partitions, starts where the group's committed offsets say, and commits what it printed
+(automatically while it runs, and exactly up to the last printed record when it exits).
+"""
 
 from __future__ import annotations
 
@@ -71,6 +76,13 @@ class IdleTimer:
     help="How keys and values are turned into text: UTF-8 (undecodable bytes "
     "as \\xNN escapes) or base64.",
 )
+@click.option(
+    "--group",
+    "-g",
+    "group_id",
+    default=None,
+    help="Consume as a member of this consumer group, committing what is printed.",
+)
 @click.option("--print-key", is_flag=True, help="Text format: print KEY<sep>VALUE.")
 @click.option("--key-separator", default="\t", show_default=repr("\t"))
 @click.pass_obj
@@ -85,12 +97,19 @@ def consume(
     timeout: float | None,
     fmt: str,
     encoding: str,
+    group_id: str | None,
     print_key: bool,
     key_separator: str,
 ) -> None:
-    """Print records of TOPIC, one per line, newest first unless told where to start."""
+    """Print records of TOPIC, one per line, newest first unless told where to start.
+
+    With --group, where to start is the group's committed offset; --from-beginning only
+    applies to partitions the group has not committed yet.
+    """
     if offset is not None and from_beginning:
         raise click.UsageError("--offset and --from-beginning are exclusive")
+    if group_id is not None and (offset is not None or partition is not None):
+        raise click.UsageError("--group assigns partitions itself: no --partition or --offset")
     with Admin(ctx.bootstrap, request_timeout_ms=ctx.request_timeout_ms) as admin:
         desc = admin.describe_topics([topic])[topic]
     partitions = sorted(p.partition for p in desc.partitions)
@@ -100,18 +119,29 @@ def consume(
         partitions = [partition]
     out = sys.stdout
     count = 0
+    group_options = {}
+    if group_id is not None:
+        group_options = {
+            "group_id": group_id,
+            "topics": [topic],
+            "auto_offset_reset": "earliest" if from_beginning else "latest",
+        }
     with Consumer(
-        ctx.bootstrap, request_timeout_ms=ctx.request_timeout_ms, fetch_max_wait_ms=200
+        ctx.bootstrap,
+        request_timeout_ms=ctx.request_timeout_ms,
+        fetch_max_wait_ms=200,
+        **group_options,
     ) as consumer:
-        tps = [(topic, p) for p in partitions]
-        consumer.assign(tps)
-        if offset is not None:
-            for tp in tps:
-                consumer.seek(*tp, offset)
-        elif from_beginning:
-            consumer.seek_to_beginning(*tps)
-        else:
-            consumer.seek_to_end(*tps)
+        if group_id is None:
+            tps = [(topic, p) for p in partitions]
+            consumer.assign(tps)
+            if offset is not None:
+                for tp in tps:
+                    consumer.seek(*tp, offset)
+            elif from_beginning:
+                consumer.seek_to_beginning(*tps)
+            else:
+                consumer.seek_to_end(*tps)
         idle = IdleTimer(timeout, time.monotonic())
         try:
             while max_records is None or count < max_records:

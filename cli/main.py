@@ -1,4 +1,4 @@
-"""The ``logmq`` command: topics, console produce/consume and benchmarks.
+"""The ``logmq`` command: topics, consumer groups, console produce/consume and benchmarks.
 
 Every subcommand reaches the cluster through ``--bootstrap`` (or ``LOGMQ_BOOTSTRAP``).
 """
@@ -10,6 +10,7 @@ import click
 from logmq_cli.bench import bench
 from logmq_cli.common import DEFAULT_BOOTSTRAP, CliContext
 from logmq_cli.consume import consume
+from logmq_cli.group import group
 from logmq_cli.produce import produce
 from logmq_cli.topic import topic
 
@@ -33,11 +34,12 @@ from logmq_cli.topic import topic
 @click.version_option(package_name="logmq")
 @click.pass_context
 def cli(ctx: click.Context, bootstrap: str, request_timeout: float) -> None:
-    """logmq: manage topics, produce and consume from the console, run benchmarks."""
+    """logmq: manage topics and consumer groups, produce and consume from the console, run
+    benchmarks."""
     ctx.obj = CliContext(bootstrap=bootstrap, request_timeout_ms=int(request_timeout * 1000))
 
 
-for _command in (topic, produce, consume, bench):
+for _command in (topic, group, produce, consume, bench):
     cli.add_command(_command)
 
 if __name__ == "__main__":  # pragma: no cover

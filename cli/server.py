@@ -9,6 +9,7 @@ harness wait for instead of polling the port.
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import signal
 import sys
@@ -62,6 +63,10 @@ def _parse_topic_configs(items: tuple[str, ...]) -> dict[str, str]:
 async def serve(config: BrokerConfig) -> None:
     broker = Broker(config)
     await broker.start()
+    # Everything allocated so far (modules, classes, loaded logs) lives until shutdown:
+    # frozen, it is never rescanned, so full collections stay short (latency p99).
+    gc.collect()
+    gc.freeze()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -121,6 +126,19 @@ async def serve(config: BrokerConfig) -> None:
 @click.option("--zero-copy/--no-zero-copy", default=True, help="os.sendfile for fetches.")
 @click.option("--max-fetch-wait-ms", type=click.IntRange(0), default=30_000)
 @click.option("--shutdown-grace-ms", type=click.IntRange(0), default=10_000)
+@click.option(
+    "--offsets-topic-partitions",
+    type=click.IntRange(1, 10_000),
+    default=50,
+    help="Partitions of __consumer_offsets when the broker creates it.",
+)
+@click.option("--group-session-timeout-ms", type=click.IntRange(1), default=45_000)
+@click.option("--group-min-session-timeout-ms", type=click.IntRange(1), default=6_000)
+@click.option("--group-max-session-timeout-ms", type=click.IntRange(1), default=300_000)
+@click.option("--group-heartbeat-interval-ms", type=click.IntRange(1), default=5_000)
+@click.option("--group-rebalance-timeout-ms", type=click.IntRange(1), default=300_000)
+@click.option("--offset-metadata-max-bytes", type=click.IntRange(0), default=4096)
+@click.option("--offset-commit-max-bytes", type=click.IntRange(4096), default=1 << 20)
 @click.option(
     "--topic-config",
     multiple=True,

@@ -37,12 +37,15 @@ class ErrorCode(IntEnum):
     UNKNOWN_MEMBER_ID = 25
     INVALID_SESSION_TIMEOUT = 26
     REBALANCE_IN_PROGRESS = 27
+    INVALID_COMMIT_OFFSET_SIZE = 28  # one offset commit too big to write as one batch
     INVALID_TIMESTAMP = 32
     UNSUPPORTED_VERSION = 35
     TOPIC_ALREADY_EXISTS = 36
     INVALID_PARTITIONS = 37
     INVALID_REPLICATION_FACTOR = 38
+    INVALID_REPLICA_ASSIGNMENT = 39
     INVALID_CONFIG = 40
+    NOT_CONTROLLER = 41
     INVALID_REQUEST = 42
     POLICY_VIOLATION = 44
     OUT_OF_ORDER_SEQUENCE_NUMBER = 45
@@ -54,7 +57,15 @@ class ErrorCode(IntEnum):
     GROUP_ID_NOT_FOUND = 69
     FENCED_LEADER_EPOCH = 74
     UNKNOWN_LEADER_EPOCH = 75
+    STALE_BROKER_EPOCH = 77
+    PREFERRED_LEADER_NOT_AVAILABLE = 80
+    ELIGIBLE_LEADERS_NOT_AVAILABLE = 83
+    ELECTION_NOT_NEEDED = 84
     INVALID_RECORD = 87
+    INVALID_UPDATE_VERSION = 95
+    BROKER_ID_NOT_REGISTERED = 102
+    INCONSISTENT_CLUSTER_ID = 104
+    INELIGIBLE_REPLICA = 107
     FENCED_MEMBER_EPOCH = 110
     STALE_MEMBER_EPOCH = 113
     # logmq-specific codes start at 1000.
@@ -88,6 +99,8 @@ _RETRIABLE = frozenset(
         ErrorCode.STORAGE_ERROR,
         ErrorCode.FENCED_LEADER_EPOCH,
         ErrorCode.UNKNOWN_LEADER_EPOCH,
+        ErrorCode.NOT_CONTROLLER,
+        ErrorCode.ELIGIBLE_LEADERS_NOT_AVAILABLE,
         ErrorCode.KAFKA_STORAGE_FULL,
     }
 )
@@ -124,6 +137,12 @@ class UnknownTopicOrPartitionError(LogMQError):
 
 class MessageTooLargeError(LogMQError):
     code = ErrorCode.MESSAGE_TOO_LARGE
+
+
+class InvalidRecordError(LogMQError):
+    """A valid batch whose records break a topic rule (a keyless record in a compacted topic)."""
+
+    code = ErrorCode.INVALID_RECORD
 
 
 class StorageError(LogMQError):
@@ -188,3 +207,18 @@ def error_for(code: int, message: str = "") -> LogMQError:
     if cls is LogMQError:
         return LogMQError(message, ec)
     return cls(message)
+
+
+# Raised by the consumer for conditions several wire codes lead to; kept out of
+# ``error_for``'s table because those codes mean other things for other requests.
+class CommitFailedError(LogMQError):
+    """An offset commit was refused because this consumer is no longer the group member
+    that owned the partitions (fenced, expired or replaced): another member may already
+    be processing them, so the records consumed since the last commit may be processed
+    twice. ``.code`` is the broker's reason (UNKNOWN_MEMBER_ID, FENCED_MEMBER_EPOCH...)."""
+
+    code = ErrorCode.UNKNOWN_MEMBER_ID
+
+
+class NoOffsetForPartitionError(OffsetOutOfRangeError):
+    """A partition has no committed offset and ``auto_offset_reset`` is ``"none"``."""

@@ -5,7 +5,8 @@ In-process broker; every way the broker could read a segment into a Python objec
 which the storage reads to find batch boundaries) is patched to fail for the duration
 of the fetches, and os.sendfile is wrapped to count bytes. The client (in
 this same process) must still receive exactly the produced batches, and the counted
-sendfile bytes must equal the record bytes of the responses.
+sendfile bytes must equal the record bytes of the responses. The batches are large, so
+every response takes the sendfile path (small ones are read and written instead).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import os
 
 import pytest
 
+from logmq.net.server import SENDFILE_MIN_BYTES
 from logmq.storage import batch as b
 from logmq.storage import segment
 from tests.harness import inprocess_broker
@@ -45,6 +47,7 @@ async def test_fetch_bytes_never_pass_through_python(tmp_path, monkeypatch, zero
         b.encode_values([marker + b"-%d-%d" % (i, j) + b"x" * 200 for j in range(500)], timestamp=i)
         for i in range(8)
     ]
+    assert min(map(len, batches)) >= SENDFILE_MIN_BYTES  # every response is a large one
     expected = b"".join(batches)
     async with inprocess_broker(tmp_path / "d", zero_copy=zero_copy) as br:  # noqa: SIM117
         async with await RawClient.connect(br.port) as c:
@@ -85,3 +88,27 @@ async def test_fetch_bytes_never_pass_through_python(tmp_path, monkeypatch, zero
         assert sum(sent) == len(got)
     else:
         assert sent == []
+
+
+async def test_small_fetch_responses_skip_sendfile(tmp_path, monkeypatch):
+    """Under SENDFILE_MIN_BYTES a response is read and written in one go: same bytes."""
+    small = b.encode_values([b"v%d" % i for i in range(10)], timestamp=1)
+    assert len(small) < SENDFILE_MIN_BYTES
+    async with inprocess_broker(tmp_path / "d", zero_copy=True) as br:  # noqa: SIM117
+        async with await RawClient.connect(br.port) as c:
+            await c.create_topic("small", 1)
+            assert (await c.produce("small", 0, small))["error"] == 0
+            sent: list[int] = []
+            real_sendfile = os.sendfile
+
+            def counting_sendfile(out_fd, in_fd, offset, count):
+                sent.append(count)
+                return real_sendfile(out_fd, in_fd, offset, count)
+
+            monkeypatch.setattr(os, "sendfile", counting_sendfile)
+            meta, data = await c.fetch("small", 0, 0, partition_max_bytes=1 << 20)
+            monkeypatch.undo()
+    assert meta["error"] == 0 and sent == []
+    stored = bytearray(small)
+    b.stamp(stored, 0, 0, 0)
+    assert data == bytes(stored)

@@ -30,10 +30,13 @@ def test_offset_lookup_matches_brute_force(tmp_path_factory, steps, probe, trim)
     idx, out = build(path, steps)
     if trim:
         idx.close()
-    else:  # crash: the file stays preallocated with a zero tail
-        idx._mm.close()
-        assert path.stat().st_size == 4096
-    # Reopened (trimmed or still preallocated): the entry count is recovered.
+    else:  # flushed, then a crash; earlier versions left the file preallocated (zeros)
+        idx.flush()
+        assert path.stat().st_size == 8 * len(out)
+        with open(path, "r+b") as f:
+            f.truncate(4096)
+        del idx
+    # Reopened (trimmed or with a zero tail): the entry count is recovered.
     idx = OffsetIndex(path, 1000, 4096, writable=not trim)
     assert idx.entries == len(out)
     below = [e for e in out if e[0] <= probe]
@@ -55,3 +58,26 @@ def test_time_index_lookup(tmp_path):
     assert t.max_entries == 100
     t.close()
     assert TimeIndex(tmp_path / "0.timeindex", 0, 1200, writable=False).entries == 3
+
+
+def test_active_index_reaches_its_file_on_flush_and_trim(tmp_path):
+    path = tmp_path / "0.index"
+    idx = OffsetIndex(path, 1000, 4096, writable=True)
+    for i in range(1, 6):
+        idx.append(1000 + 10 * i, 100 * i)
+    assert path.stat().st_size == 0  # appends stay in memory: no write faults
+    assert idx.lookup(1031) == (1030, 300)
+    idx.flush()
+    assert path.stat().st_size == 40
+    idx.truncate_to_offset(1030)  # cut at once: the file never lists removed batches
+    assert path.stat().st_size == 16 and idx.last() == (1020, 200)
+    idx.append(1025, 250)
+    idx.trim()
+    assert path.stat().st_size == 24 and not idx.writable
+    assert [idx.entry(i) for i in range(idx.entries)] == [(10, 100), (20, 200), (25, 250)]
+    idx.close()
+    reopened = OffsetIndex(path, 1000, 4096, writable=True)
+    assert reopened.entries == 3 and reopened.lookup(1026) == (1025, 250)
+    reopened.append(1030, 300)
+    reopened.close()
+    assert OffsetIndex(path, 1000, 4096, writable=False).last() == (1030, 300)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from logmq.broker.group_coordinator import PROTECTED_OFFSETS_CONFIGS
 from logmq.broker.metadata_store import TopicInfo, is_internal, topic_name_error
 from logmq.broker.request_fields import (
     InvalidRequestError,
@@ -19,6 +20,7 @@ from logmq.broker.request_fields import (
     req_str_map,
 )
 from logmq.errors import ErrorCode, InvalidConfigError, LogMQError
+from logmq.group import OFFSETS_TOPIC
 from logmq.net.codec import Request
 from logmq.net.server import Reply
 from logmq.storage.config import LogConfig
@@ -167,6 +169,10 @@ class AdminApi:
                     _entry(name, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"unknown topic {name!r}")
                 )
                 continue
+            if is_internal(name):
+                message = f"{name!r} is an internal topic and cannot be deleted"
+                out.append(_entry(name, ErrorCode.INVALID_TOPIC_EXCEPTION, message))
+                continue
             self.b.delete_topic(name)
             out.append(_entry(name))
         return Reply({"topics": out})
@@ -264,6 +270,8 @@ class AdminApi:
                         raise InvalidRequestError("'delete' must list config names")
                     new.pop(key, None)
                 LogConfig.from_dict(dict(new))
+                if name == OFFSETS_TOPIC:
+                    _check_offsets_configs(info.configs, new)
                 if not validate_only:
                     store.set_configs(name, new)
                     self.b.logs.set_topic_config(name, dict(new))
@@ -284,3 +292,13 @@ class AdminApi:
         if pid >= 0 and 0 <= epoch < MAX_PRODUCER_EPOCH and ids.was_issued(pid):
             return Reply({"error": 0, "producer_id": pid, "producer_epoch": epoch + 1})
         return Reply({"error": 0, "producer_id": ids.next_id(), "producer_epoch": 0})
+
+
+def _check_offsets_configs(old: dict[str, str], new: dict[str, str]) -> None:
+    """Retention must never delete the newest value of a key of the offsets topic."""
+    for key in PROTECTED_OFFSETS_CONFIGS:
+        if new.get(key) != old.get(key):
+            raise InvalidConfigError(
+                f"{key} of {OFFSETS_TOPIC} cannot be changed: the topic must stay compacted "
+                "and never lose a key's newest value"
+            )

@@ -2,8 +2,8 @@
 
 ``Broker`` owns every long-lived piece and their order of start and stop. Stop is the
 orderly shutdown SIGTERM asks for: stop accepting, wake parked fetches, let every
-connection answer what it already read, then flush the logs and write the
-clean-shutdown marker (LogManager.stop).
+connection answer what it already read, stop the group coordinator, then flush the logs
+and write the clean-shutdown marker (LogManager.stop).
 """
 
 from __future__ import annotations
@@ -15,6 +15,8 @@ from logmq.broker.admin_api import AdminApi
 from logmq.broker.config import BrokerConfig
 from logmq.broker.data_api import DataApi
 from logmq.broker.fetch_waiter import FetchWaiters
+from logmq.broker.group_api import GroupApi
+from logmq.broker.group_coordinator import GroupCoordinatorService
 from logmq.broker.metadata_store import (
     MetaProperties,
     TopicInfo,
@@ -46,6 +48,14 @@ SUPPORTED_APIS: dict[int, tuple[int, int]] = {
     ApiKey.INIT_PRODUCER_ID: (0, 0),
     ApiKey.DESCRIBE_CONFIGS: (0, 0),
     ApiKey.ALTER_CONFIGS: (0, 0),
+    ApiKey.FIND_COORDINATOR: (0, 0),
+    ApiKey.CONSUMER_GROUP_HEARTBEAT: (0, 0),
+    ApiKey.OFFSET_COMMIT: (0, 0),
+    ApiKey.OFFSET_FETCH: (0, 0),
+    ApiKey.LIST_GROUPS: (0, 0),
+    ApiKey.CONSUMER_GROUP_DESCRIBE: (0, 0),
+    ApiKey.DELETE_GROUPS: (0, 0),
+    ApiKey.OFFSET_DELETE: (0, 0),
 }
 
 # requests without side effects: skipped when their client has already gone away
@@ -56,6 +66,21 @@ READ_ONLY_APIS = frozenset(
         ApiKey.LIST_OFFSETS,
         ApiKey.API_VERSIONS,
         ApiKey.DESCRIBE_CONFIGS,
+        ApiKey.OFFSET_FETCH,
+        ApiKey.LIST_GROUPS,
+        ApiKey.CONSUMER_GROUP_DESCRIBE,
+    }
+)
+
+# requests that may start while earlier ones of their connection still run: they wait
+# on durability (fsync), and each enqueues its work before its first await, so they
+# still take effect in arrival order (see DataApi.produce and group_api)
+CONCURRENT_APIS = frozenset(
+    {
+        ApiKey.PRODUCE,
+        ApiKey.OFFSET_COMMIT,
+        ApiKey.OFFSET_FETCH,
+        ApiKey.CONSUMER_GROUP_HEARTBEAT,
     }
 )
 
@@ -85,12 +110,15 @@ class Broker:
                 zero_copy=config.zero_copy,
             ),
             self.metrics,
-            is_concurrent=lambda req: req.api_key == ApiKey.PRODUCE,
+            is_concurrent=lambda req: req.api_key in CONCURRENT_APIS,
             is_read_only=lambda req: req.api_key in READ_ONLY_APIS,
         )
         self.metrics_server: MetricsServer | None = None
         self.admin = AdminApi(self)
         self.data = DataApi(self)
+        self.groups = GroupCoordinatorService(self)
+        self.group_api = GroupApi(self)
+        self.metrics.register_group_stats(self.groups.stats)
         self._handlers = {
             ApiKey.API_VERSIONS: self.admin.api_versions,
             ApiKey.METADATA: self.admin.metadata,
@@ -102,6 +130,14 @@ class Broker:
             ApiKey.PRODUCE: self.data.produce,
             ApiKey.FETCH: self.data.fetch,
             ApiKey.LIST_OFFSETS: self.data.list_offsets,
+            ApiKey.FIND_COORDINATOR: self.group_api.find_coordinator,
+            ApiKey.CONSUMER_GROUP_HEARTBEAT: self.group_api.consumer_group_heartbeat,
+            ApiKey.OFFSET_COMMIT: self.group_api.offset_commit,
+            ApiKey.OFFSET_FETCH: self.group_api.offset_fetch,
+            ApiKey.LIST_GROUPS: self.group_api.list_groups,
+            ApiKey.CONSUMER_GROUP_DESCRIBE: self.group_api.consumer_group_describe,
+            ApiKey.DELETE_GROUPS: self.group_api.delete_groups,
+            ApiKey.OFFSET_DELETE: self.group_api.offset_delete,
         }
         self._started = False
 
@@ -132,6 +168,7 @@ class Broker:
         await self.logs.start()
         try:
             self._reconcile_logs()
+            self.groups.start()
             await self.server.start(cfg.host, cfg.port)
             if cfg.metrics_port is not None:
                 self.metrics_server = MetricsServer(self.metrics)
@@ -141,6 +178,7 @@ class Broker:
                 )
         except BaseException:
             await self.server.stop(0)
+            await self.groups.stop()
             await self.logs.stop()
             raise
         self._started = True
@@ -161,6 +199,7 @@ class Broker:
         await self.server.stop(self.config.shutdown_grace_ms / 1000, self.waiters.wake_all)
         if self.metrics_server is not None:
             await self.metrics_server.stop()
+        await self.groups.stop()  # after the connections: their requests were answered
         assert self.logs is not None
         await self.logs.stop()
         log.info("broker stopped cleanly")
@@ -203,6 +242,7 @@ class Broker:
         self.topics.add(info)
         for p in range(info.partitions):
             self.logs.create_log(info.name, p, dict(info.configs))
+        self.groups.topics_changed()
 
     def create_internal_topic(
         self, name: str, partitions: int, configs: dict[str, str] | None = None
@@ -228,6 +268,7 @@ class Broker:
             if self._find_log(name, p) is not None:
                 self.logs.delete_log(name, p)
             self.waiters.notify((name, p))
+        self.groups.topics_changed(deleted=(name,))
 
     def maybe_auto_create(self, topic: str) -> TopicInfo | None:
         """Auto-create ``topic`` when the broker allows it and the name is valid."""

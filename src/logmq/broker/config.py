@@ -14,6 +14,10 @@ from typing import Any
 
 from logmq.net.codec import DEFAULT_MAX_FRAME_SIZE
 
+# An offset commit's records go into one batch of __consumer_offsets, whose
+# max.message.bytes (group_coordinator.OFFSETS_TOPIC_CONFIGS) leaves room for more.
+OFFSETS_MAX_COMMIT_LIMIT = 8 << 20
+
 
 @dataclass(frozen=True, slots=True)
 class BrokerConfig:
@@ -37,6 +41,15 @@ class BrokerConfig:
     shutdown_grace_ms: int = 10_000  # how long in-flight requests get on SIGTERM
     producer_id_block_size: int = 1000
     topic_defaults: dict[str, str] = field(default_factory=dict)  # broker-wide LogConfig
+    # consumer groups (docs/consumer-groups.md)
+    offsets_topic_partitions: int = 50  # partitions of __consumer_offsets when created
+    group_session_timeout_ms: int = 45_000  # for members that do not ask for their own
+    group_min_session_timeout_ms: int = 6_000
+    group_max_session_timeout_ms: int = 300_000
+    group_heartbeat_interval_ms: int = 5_000
+    group_rebalance_timeout_ms: int = 300_000  # for members that do not send their own
+    offset_metadata_max_bytes: int = 4096
+    offset_commit_max_bytes: int = 1 << 20  # records of one OffsetCommit
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "data_dir", Path(self.data_dir))
@@ -52,6 +65,24 @@ class BrokerConfig:
             "max_fetch_wait_ms": self.max_fetch_wait_ms >= 0,
             "shutdown_grace_ms": self.shutdown_grace_ms >= 0,
             "producer_id_block_size": self.producer_id_block_size >= 1,
+            "offsets_topic_partitions": 1 <= self.offsets_topic_partitions <= 10_000,
+            "group_min_session_timeout_ms": self.group_min_session_timeout_ms >= 1,
+            "group_max_session_timeout_ms": (
+                self.group_max_session_timeout_ms >= self.group_min_session_timeout_ms
+            ),
+            "group_session_timeout_ms": (
+                self.group_min_session_timeout_ms
+                <= self.group_session_timeout_ms
+                <= self.group_max_session_timeout_ms
+            ),
+            "group_heartbeat_interval_ms": (
+                1 <= self.group_heartbeat_interval_ms < self.group_session_timeout_ms
+            ),
+            "group_rebalance_timeout_ms": self.group_rebalance_timeout_ms >= 1,
+            "offset_metadata_max_bytes": self.offset_metadata_max_bytes >= 0,
+            "offset_commit_max_bytes": (
+                4096 <= self.offset_commit_max_bytes <= OFFSETS_MAX_COMMIT_LIMIT
+            ),
         }
         if self.metrics_port is not None:
             checks["metrics_port"] = 0 <= self.metrics_port <= 65535

@@ -13,6 +13,7 @@ import asyncio
 import logging
 from typing import TYPE_CHECKING, Any
 
+from logmq.broker.metadata_store import is_internal
 from logmq.broker.request_fields import InvalidRequestError, req_int, req_list, req_str
 from logmq.errors import ErrorCode, LogMQError
 from logmq.net.codec import Request
@@ -74,6 +75,14 @@ def first_record_at_or_after(plog: PartitionLog, ts: int) -> tuple[int, int]:
 class DataApi:
     def __init__(self, broker: Broker):
         self.b = broker
+        self._event_loop: asyncio.AbstractEventLoop | None = None
+
+    def _loop(self) -> asyncio.AbstractEventLoop:
+        """The running loop, looked up once (on 3.11 each lookup is a getpid() syscall)."""
+        loop = self._event_loop
+        if loop is None or loop.is_closed():
+            loop = self._event_loop = asyncio.get_running_loop()
+        return loop
 
     def _log_for(self, topic: str, partition: int, *, auto_create: bool = False) -> PartitionLog:
         plog = self.b.get_log(topic, partition)
@@ -132,13 +141,13 @@ class DataApi:
         # a task created before this handler first yields; handlers take their first
         # step in arrival order, so the appends start in arrival order too. (Awaiting
         # one coroutine directly would let it overtake an earlier request's tasks.)
-        results = await asyncio.gather(
-            *(
-                self._append(req.api_key, name, partition, data)
-                for name, parts in work
-                for partition, data in parts
-            )
-        )
+        loop = self._loop()
+        tasks = [
+            loop.create_task(self._append(req.api_key, name, partition, data))
+            for name, parts in work
+            for partition, data in parts
+        ]
+        results = [await tasks[0]] if len(tasks) == 1 else await asyncio.gather(*tasks)
         out = []
         i = 0
         for name, parts in work:
@@ -150,6 +159,11 @@ class DataApi:
 
     async def _append(self, api_key: int, topic: str, partition: int, data: memoryview) -> dict:
         try:
+            if is_internal(topic):  # only the broker itself writes __consumer_offsets
+                raise LogMQError(
+                    f"{topic!r} is an internal topic: clients cannot produce to it",
+                    ErrorCode.INVALID_TOPIC_EXCEPTION,
+                )
             plog = self._log_for(topic, partition, auto_create=True)
             if not data:
                 raise LogMQError("empty record set", ErrorCode.CORRUPT_MESSAGE)
@@ -212,7 +226,7 @@ class DataApi:
                 )
             wanted.append((req_str(t, "topic"), parts))
 
-        loop = asyncio.get_running_loop()
+        loop = self._loop()
         deadline = loop.time() + max_wait_ms / 1000
         tps = [(name, p[0]) for name, parts in wanted for p in parts]
         while True:

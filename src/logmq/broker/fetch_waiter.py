@@ -15,16 +15,17 @@ TopicPartition = tuple[str, int]
 
 class FetchWaiters:
     def __init__(self) -> None:
-        self._waiting: dict[TopicPartition, set[asyncio.Future[None]]] = {}
+        self._waiting: dict[TopicPartition, set[asyncio.Future[bool]]] = {}
         self._closed = False
         self._parked = 0
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     def notify(self, tp: TopicPartition) -> None:
         futs = self._waiting.pop(tp, None)
         if futs:
             for fut in futs:
                 if not fut.done():
-                    fut.set_result(None)
+                    fut.set_result(True)
 
     @property
     def closed(self) -> bool:
@@ -50,18 +51,21 @@ class FetchWaiters:
             return False
         if timeout <= 0:
             return False
-        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        loop = self._loop
+        if loop is None or loop.is_closed():
+            loop = self._loop = asyncio.get_running_loop()
+        fut: asyncio.Future[bool] = loop.create_future()
         keys = list(tps)
         for tp in keys:
             self._waiting.setdefault(tp, set()).add(fut)
         self._parked += 1
+        # A timer that resolves the future (False) instead of asyncio.timeout, which
+        # looks the loop and task up per call: this runs for every parked fetch.
+        timer = loop.call_later(timeout, _expire, fut)
         try:
-            async with asyncio.timeout(timeout):
-                await fut
-            return not self._closed
-        except TimeoutError:
-            return False
+            return await fut and not self._closed
         finally:
+            timer.cancel()
             self._parked -= 1
             for tp in keys:
                 s = self._waiting.get(tp)
@@ -69,3 +73,8 @@ class FetchWaiters:
                     s.discard(fut)
                     if not s:
                         del self._waiting[tp]
+
+
+def _expire(fut: asyncio.Future[bool]) -> None:
+    if not fut.done():
+        fut.set_result(False)

@@ -103,6 +103,28 @@ class BrokerMetrics:
                 "logmq_parked_fetches", "Long-poll fetches waiting for data", registry=r
             ).set_function(parked_fetches)
 
+    # -- consumer groups ----------------------------------------------------------------
+    def register_group_stats(self, stats: Callable[[], tuple[int, int]]) -> None:
+        """Gauges of the groups and members this broker coordinates (at scrape time)."""
+        self._offset_commits = Counter(
+            "logmq_offset_commits",
+            "Partition offsets committed by consumer groups (rate = commits/s)",
+            registry=self.registry,
+        )
+        Gauge(
+            "logmq_consumer_groups",
+            "Consumer groups this broker coordinates",
+            registry=self.registry,
+        ).set_function(lambda: stats()[0])
+        Gauge(
+            "logmq_consumer_group_members",
+            "Members of the consumer groups this broker coordinates",
+            registry=self.registry,
+        ).set_function(lambda: stats()[1])
+
+    def offsets_committed(self, partitions: int) -> None:
+        self._offset_commits.inc(partitions)
+
     def connection_opened(self) -> None:
         self._connections.inc()
 

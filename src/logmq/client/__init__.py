@@ -19,9 +19,11 @@ timestamp_delta, key, value, headers)`` tuples (see ``FetchedBatch``), with
 
 Module map: connection (one pipelined socket) + response_reader (sans-IO frame
 splitting into reused buffers), cluster (metadata, routing,
-ListOffsets), accumulator + inflight (sans-IO batching and sequence bookkeeping),
-sender (the producer's I/O task), producer, fetcher (sans-IO response decoding),
-consumer, admin, sync (blocking wrappers).
+ListOffsets, group coordinators), accumulator + inflight (sans-IO batching and sequence
+bookkeeping), sender (the producer's I/O task), producer, fetcher (sans-IO response
+decoding), consumer, group_membership (sans-IO KIP-848 member state machine) +
+group_session (its asyncio shell in the consumer), group_offsets (OffsetCommit /
+OffsetFetch), admin + group_admin, sync (blocking wrappers).
 """
 
 from logmq.client.admin import (
@@ -33,6 +35,8 @@ from logmq.client.admin import (
 )
 from logmq.client.consumer import AsyncConsumer
 from logmq.client.fetcher import FetchedBatch
+from logmq.client.group_admin import GroupDescription, GroupListing, GroupMember, GroupPartition
+from logmq.client.group_offsets import OffsetAndMetadata
 from logmq.client.producer import AsyncProducer, BufferFullError, BulkHandle, RecordHandle
 from logmq.client.sync import Admin, Consumer, LoopThread, Producer, RecordFuture
 
@@ -46,8 +50,13 @@ __all__ = [
     "ConfigEntry",
     "Consumer",
     "FetchedBatch",
+    "GroupDescription",
+    "GroupListing",
+    "GroupMember",
+    "GroupPartition",
     "LoopThread",
     "NewTopic",
+    "OffsetAndMetadata",
     "PartitionDescription",
     "Producer",
     "RecordFuture",

@@ -1,4 +1,4 @@
-"""AsyncAdmin: topics, configs and offsets.
+"""AsyncAdmin: topics, configs, offsets and consumer groups.
 
 Each call is one request (routed to the controller when the cluster names one, else any
 broker); per-topic errors are raised as the matching ``errors.*`` exception after the
@@ -11,7 +11,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from logmq.client import group_admin
 from logmq.client.cluster import ClusterClient, PartitionInfo, TopicPartition
+from logmq.client.group_admin import GroupDescription, GroupListing
+from logmq.client.group_offsets import OffsetAndMetadata
 from logmq.errors import ErrorCode, LogMQError, error_for
 from logmq.net.codec import ApiKey, Response
 
@@ -239,3 +242,49 @@ class AsyncAdmin:
     ) -> dict[TopicPartition, tuple[int, int]]:
         """Map ``(topic, partition)`` to -2, -1 or a time; returns ``(offset, timestamp)`` each."""
         return await self._cluster.list_offsets(dict(requests))
+
+    # -- consumer groups (client/group_admin.py) -----------------------------------
+    async def list_groups(self, states: Iterable[str] | None = None) -> list[GroupListing]:
+        """Every consumer group, optionally only those in ``states``."""
+        return await group_admin.list_groups(self._cluster, states)
+
+    async def describe_group(self, group_id: str) -> GroupDescription:
+        """Members, assignment, committed offset, log end offset and lag per partition."""
+        return await group_admin.describe_group(self._cluster, group_id)
+
+    async def delete_group(self, group_id: str) -> None:
+        """Delete an empty group and its committed offsets."""
+        await group_admin.delete_groups(self._cluster, [group_id])
+
+    async def delete_groups(self, group_ids: Iterable[str]) -> None:
+        await group_admin.delete_groups(self._cluster, list(group_ids))
+
+    async def commit_group_offsets(
+        self,
+        group_id: str,
+        offsets: Mapping[TopicPartition, Any],
+        metadata: str | None = None,
+    ) -> None:
+        """Commit ``{(topic, partition): offset}`` for a group with no live members
+        (standalone consumers, the Spark source); NON_EMPTY_GROUP otherwise."""
+        await group_admin.commit_group_offsets(self._cluster, group_id, offsets, metadata)
+
+    async def alter_group_offsets(
+        self,
+        group_id: str,
+        offsets: Mapping[TopicPartition, Any],
+        metadata: str | None = None,
+    ) -> None:
+        """Reset a group's committed offsets (the group must have no live members)."""
+        await group_admin.commit_group_offsets(self._cluster, group_id, offsets, metadata)
+
+    async def group_offsets(
+        self, group_id: str, partitions: Iterable[TopicPartition] | None = None
+    ) -> dict[TopicPartition, OffsetAndMetadata]:
+        """The group's committed offsets (partitions without a commit are left out)."""
+        return await group_admin.group_offsets(self._cluster, group_id, partitions)
+
+    async def delete_group_offsets(
+        self, group_id: str, partitions: Iterable[TopicPartition]
+    ) -> None:
+        await group_admin.delete_group_offsets(self._cluster, group_id, partitions)

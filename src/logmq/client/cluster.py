@@ -4,13 +4,17 @@
 so another thread may read the current snapshot without a lock: refreshes replace it
 whole). ``ClusterClient`` owns one ``BrokerConnection`` per broker, routes requests to
 partition leaders and refreshes metadata when a leader is unknown or has moved.
+
+Group requests go to the group's coordinator (found with FindCoordinator and cached)
+over a connection of their own: the broker answers a connection's requests in order,
+and a heartbeat must not queue behind a fetch that long-polls for half a second.
 """
 
 from __future__ import annotations
 
 import asyncio
 import random
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,6 +30,13 @@ from logmq.errors import (
 from logmq.net.codec import ApiKey, Response
 
 TopicPartition = tuple[str, int]
+_COORDINATOR_MOVED = frozenset(
+    {
+        ErrorCode.NOT_COORDINATOR,
+        ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
+        ErrorCode.COORDINATOR_NOT_AVAILABLE,
+    }
+)
 
 
 @dataclass(slots=True, frozen=True)
@@ -180,6 +191,9 @@ class ClusterClient:
         self._bootstrap_conn: BrokerConnection | None = None
         self._refresh: asyncio.Task[ClusterMetadata] | None = None
         self._wanted: set[str] = set()
+        self._coordinators: dict[str, BrokerInfo] = {}  # group id -> its coordinator
+        self._coordinator_conns: dict[int, BrokerConnection] = {}
+        self._coordinator_lock: asyncio.Lock | None = None
         self._closed = False
 
     # -- connections --------------------------------------------------------------
@@ -407,11 +421,104 @@ class ClusterClient:
                 return first_at_or_after(pd, target)
         return None
 
+    # -- group coordinators ---------------------------------------------------------
+    async def find_coordinator(self, group_id: str) -> BrokerInfo:
+        """The broker coordinating ``group_id`` (cached until ``forget_coordinator``)."""
+        cached = self._coordinators.get(group_id)
+        if cached is not None:
+            return cached
+        resp = await self.request_any(ApiKey.FIND_COORDINATOR, {"key_type": 0, "keys": [group_id]})
+        for entry in resp.body.get("coordinators") or ():
+            if entry.get("key") != group_id:
+                continue
+            code = entry.get("error", 0)
+            if code:
+                raise error_for(code, entry.get("message") or f"FindCoordinator {group_id!r}")
+            info = BrokerInfo(entry["node_id"], entry["host"], entry["port"])
+            self._coordinators[group_id] = info
+            return info
+        raise error_for(
+            ErrorCode.COORDINATOR_NOT_AVAILABLE, f"no coordinator named for group {group_id!r}"
+        )
+
+    def forget_coordinator(self, group_id: str) -> None:
+        """The coordinator moved or failed: the next group request looks it up again."""
+        info = self._coordinators.pop(group_id, None)
+        if info is not None and info not in self._coordinators.values():
+            conn = self._coordinator_conns.get(info.node_id)
+            if conn is not None and not conn.is_open:
+                del self._coordinator_conns[info.node_id]
+
+    async def coordinator_connection(self, group_id: str) -> BrokerConnection:
+        """A connection to ``group_id``'s coordinator used only for group requests."""
+        if self._closed:
+            raise ConnectionError_("client is closed")
+        info = await self.find_coordinator(group_id)
+        conn = self._coordinator_conns.get(info.node_id)
+        if conn is not None and conn.is_open:
+            return conn
+        if self._coordinator_lock is None:
+            self._coordinator_lock = asyncio.Lock()
+        async with self._coordinator_lock:
+            conn = self._coordinator_conns.get(info.node_id)
+            if conn is None or not conn.is_open:
+                try:
+                    conn = await self._open(info.host, info.port, info.node_id)
+                except ConnectionError_:
+                    self.forget_coordinator(group_id)
+                    raise
+                if self._closed:
+                    conn.close()
+                    raise ConnectionError_("client is closed")
+                self._coordinator_conns[info.node_id] = conn
+            return conn
+
+    async def group_request(
+        self,
+        group_id: str,
+        api_key: int,
+        body: dict[str, Any],
+        *,
+        error_of: Callable[[dict[str, Any]], int] = lambda b: b.get("error", 0),
+        timeout: float | None = None,
+    ) -> Response:
+        """Send ``body`` to the group's coordinator, finding it again and retrying (with
+        backoff, until ``timeout``) on NOT_COORDINATOR, COORDINATOR_LOAD_IN_PROGRESS,
+        COORDINATOR_NOT_AVAILABLE and lost connections. ``error_of`` reads the
+        response's group-level error code. Any other answer is returned as it is."""
+        loop = asyncio.get_running_loop()
+        timeout = self.request_timeout if timeout is None else timeout
+        deadline = loop.time() + timeout
+        attempt = 0
+        while True:
+            try:
+                conn = await self.coordinator_connection(group_id)
+                resp = await conn.request(api_key, body, timeout=max(0.001, deadline - loop.time()))
+                code = error_of(resp.body)
+                if code not in _COORDINATOR_MOVED:
+                    return resp
+                err: LogMQError = error_for(code, resp.body.get("message") or "")
+            except (ConnectionError_, RequestTimedOutError) as e:
+                err = e
+            except LogMQError as e:
+                if e.code not in _COORDINATOR_MOVED:
+                    raise
+                err = e
+            self.forget_coordinator(group_id)
+            attempt += 1
+            delay = min(1.0, self._backoff() * (1 << min(attempt - 1, 4)))
+            if loop.time() + delay >= deadline:
+                raise RequestTimedOutError(
+                    f"{ApiKey(api_key).name} for group {group_id!r} failed: {err}"
+                ) from None
+            await asyncio.sleep(delay)
+
     async def close(self) -> None:
         self._closed = True
         if self._refresh is not None and not self._refresh.done():
             self._refresh.cancel()
-        conns = list(self._connections.values())
+        conns = list(self._connections.values()) + list(self._coordinator_conns.values())
+        self._coordinator_conns.clear()
         if self._bootstrap_conn is not None:
             conns.append(self._bootstrap_conn)
         self._connections.clear()

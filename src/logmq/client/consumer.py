@@ -6,12 +6,21 @@ already on its way, starting where the buffered data ends. Every batch is checks
 before it is decoded, so a corrupt batch raises CorruptRecordError and is never
 returned. Seeking bumps a per-partition epoch so data fetched for the old position is
 dropped without waiting for it.
+
+With ``group_id`` and ``topics`` (or ``pattern``) the consumer is a member of a consumer
+group: a GroupSession (client/group_session.py) heartbeats to the coordinator and adds
+and removes partitions here one by one, so the partitions that stay keep fetching
+through every rebalance. Positions are committed with ``commit()`` /
+``commit_async()`` or automatically (``enable_auto_commit``): auto-commit and
+revocation commit what the application has finished with, i.e. the positions as of
+its latest ``poll()`` call, which makes processing at-least-once.
 """
 
 from __future__ import annotations
 
 import asyncio
 import collections
+import re
 from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -23,11 +32,14 @@ from logmq.client.fetcher import (
     fetch_body,
     parse_fetch_response,
 )
+from logmq.client.group_consumer import GroupConsumerMixin
+from logmq.client.group_session import Listener
 from logmq.errors import (
     ConnectionError_,
     ErrorCode,
     LogMQError,
     MessageTooLargeError,
+    NoOffsetForPartitionError,
     OffsetOutOfRangeError,
     error_for,
 )
@@ -55,6 +67,9 @@ class _PartitionState:
     high_watermark: int = -1
     log_start_offset: int = -1
     error: LogMQError | None = None  # raised by the next poll()
+    paused: bool = False  # by pause(), or while a group revokes it: not fetched
+    processed: int | None = None  # position at the latest poll() call: done with
+    committed: int | None = None  # last offset known committed for the group
 
 
 @dataclass(slots=True)
@@ -63,12 +78,12 @@ class _CompletedFetch:
     parts: collections.deque[tuple[int, PartitionData]] = field(default_factory=collections.deque)
 
 
-class AsyncConsumer:
-    """Consume assigned partitions from asyncio code (consumer groups come later).
+class AsyncConsumer(GroupConsumerMixin):
+    """Consume assigned partitions, or a consumer group's share of topics, from asyncio.
 
     ``poll()`` returns Records; ``poll_batches()`` is the batch-wise fast path returning
     FetchedBatch objects whose ``rows`` are the raw decoded records. ``async for record
-    in consumer`` iterates forever.
+    in consumer`` iterates forever. Group options are described in docs/clients.md.
     """
 
     def __init__(
@@ -76,6 +91,19 @@ class AsyncConsumer:
         bootstrap: str,
         *,
         group_id: str | None = None,
+        topics: Iterable[str] | None = None,
+        pattern: str | re.Pattern[str] | None = None,
+        on_assigned: Listener | None = None,
+        on_revoked: Listener | None = None,
+        on_lost: Listener | None = None,
+        group_instance_id: str | None = None,
+        session_timeout_ms: int | None = None,
+        heartbeat_interval_ms: int = 3000,
+        rebalance_timeout_ms: int = 300_000,
+        server_assignor: str | None = None,
+        enable_auto_commit: bool = True,
+        auto_commit_interval_ms: int = 5000,
+        metadata_max_age_ms: int = 300_000,
         client_id: str = "logmq-consumer",
         auto_offset_reset: str = "latest",
         fetch_min_bytes: int = 1,
@@ -88,7 +116,6 @@ class AsyncConsumer:
     ) -> None:
         if auto_offset_reset not in _RESET:
             raise ValueError("auto_offset_reset must be 'earliest', 'latest' or 'none'")
-        self.group_id = group_id  # reserved for consumer groups
         self.auto_offset_reset = auto_offset_reset
         self.fetch_min_bytes = fetch_min_bytes
         self.fetch_max_bytes = fetch_max_bytes
@@ -108,6 +135,23 @@ class AsyncConsumer:
         self._buffered_per_node: collections.Counter[int] = collections.Counter()
         self._fetchers: dict[int, asyncio.Task[None]] = {}
         self._rotation = 0
+        self._init_group(
+            group_id,
+            topics=topics,
+            pattern=pattern,
+            instance_id=group_instance_id,
+            session_timeout_ms=session_timeout_ms,
+            rebalance_timeout_ms=rebalance_timeout_ms,
+            server_assignor=server_assignor,
+            heartbeat_interval_ms=heartbeat_interval_ms,
+            retry_backoff_ms=retry_backoff_ms,
+            on_assigned=on_assigned,
+            on_revoked=on_revoked,
+            on_lost=on_lost,
+            enable_auto_commit=enable_auto_commit,
+            auto_commit_interval_ms=auto_commit_interval_ms,
+            metadata_max_age_ms=metadata_max_age_ms,
+        )
         self._changed: asyncio.Event | None = None
         self._data_ready: asyncio.Event | None = None
         self._slot_free: asyncio.Event | None = None
@@ -127,6 +171,8 @@ class AsyncConsumer:
                 raise
             self._started = True
             self._spawn_fetchers()
+            if self._group is not None:
+                await self._group.start()
         return self
 
     async def __aenter__(self) -> AsyncConsumer:
@@ -136,8 +182,14 @@ class AsyncConsumer:
         await self.close()
 
     async def close(self) -> None:
+        """Stop; a group member first commits (with auto-commit), gives up its
+        partitions (on_revoked) and leaves the group."""
         if self._closed:
             return
+        if self._commits:
+            await asyncio.wait(self._commits, timeout=self.request_timeout)
+        if self._group is not None and self._started:
+            await self._group.close(self.request_timeout)
         self._closed = True
         tasks = list(self._fetchers.values())
         for t in tasks:
@@ -149,6 +201,8 @@ class AsyncConsumer:
     # -- assignment and positions -------------------------------------------------
     def assign(self, partitions: Iterable[TopicPartition]) -> None:
         """Consume exactly these (topic, partition) pairs from now on."""
+        if self._group is not None:
+            raise ValueError("assign() cannot be used on a consumer subscribed to a group")
         wanted = [(str(t), int(p)) for t, p in partitions]
         old = self._assigned
         self._assigned = {tp: old.get(tp) or _PartitionState() for tp in wanted}
@@ -159,6 +213,46 @@ class AsyncConsumer:
 
     def assignment(self) -> set[TopicPartition]:
         return set(self._assigned)
+
+    # -- pausing ---------------------------------------------------------------------
+    def pause(self, *partitions: TopicPartition) -> None:
+        """Stop fetching these partitions (poll() returns none of their records) until
+        ``resume``; a group member keeps them and keeps heartbeating."""
+        for tp in partitions:
+            st = self._state(*tp)
+            st.paused = True
+            self._refetch(tp, st)
+
+    def resume(self, *partitions: TopicPartition) -> None:
+        for tp in partitions:
+            self._state(*tp).paused = False
+        self._signal_change()
+
+    def paused(self) -> set[TopicPartition]:
+        return {tp for tp, st in self._assigned.items() if st.paused}
+
+    def _wake_poll(self) -> None:
+        if self._data_ready is not None:
+            self._data_ready.set()
+
+    async def _reset_offsets(self, tps: list[TopicPartition]) -> dict[TopicPartition, int]:
+        """Starting positions by ``auto_offset_reset`` (empty if 'none' or on failure:
+        the fetch loop resolves, or reports, those later)."""
+        where = _RESET[self.auto_offset_reset]
+        if where is None:
+            return {}
+        try:
+            found = await self._cluster.list_offsets(dict.fromkeys(tps, where))
+        except LogMQError:
+            return {}
+        return {tp: off for tp, (off, _) in found.items()}
+
+    def _add_partition(
+        self, tp: TopicPartition, position: int | None, committed: int | None
+    ) -> None:
+        st = _PartitionState(position=position, fetch_position=position, committed=committed)
+        st.processed = position
+        self._assigned[tp] = st
 
     def _state(self, topic: str, partition: int) -> _PartitionState:
         st = self._assigned.get((topic, partition))
@@ -243,9 +337,11 @@ class AsyncConsumer:
         where = _RESET[self.auto_offset_reset]
         if where is None:
             for tp in todo:
-                self._assigned[tp].error = OffsetOutOfRangeError(
-                    f"no position for {tp[0]}-{tp[1]} and auto_offset_reset is 'none'"
+                self._assigned[tp].error = NoOffsetForPartitionError(
+                    f"no position (no committed offset) for {tp[0]}-{tp[1]} and "
+                    "auto_offset_reset is 'none': seek() to choose one"
                 )
+            self._wake_poll()
             return
         offsets = await self._cluster.list_offsets(dict.fromkeys(todo, where))
         for tp, (offset, _) in offsets.items():
@@ -272,8 +368,14 @@ class AsyncConsumer:
         limit = max_records or self.max_poll_records
         loop = asyncio.get_running_loop()
         deadline = loop.time() + max(0.0, timeout)
+        # Everything returned before this call is processed: auto-commit may take it.
+        for st in self._assigned.values():
+            st.processed = st.position
         while True:
             self._data_ready.clear()
+            if self._group is not None and self._group.error is not None:
+                err, self._group.error = self._group.error, None
+                raise err
             out = self._drain(limit, batches)
             if out:
                 return out
@@ -442,7 +544,7 @@ class AsyncConsumer:
             self._rotation = (self._rotation + 1) % len(items)
             items = items[self._rotation :] + items[: self._rotation]
         for tp, st in items:
-            if st.fetch_position is None or st.error is not None:
+            if st.fetch_position is None or st.error is not None or st.paused:
                 continue
             if self._cluster.metadata.leader_for(*tp) != node or budget <= 0:
                 continue
@@ -479,6 +581,8 @@ class AsyncConsumer:
             st = self._assigned.get(pd.tp)
             if st is None or st.epoch != epochs.get(pd.tp) or st.fetch_position != pd.fetch_offset:
                 continue  # seeked or unassigned while the fetch was in flight
+            if st.paused:
+                continue
             if pd.error != ErrorCode.NONE:
                 if pd.error == ErrorCode.OFFSET_OUT_OF_RANGE:
                     self._out_of_range(pd.tp, st)

@@ -24,6 +24,8 @@ from logmq.client.admin import AsyncAdmin, ConfigEntry, NewTopic, TopicDescripti
 from logmq.client.cluster import TopicPartition
 from logmq.client.consumer import AsyncConsumer
 from logmq.client.fetcher import FetchedBatch
+from logmq.client.group_admin import GroupDescription, GroupListing
+from logmq.client.group_offsets import OffsetAndMetadata, OffsetsArg
 from logmq.client.producer import AsyncProducer, BufferFullError
 from logmq.errors import LogMQError
 from logmq.records import Record, RecordMetadata
@@ -248,10 +250,18 @@ class Producer(_Client):
 
 
 class Consumer(_Client):
-    """Blocking consumer; iterate it for records, or call poll()/poll_batches()."""
+    """Blocking consumer; iterate it for records, or call poll()/poll_batches().
+
+    Plain-function rebalance listeners run in a worker thread, so they may call this
+    consumer's blocking methods (``commit()`` in ``on_revoked``, ``seek()`` in
+    ``on_assigned``); coroutine functions run on the client's event loop.
+    """
 
     def __init__(self, bootstrap: str, *, own_loop: bool = False, **config: Any) -> None:
         super().__init__(own_loop)
+        for name in ("on_assigned", "on_revoked", "on_lost"):
+            if config.get(name) is not None:
+                config[name] = _in_thread(config[name])
         self._c = AsyncConsumer(bootstrap, **config)
         try:
             self._run(self._c.start())
@@ -270,6 +280,62 @@ class Consumer(_Client):
 
     def assignment(self) -> set[TopicPartition]:
         return self._call(self._c.assignment)
+
+    def subscribe(self, topics: Iterable[str] | None = None, *, pattern: str | None = None) -> None:
+        self._run(self._c.subscribe(topics, pattern=pattern))
+
+    def subscription(self) -> set[str]:
+        return self._call(self._c.subscription)
+
+    @property
+    def member_id(self) -> str | None:
+        return self._c.member_id
+
+    def pause(self, *partitions: TopicPartition) -> None:
+        self._call(self._c.pause, *partitions)
+
+    def resume(self, *partitions: TopicPartition) -> None:
+        self._call(self._c.resume, *partitions)
+
+    def paused(self) -> set[TopicPartition]:
+        return self._call(self._c.paused)
+
+    def commit(self, offsets: OffsetsArg | None = None, *, metadata: str | None = None) -> None:
+        """Commit consumed positions (or the given offsets); raises CommitFailedError
+        when this consumer no longer owns them in its group."""
+        self._run(self._c.commit(offsets, metadata=metadata))
+
+    def commit_async(
+        self,
+        offsets: OffsetsArg | None = None,
+        *,
+        metadata: str | None = None,
+        callback: Any = None,
+    ) -> concurrent.futures.Future[None]:
+        """Start a commit; the future resolves when the coordinator answered.
+        ``callback(offsets, error)`` runs on the client's loop thread."""
+
+        async def start() -> asyncio.Task[None]:
+            return self._c.commit_async(offsets, metadata=metadata, callback=callback)
+
+        task = self._run(start())
+        result: concurrent.futures.Future[None] = concurrent.futures.Future()
+
+        def done(t: asyncio.Task[None]) -> None:
+            if t.cancelled():
+                result.cancel()
+            elif t.exception() is not None:
+                result.set_exception(t.exception())  # type: ignore[arg-type]
+            else:
+                result.set_result(None)
+
+        self._lt.loop.call_soon_threadsafe(task.add_done_callback, done)
+        return result
+
+    def committed(
+        self, partitions: Iterable[TopicPartition]
+    ) -> dict[TopicPartition, OffsetAndMetadata | None]:
+        return self._run(self._c.committed(list(partitions)))
 
     def seek(self, topic: str, partition: int, offset: int) -> None:
         self._call(self._c.seek, topic, partition, offset)
@@ -375,6 +441,43 @@ class Admin(_Client):
     ) -> dict[TopicPartition, tuple[int, int]]:
         return self._run(self._a.list_offsets(dict(requests)))
 
+    def list_groups(self, states: Iterable[str] | None = None) -> list[GroupListing]:
+        return self._run(self._a.list_groups(states))
+
+    def describe_group(self, group_id: str) -> GroupDescription:
+        return self._run(self._a.describe_group(group_id))
+
+    def delete_group(self, group_id: str) -> None:
+        self._run(self._a.delete_group(group_id))
+
+    def delete_groups(self, group_ids: Iterable[str]) -> None:
+        self._run(self._a.delete_groups(list(group_ids)))
+
+    def commit_group_offsets(
+        self,
+        group_id: str,
+        offsets: Mapping[TopicPartition, Any],
+        metadata: str | None = None,
+    ) -> None:
+        self._run(self._a.commit_group_offsets(group_id, dict(offsets), metadata))
+
+    def alter_group_offsets(
+        self,
+        group_id: str,
+        offsets: Mapping[TopicPartition, Any],
+        metadata: str | None = None,
+    ) -> None:
+        self._run(self._a.alter_group_offsets(group_id, dict(offsets), metadata))
+
+    def group_offsets(
+        self, group_id: str, partitions: Iterable[TopicPartition] | None = None
+    ) -> dict[TopicPartition, OffsetAndMetadata]:
+        parts = None if partitions is None else list(partitions)
+        return self._run(self._a.group_offsets(group_id, parts))
+
+    def delete_group_offsets(self, group_id: str, partitions: Iterable[TopicPartition]) -> None:
+        self._run(self._a.delete_group_offsets(group_id, list(partitions)))
+
     def close(self) -> None:
         if self._closed:
             return
@@ -383,6 +486,18 @@ class Admin(_Client):
             self._run(self._a.close())
         finally:
             self._release_loop()
+
+
+def _in_thread(listener: Any) -> Any:
+    """A sync listener as a coroutine function run in a worker thread (so it may block
+    on this client); async listeners are used as they are."""
+    if asyncio.iscoroutinefunction(listener):
+        return listener
+
+    async def run(partitions: set[TopicPartition]) -> Any:
+        return await asyncio.to_thread(listener, partitions)
+
+    return run
 
 
 __all__ = ["Admin", "Consumer", "LogMQError", "LoopThread", "Producer", "RecordFuture"]

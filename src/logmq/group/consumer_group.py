@@ -18,9 +18,10 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Set
+from types import MappingProxyType
 
 from ..errors import ErrorCode
-from .assignors import Assignor, StickyAssignor, TopicPartition
+from .assignors import ASSIGNORS, Assignor, StickyAssignor, TopicPartition, assignor_by_name
 from .codec import GroupRecord, RecordType, decode_key
 from .model import (
     JOIN_EPOCH,
@@ -28,14 +29,25 @@ from .model import (
     TEMPORARY_LEAVE_EPOCH,
     GroupConfig,
     GroupDescription,
+    GroupListing,
     GroupState,
     HeartbeatResult,
     Member,
     MemberDescription,
+    MemberOptions,
     MemberState,
 )
 from .offsets import CommittedOffset, OffsetStore
 from .state_records import group_records, load_snapshot, member_keys, member_records
+
+NO_OPTIONS = MemberOptions()
+
+
+def _shared(topic_partitions: Mapping[str, int] | None) -> Mapping[str, int]:
+    """Read-only mappings (the coordinator's) are shared by every group; others copied."""
+    if isinstance(topic_partitions, MappingProxyType):
+        return topic_partitions
+    return dict(topic_partitions or {})
 
 
 class ConsumerGroup:
@@ -55,7 +67,7 @@ class ConsumerGroup:
         self.group_epoch = 0
         self.assignment_epoch = 0
         self.offsets = OffsetStore(group_id)
-        self._topic_partitions: dict[str, int] = dict(topic_partitions or {})
+        self._topic_partitions = _shared(topic_partitions)
         self._assigned_metadata: dict[str, int] = {}  # counts the target was computed on
         self._members: dict[str, Member] = {}
         self._target: dict[str, frozenset[TopicPartition]] = {}
@@ -70,6 +82,15 @@ class ConsumerGroup:
     @property
     def is_empty(self) -> bool:
         return not self._members
+
+    @property
+    def is_blank(self) -> bool:
+        """Nothing to remember: no members, no persisted state, no offsets."""
+        return not self._members and not self._written and not len(self.offsets)
+
+    @property
+    def member_count(self) -> int:
+        return len(self._members)
 
     def member(self, member_id: str) -> Member | None:
         """The coordinator's view of a member (read only: do not mutate it)."""
@@ -89,6 +110,20 @@ class ConsumerGroup:
         ]
         return min(deadlines, default=None)
 
+    def state(self) -> GroupState:
+        if not self._members:
+            return GroupState.EMPTY
+        if all(
+            m.left_temporarily
+            or (m.state is MemberState.STABLE and m.member_epoch == self.assignment_epoch)
+            for m in self._members.values()
+        ):
+            return GroupState.STABLE
+        return GroupState.RECONCILING
+
+    def listing(self) -> GroupListing:
+        return GroupListing(self.group_id, self.state(), len(self._members))
+
     def describe(self) -> GroupDescription:
         members = tuple(
             MemberDescription(
@@ -101,23 +136,15 @@ class ConsumerGroup:
                 tuple(sorted(m.assigned)),
                 tuple(sorted(m.pending_revocation)),
                 tuple(sorted(self._target.get(m.member_id, ()))),
+                m.client_id,
+                m.client_host,
             )
             for m in sorted(self._members.values(), key=lambda m: m.member_id)
         )
-        if not members:
-            state = GroupState.EMPTY
-        elif all(
-            m.left_temporarily
-            or (m.state is MemberState.STABLE and m.member_epoch == self.assignment_epoch)
-            for m in self._members.values()
-        ):
-            state = GroupState.STABLE
-        else:
-            state = GroupState.RECONCILING
         offsets = tuple((tp, c) for tp, c in self.offsets.fetch().items() if c is not None)
         return GroupDescription(
             self.group_id,
-            state,
+            self.state(),
             self.group_epoch,
             self.assignment_epoch,
             self.assignor.name,
@@ -140,6 +167,7 @@ class ConsumerGroup:
         subscribed_topics: Iterable[str] | None = None,
         owned_partitions: Iterable[TopicPartition] | None = None,
         now_ms: int = 0,
+        options: MemberOptions = NO_OPTIONS,
     ) -> HeartbeatResult:
         """Handle one heartbeat; epoch 0 joins, -1 leaves, -2 leaves temporarily.
 
@@ -151,17 +179,27 @@ class ConsumerGroup:
             subscribed_topics = frozenset(str(t) for t in subscribed_topics)
         if owned_partitions is not None:
             owned_partitions = frozenset((str(t), int(p)) for t, p in owned_partitions)
-        if member_epoch == JOIN_EPOCH:
-            result = self._join(member_id, instance_id, subscribed_topics, now_ms)
+        error = self._check_options(member_epoch, options)
+        if error is not ErrorCode.NONE:
+            result = self._error(member_id, member_epoch, error)
+        elif member_epoch == JOIN_EPOCH:
+            result = self._join(member_id, instance_id, subscribed_topics, options, now_ms)
         elif member_epoch in (LEAVE_EPOCH, TEMPORARY_LEAVE_EPOCH):
             result = self._leave(member_id, member_epoch, instance_id, now_ms)
         elif member_epoch > 0:
             result = self._beat(
-                member_id, member_epoch, instance_id, subscribed_topics, owned_partitions, now_ms
+                member_id,
+                member_epoch,
+                instance_id,
+                subscribed_topics,
+                owned_partitions,
+                options,
+                now_ms,
             )
         else:
             result = self._error(member_id, member_epoch, ErrorCode.INVALID_REQUEST)
-        self._flush()
+        if result.error is ErrorCode.NONE:  # an error changed nothing: nothing to write
+            self._flush()
         return result
 
     def tick(self, now_ms: int) -> list[str]:
@@ -181,7 +219,7 @@ class ConsumerGroup:
 
     def update_metadata(self, topic_partitions: Mapping[str, int]) -> None:
         """New partition counts from the cluster metadata; re-assigns if they matter."""
-        self._topic_partitions = dict(topic_partitions)
+        self._topic_partitions = _shared(topic_partitions)
         if self._members and self._subscribed_metadata() != self._assigned_metadata:
             self._bump_and_assign()
         self._flush()
@@ -226,6 +264,23 @@ class ConsumerGroup:
         self._outbox.extend(self.offsets.delete(partitions))
         return ErrorCode.NONE
 
+    def delete_topic_offsets(self, topics: Set[str]) -> None:
+        """The topics were deleted: forget their offsets, members or not (as Kafka does)."""
+        doomed = [tp for tp in self.offsets.fetch() if tp[0] in topics]
+        self._outbox.extend(self.offsets.delete(doomed))
+
+    def delete(self) -> ErrorCode:
+        """DeleteGroups: tombstone every record of an empty group; NON_EMPTY_GROUP if not.
+
+        The caller drops the group object afterwards (after taking its records).
+        """
+        if self._members:
+            return ErrorCode.NON_EMPTY_GROUP
+        self._outbox.extend(self.offsets.delete(list(self.offsets.fetch())))
+        self._outbox.extend(GroupRecord(key, None) for key in sorted(self._written))
+        self._written.clear()
+        return ErrorCode.NONE
+
     # ---- persistence ---------------------------------------------------------------
 
     def replay(self, records: Iterable[GroupRecord], now_ms: int = 0) -> None:
@@ -253,19 +308,55 @@ class ConsumerGroup:
         return HeartbeatResult(member_id, member_epoch, None, error)
 
     def _ok(self, member: Member) -> HeartbeatResult:
-        return HeartbeatResult(
-            member.member_id,
-            member.member_epoch,
-            member.assigned,
-            ErrorCode.NONE,
-            self.config.heartbeat_interval_ms,
+        # Never ask for heartbeats so rare that a short session would expire between them.
+        interval = min(
+            self.config.heartbeat_interval_ms, max(1, self._session_timeout(member) // 3)
         )
+        return HeartbeatResult(
+            member.member_id, member.member_epoch, member.assigned, ErrorCode.NONE, interval
+        )
+
+    def _session_timeout(self, member: Member) -> int:
+        return member.session_timeout_ms or self.config.session_timeout_ms
+
+    def _rebalance_timeout(self, member: Member) -> int:
+        return member.rebalance_timeout_ms or self.config.rebalance_timeout_ms
+
+    def _check_options(self, member_epoch: int, options: MemberOptions) -> ErrorCode:
+        session = options.session_timeout_ms
+        cfg = self.config
+        if session is not None and not (
+            cfg.min_session_timeout_ms <= session <= cfg.max_session_timeout_ms
+        ):
+            return ErrorCode.INVALID_SESSION_TIMEOUT
+        if options.rebalance_timeout_ms is not None and options.rebalance_timeout_ms <= 0:
+            return ErrorCode.INVALID_REQUEST
+        name = options.server_assignor
+        if name is not None and member_epoch >= 0:
+            if name not in ASSIGNORS:
+                return ErrorCode.INVALID_REQUEST
+            # The first member of a group picks the assignor; later ones must agree.
+            if name != self.assignor.name and self._members:
+                return ErrorCode.INVALID_REQUEST
+        return ErrorCode.NONE
+
+    def _apply_options(self, member: Member, options: MemberOptions) -> None:
+        if options.session_timeout_ms is not None:
+            member.session_timeout_ms = options.session_timeout_ms
+        if options.rebalance_timeout_ms is not None:
+            member.rebalance_timeout_ms = options.rebalance_timeout_ms
+        if options.client_id is not None:
+            member.client_id = options.client_id
+        if options.client_host is not None:
+            member.client_host = options.client_host
+        self._dirty.add(member.member_id)
 
     def _join(
         self,
         member_id: str,
         instance_id: str | None,
         subscribed_topics: Set[str] | None,
+        options: MemberOptions,
         now_ms: int,
     ) -> HeartbeatResult:
         if subscribed_topics is None:
@@ -273,6 +364,9 @@ class ConsumerGroup:
         existing = self._members.get(member_id) if member_id else None
         if existing is not None and existing.instance_id != instance_id:
             return self._error(member_id, JOIN_EPOCH, ErrorCode.UNKNOWN_MEMBER_ID)
+        name = options.server_assignor
+        if name is not None and name != self.assignor.name:  # empty group: checked
+            self.assignor = assignor_by_name(name)
         topics = frozenset(subscribed_topics)
         if existing is not None:
             # The client lost its state (e.g. after being fenced): it owns nothing now.
@@ -290,6 +384,8 @@ class ConsumerGroup:
             self._members[member_id] = member
             self._dirty.add(member_id)
             if previous is not None:
+                member.session_timeout_ms = previous.session_timeout_ms
+                member.rebalance_timeout_ms = previous.rebalance_timeout_ms
                 # Static membership: the restarted instance takes over its predecessor's
                 # target, so nothing is reassigned (see docs for the trade-off).
                 self._target[member_id] = self._target.get(previous.member_id, frozenset())
@@ -299,9 +395,10 @@ class ConsumerGroup:
                 self._target[member_id] = frozenset()
                 resubscribed = True
         member.subscribed_topics = topics
+        self._apply_options(member, options)
         if resubscribed:
             self._bump_and_assign()
-        member.session_deadline_ms = now_ms + self.config.session_timeout_ms
+        member.session_deadline_ms = now_ms + self._session_timeout(member)
         self._reconcile(member, frozenset(), now_ms)
         return self._ok(member)
 
@@ -321,7 +418,7 @@ class ConsumerGroup:
             member.state = MemberState.STABLE
             member.left_temporarily = True
             member.revocation_deadline_ms = None
-            member.session_deadline_ms = now_ms + self.config.session_timeout_ms
+            member.session_deadline_ms = now_ms + self._session_timeout(member)
             return HeartbeatResult(member_id, TEMPORARY_LEAVE_EPOCH, None)
         self._remove_member(member_id)
         self._bump_and_assign()
@@ -334,6 +431,7 @@ class ConsumerGroup:
         instance_id: str | None,
         subscribed_topics: Set[str] | None,
         owned: Set[TopicPartition] | None,
+        options: MemberOptions,
         now_ms: int,
     ) -> HeartbeatResult:
         member = self._members.get(member_id)
@@ -355,7 +453,8 @@ class ConsumerGroup:
             member.subscribed_topics = frozenset(subscribed_topics)
             self._dirty.add(member_id)
             self._bump_and_assign()
-        member.session_deadline_ms = now_ms + self.config.session_timeout_ms
+        self._apply_options(member, options)
+        member.session_deadline_ms = now_ms + self._session_timeout(member)
         self._reconcile(member, owned, now_ms)
         return self._ok(member)
 
@@ -381,7 +480,7 @@ class ConsumerGroup:
             if to_revoke:
                 self._set_holdings(member, member.assigned & target, to_revoke)
                 member.state = MemberState.UNREVOKED_PARTITIONS
-                member.revocation_deadline_ms = now_ms + self.config.rebalance_timeout_ms
+                member.revocation_deadline_ms = now_ms + self._rebalance_timeout(member)
                 return
             member.previous_member_epoch = member.member_epoch
             member.member_epoch = self.assignment_epoch
@@ -468,7 +567,9 @@ class ConsumerGroup:
     def _write_offsets(
         self, offsets: Mapping[TopicPartition, tuple[int, str]], now_ms: int
     ) -> dict[TopicPartition, ErrorCode]:
+        """Commit the valid partitions, all or none of them if they are too big together."""
         errors: dict[TopicPartition, ErrorCode] = {}
+        accepted: list[tuple[TopicPartition, CommittedOffset]] = []
         for tp, (offset, metadata) in offsets.items():
             topic, partition = tp
             if not 0 <= partition < self._topic_partitions.get(topic, 0):
@@ -478,9 +579,15 @@ class ConsumerGroup:
             elif offset < 0:
                 errors[tp] = ErrorCode.INVALID_REQUEST
             else:
-                committed = CommittedOffset(offset, metadata, now_ms)
-                self._outbox.append(self.offsets.commit(tp, committed))
+                accepted.append((tp, CommittedOffset(offset, metadata, now_ms)))
                 errors[tp] = ErrorCode.NONE
+        records = [self.offsets.record(tp, committed) for tp, committed in accepted]
+        size = sum(len(r.key) + len(r.value or b"") for r in records)
+        if size > self.config.max_commit_bytes:
+            return {tp: ErrorCode.INVALID_COMMIT_OFFSET_SIZE for tp in offsets}
+        for tp, committed in accepted:
+            self.offsets.put(tp, committed)
+        self._outbox.extend(records)
         return errors
 
     # ---- records -------------------------------------------------------------------
@@ -488,7 +595,11 @@ class ConsumerGroup:
     def _flush(self) -> None:
         """Emit a record for every persisted value that changed since the last flush."""
         view = group_records(
-            self.group_id, self.group_epoch, self._assigned_metadata, self.assignment_epoch
+            self.group_id,
+            self.group_epoch,
+            self._assigned_metadata,
+            self.assignment_epoch,
+            self.assignor.name,
         )
         gone: list[bytes] = []
         for member_id in sorted(self._dirty):
@@ -509,6 +620,8 @@ class ConsumerGroup:
 
     def _rebuild(self, now_ms: int) -> None:
         snapshot = load_snapshot(self._written)
+        if snapshot.assignor is not None and snapshot.assignor != self.assignor.name:
+            self.assignor = assignor_by_name(snapshot.assignor)  # ValueError if unknown
         self.group_epoch = snapshot.group_epoch
         self.assignment_epoch = snapshot.assignment_epoch
         self._assigned_metadata = snapshot.assigned_metadata
@@ -516,9 +629,9 @@ class ConsumerGroup:
         self._target = snapshot.target
         self._holder = {}
         for member in self._members.values():
-            member.session_deadline_ms = now_ms + self.config.session_timeout_ms
+            member.session_deadline_ms = now_ms + self._session_timeout(member)
             if member.state is MemberState.UNREVOKED_PARTITIONS:
-                member.revocation_deadline_ms = now_ms + self.config.rebalance_timeout_ms
+                member.revocation_deadline_ms = now_ms + self._rebalance_timeout(member)
             for tp in member.assigned | member.pending_revocation:
                 self._holder[tp] = member.member_id
         self._dirty.clear()

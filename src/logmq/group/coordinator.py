@@ -9,13 +9,21 @@ persisted; like the groups it is pure (no clock, no I/O).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Set
+from types import MappingProxyType
 
 from ..errors import ErrorCode
 from .assignors import Assignor, StickyAssignor, TopicPartition
 from .codec import GroupRecord, coordinator_partition, decode_key
-from .consumer_group import ConsumerGroup
-from .model import JOIN_EPOCH, GroupConfig, GroupDescription, HeartbeatResult
+from .consumer_group import NO_OPTIONS, ConsumerGroup
+from .model import (
+    JOIN_EPOCH,
+    GroupConfig,
+    GroupDescription,
+    GroupListing,
+    HeartbeatResult,
+    MemberOptions,
+)
 from .offsets import CommittedOffset
 
 
@@ -35,13 +43,21 @@ class GroupCoordinator:
         self.partition_count = partition_count
         self.config = config or GroupConfig()
         self._assignor_factory = assignor_factory
-        self._topic_partitions = dict(topic_partitions or {})
+        # one read-only mapping shared by every group, replaced (never mutated) on update
+        self._topic_partitions = MappingProxyType(dict(topic_partitions or {}))
         self._member_id_factory = member_id_factory
         self._groups: dict[str, ConsumerGroup] = {}
         self._touched: dict[str, None] = {}  # groups with records to take, in order
+        self._outbox: list[GroupRecord] = []  # records of groups already dropped
 
     def group_ids(self) -> list[str]:
         return sorted(self._groups)
+
+    def list_groups(self) -> list[GroupListing]:
+        return [self._groups[g].listing() for g in sorted(self._groups)]
+
+    def member_count(self) -> int:
+        return sum(g.member_count for g in self._groups.values())
 
     def group(self, group_id: str) -> ConsumerGroup | None:
         return self._groups.get(group_id)
@@ -65,6 +81,7 @@ class GroupCoordinator:
         subscribed_topics: Iterable[str] | None = None,
         owned_partitions: Iterable[TopicPartition] | None = None,
         now_ms: int = 0,
+        options: MemberOptions = NO_OPTIONS,
     ) -> HeartbeatResult:
         error = self.check_group_id(group_id)
         group = self._groups.get(group_id)
@@ -74,9 +91,16 @@ class GroupCoordinator:
             return HeartbeatResult(member_id, member_epoch, None, error)
         group = group or self._create(group_id)
         result = group.heartbeat(
-            member_id, member_epoch, instance_id, subscribed_topics, owned_partitions, now_ms
+            member_id,
+            member_epoch,
+            instance_id,
+            subscribed_topics,
+            owned_partitions,
+            now_ms,
+            options,
         )
         self._touched[group_id] = None
+        self._discard_if_blank(group_id)
         return result
 
     def commit_offsets(
@@ -95,7 +119,9 @@ class GroupCoordinator:
             return {tp: error for tp in offsets}
         group = group or self._create(group_id)
         self._touched[group_id] = None
-        return group.commit_offsets(member_id, member_epoch, offsets, now_ms)
+        result = group.commit_offsets(member_id, member_epoch, offsets, now_ms)
+        self._discard_if_blank(group_id)
+        return result
 
     def fetch_offsets(
         self, group_id: str, partitions: Iterable[TopicPartition] | None = None
@@ -116,7 +142,9 @@ class GroupCoordinator:
             return {tp: error for tp in offsets}
         group = self._groups.get(group_id) or self._create(group_id)
         self._touched[group_id] = None
-        return group.alter_offsets(offsets, now_ms)
+        result = group.alter_offsets(offsets, now_ms)
+        self._discard_if_blank(group_id)
+        return result
 
     def delete_offsets(self, group_id: str, partitions: Iterable[TopicPartition]) -> ErrorCode:
         error = self.check_group_id(group_id)
@@ -127,6 +155,30 @@ class GroupCoordinator:
             return ErrorCode.GROUP_ID_NOT_FOUND
         self._touched[group_id] = None
         return group.delete_offsets(partitions)
+
+    def delete_group(self, group_id: str) -> ErrorCode:
+        """DeleteGroups: tombstones for everything the group wrote, then forget it."""
+        error = self.check_group_id(group_id)
+        group = self._groups.get(group_id)
+        if error is ErrorCode.NONE and group is None:
+            error = ErrorCode.GROUP_ID_NOT_FOUND
+        if error is not ErrorCode.NONE:
+            return error
+        assert group is not None
+        error = group.delete()
+        if error is ErrorCode.NONE:
+            self._outbox += group.take_records()
+            self._touched.pop(group_id, None)
+            del self._groups[group_id]
+        return error
+
+    def delete_topic_offsets(self, topics: Set[str]) -> None:
+        """Topics were deleted: every group forgets its offsets of them."""
+        for group_id, group in self._groups.items():
+            group.delete_topic_offsets(topics)
+            self._touched[group_id] = None
+        for group_id in [g for g, group in self._groups.items() if group.is_blank]:
+            self._discard_if_blank(group_id)
 
     def describe(self, group_id: str) -> tuple[ErrorCode, GroupDescription | None]:
         error = self.check_group_id(group_id)
@@ -153,27 +205,58 @@ class GroupCoordinator:
         return min((d for d in deadlines if d is not None), default=None)
 
     def update_metadata(self, topic_partitions: Mapping[str, int]) -> None:
-        self._topic_partitions = dict(topic_partitions)
+        self._topic_partitions = MappingProxyType(dict(topic_partitions))
         for group_id, group in self._groups.items():
             group.update_metadata(self._topic_partitions)
             self._touched[group_id] = None
 
     def take_records(self) -> list[GroupRecord]:
         """Everything to append to this offsets partition since the last call."""
-        records: list[GroupRecord] = []
+        records, self._outbox = self._outbox, []
         for group_id in self._touched:
             records += self._groups[group_id].take_records()
         self._touched.clear()
         return records
 
-    def replay(self, records: Iterable[GroupRecord], now_ms: int = 0) -> None:
-        """Load groups from this partition's records (e.g. on becoming leader)."""
+    def replay(self, records: Iterable[GroupRecord], now_ms: int = 0) -> dict[str, str]:
+        """Load groups from this partition's records (e.g. on becoming leader).
+
+        A group whose records are corrupt is left out (and reported as group id ->
+        reason) so that one bad group never keeps the others from loading; records whose
+        key cannot be read at all are reported under "". Deleted groups (nothing but
+        tombstones) do not come back.
+        """
         by_group: dict[str, list[GroupRecord]] = {}
+        failed: dict[str, str] = {}
+        unreadable = 0
         for record in records:
-            by_group.setdefault(decode_key(record.key).group_id, []).append(record)
+            try:
+                group_id = decode_key(record.key).group_id
+            except ValueError:
+                unreadable += 1
+                continue
+            by_group.setdefault(group_id, []).append(record)
+        if unreadable:
+            failed[""] = f"{unreadable} records with unreadable keys skipped"
         for group_id, group_records in by_group.items():
             group = self._groups.get(group_id) or self._create(group_id)
-            group.replay(group_records, now_ms)
+            try:
+                group.replay(group_records, now_ms)
+            except ValueError as exc:
+                failed[group_id] = str(exc)
+                del self._groups[group_id]
+                continue
+            if group.is_blank:
+                del self._groups[group_id]
+        return failed
+
+    def _discard_if_blank(self, group_id: str) -> None:
+        """Drop a group that has nothing to remember (e.g. its first request failed)."""
+        group = self._groups.get(group_id)
+        if group is not None and group.is_blank:
+            self._outbox += group.take_records()  # e.g. tombstones of deleted offsets
+            self._touched.pop(group_id, None)
+            del self._groups[group_id]
 
     def _create(self, group_id: str) -> ConsumerGroup:
         group = ConsumerGroup(

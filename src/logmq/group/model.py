@@ -32,10 +32,28 @@ class GroupState(StrEnum):
 
 @dataclass(slots=True, frozen=True)
 class GroupConfig:
-    session_timeout_ms: int = 45_000
+    """Coordinator-wide settings; members may override the two timeouts per member."""
+
+    session_timeout_ms: int = 45_000  # for members that do not ask for their own
     heartbeat_interval_ms: int = 5_000
     rebalance_timeout_ms: int = 300_000  # how long a member may sit on revocations
     max_metadata_bytes: int = 4096  # offset commit metadata, UTF-8 bytes
+    # what a member may ask for as its own session timeout (INVALID_SESSION_TIMEOUT)
+    min_session_timeout_ms: int = 6_000
+    max_session_timeout_ms: int = 300_000
+    # the records of one offset commit must fit in one batch of __consumer_offsets
+    max_commit_bytes: int = 1 << 20
+
+
+@dataclass(slots=True, frozen=True)
+class MemberOptions:
+    """Per-member settings a heartbeat may carry; None leaves a setting unchanged."""
+
+    session_timeout_ms: int | None = None
+    rebalance_timeout_ms: int | None = None
+    server_assignor: str | None = None  # the group's assignor; only an empty group switches
+    client_id: str | None = None
+    client_host: str | None = None
 
 
 @dataclass(slots=True)
@@ -51,6 +69,10 @@ class Member:
     left_temporarily: bool = False
     session_deadline_ms: int = 0
     revocation_deadline_ms: int | None = None
+    session_timeout_ms: int | None = None  # None: the group config's
+    rebalance_timeout_ms: int | None = None  # None: the group config's
+    client_id: str = ""
+    client_host: str = ""
 
 
 @dataclass(slots=True, frozen=True)
@@ -73,6 +95,8 @@ class MemberDescription:
     assigned: tuple[TopicPartition, ...]
     pending_revocation: tuple[TopicPartition, ...]
     target: tuple[TopicPartition, ...]
+    client_id: str = ""
+    client_host: str = ""
 
 
 @dataclass(slots=True, frozen=True)
@@ -84,3 +108,12 @@ class GroupDescription:
     assignor: str
     members: tuple[MemberDescription, ...]
     offsets: tuple[tuple[TopicPartition, CommittedOffset], ...] = field(default=())
+
+
+@dataclass(slots=True, frozen=True)
+class GroupListing:
+    """One line of ListGroups."""
+
+    group_id: str
+    state: GroupState
+    members: int

@@ -52,7 +52,14 @@ class OffsetStore:
         return {tp: self._offsets.get(tp) for tp in partitions}
 
     def commit(self, tp: TopicPartition, committed: CommittedOffset) -> GroupRecord:
+        self.put(tp, committed)
+        return self.record(tp, committed)
+
+    def put(self, tp: TopicPartition, committed: CommittedOffset) -> None:
         self._offsets[tp] = committed
+
+    def record(self, tp: TopicPartition, committed: CommittedOffset) -> GroupRecord:
+        """The record that persists ``committed`` (without applying it)."""
         value = {
             "offset": committed.offset,
             "metadata": committed.metadata,

@@ -1,16 +1,18 @@
 """A consumer group's membership state as ``__consumer_offsets`` records, and back.
 
-Per group: one GROUP_METADATA record (group epoch and the partition counts the target
-was computed on) and one TARGET_ASSIGNMENT_METADATA record (assignment epoch); per
-member: MEMBER_METADATA (instance id, subscription), TARGET_ASSIGNMENT (its target)
-and CURRENT_ASSIGNMENT (epochs, reconciliation state, what it holds). Sessions are not
-persisted; the loader leaves deadlines for the group to set.
+Per group: one GROUP_METADATA record (group epoch, assignor and the partition counts
+the target was computed on) and one TARGET_ASSIGNMENT_METADATA record (assignment
+epoch); per member: MEMBER_METADATA (instance id, subscription, timeouts, client id and
+host), TARGET_ASSIGNMENT (its target) and CURRENT_ASSIGNMENT (epochs, reconciliation
+state, what it holds). Sessions are not persisted; the loader leaves deadlines for the
+group to set. Fields added after the first release are optional, so older records load.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from .assignors import TopicPartition
 from .codec import (
@@ -36,18 +38,23 @@ _MEMBER_KINDS = (
 class GroupSnapshot:
     group_epoch: int = 0
     assignment_epoch: int = 0
+    assignor: str | None = None  # None: no GROUP_METADATA record (or an old one)
     assigned_metadata: dict[str, int] = field(default_factory=dict)
     members: dict[str, Member] = field(default_factory=dict)
     target: dict[str, frozenset[TopicPartition]] = field(default_factory=dict)
 
 
 def group_records(
-    group_id: str, group_epoch: int, assigned_metadata: Mapping[str, int], assignment_epoch: int
+    group_id: str,
+    group_epoch: int,
+    assigned_metadata: Mapping[str, int],
+    assignment_epoch: int,
+    assignor: str,
 ) -> dict[bytes, bytes]:
     """Key -> value of the group-wide records."""
     return {
         encode_key(RecordKey(RecordType.GROUP_METADATA, group_id)): encode_value(
-            {"epoch": group_epoch, "metadata": dict(assigned_metadata)}
+            {"epoch": group_epoch, "assignor": assignor, "metadata": dict(assigned_metadata)}
         ),
         encode_key(RecordKey(RecordType.TARGET_ASSIGNMENT_METADATA, group_id)): encode_value(
             {"epoch": assignment_epoch}
@@ -66,7 +73,14 @@ def member_records(
     metadata_key, target_key, current_key = member_keys(group_id, member.member_id)
     return {
         metadata_key: encode_value(
-            {"instance": member.instance_id, "topics": sorted(member.subscribed_topics)}
+            {
+                "instance": member.instance_id,
+                "topics": sorted(member.subscribed_topics),
+                "session_timeout": member.session_timeout_ms,
+                "rebalance_timeout": member.rebalance_timeout_ms,
+                "client_id": member.client_id,
+                "client_host": member.client_host,
+            }
         ),
         target_key: encode_value({"partitions": pack_partitions(target)}),
         current_key: encode_value(
@@ -101,12 +115,20 @@ def _load(written: Mapping[bytes, bytes]) -> GroupSnapshot:
         key, value = decode_key(raw_key), decode_value(raw_value)
         if key.type is RecordType.GROUP_METADATA:
             snapshot.group_epoch = int(value["epoch"])
+            assignor = value.get("assignor")
+            snapshot.assignor = None if assignor is None else str(assignor)
             snapshot.assigned_metadata = {str(t): int(n) for t, n in value["metadata"].items()}
         elif key.type is RecordType.TARGET_ASSIGNMENT_METADATA:
             snapshot.assignment_epoch = int(value["epoch"])
         elif key.type is RecordType.MEMBER_METADATA:
             snapshot.members[key.member_id] = Member(
-                key.member_id, value["instance"], frozenset(value["topics"])
+                key.member_id,
+                value["instance"],
+                frozenset(value["topics"]),
+                session_timeout_ms=_optional_int(value.get("session_timeout")),
+                rebalance_timeout_ms=_optional_int(value.get("rebalance_timeout")),
+                client_id=str(value.get("client_id", "")),
+                client_host=str(value.get("client_host", "")),
             )
         elif key.type is RecordType.TARGET_ASSIGNMENT:
             snapshot.target[key.member_id] = frozenset(unpack_partitions(value["partitions"]))
@@ -125,3 +147,7 @@ def _load(written: Mapping[bytes, bytes]) -> GroupSnapshot:
             member.assigned = frozenset(unpack_partitions(value["assigned"]))
             member.pending_revocation = frozenset(unpack_partitions(value["pending"]))
     return snapshot
+
+
+def _optional_int(value: Any) -> int | None:
+    return None if value is None else int(value)

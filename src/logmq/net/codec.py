@@ -51,6 +51,9 @@ class ApiKey(IntEnum):
     DESCRIBE_CONFIGS = 32
     ALTER_CONFIGS = 33
     DELETE_GROUPS = 42
+    OFFSET_DELETE = 47
+    CONSUMER_GROUP_HEARTBEAT = 68
+    CONSUMER_GROUP_DESCRIBE = 69
 
 
 @dataclass(slots=True)
@@ -61,6 +64,7 @@ class Request:
     client_id: str
     body: dict[str, Any]
     tail: memoryview  # raw bytes after the body (record batches), possibly empty
+    client_host: str = ""  # the peer's address, filled in by the server (not on the wire)
 
 
 @dataclass(slots=True)

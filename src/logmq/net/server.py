@@ -33,6 +33,9 @@ from logmq.net.zero_copy import sendfile_all
 log = logging.getLogger("logmq.net")
 
 WRITE_HIGH_WATER = 1024 * 1024
+# Responses whose tail is smaller go through the transport (one pread, one write);
+# larger ones are sent from the file with sendfile (see _write).
+SENDFILE_MIN_BYTES = 64 * 1024
 LINGER_S = 5.0  # how long a connection closing after a fatal error waits for the peer
 
 
@@ -69,6 +72,33 @@ def _is_region(part: Any) -> bool:
     return not isinstance(part, bytes | bytearray | memoryview)
 
 
+class _Signal:
+    """A wake-up for one waiting task: ``set`` before ``wait`` is not lost."""
+
+    __slots__ = ("_fut", "_loop", "_set")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._fut: asyncio.Future[None] | None = None
+        self._set = False
+
+    def set(self) -> None:
+        self._set = True
+        fut = self._fut
+        if fut is not None and not fut.done():
+            fut.set_result(None)
+
+    async def wait(self) -> None:
+        """Return once ``set`` was called since the last ``wait`` returned."""
+        if not self._set:
+            self._fut = fut = self._loop.create_future()
+            try:
+                await fut
+            finally:
+                self._fut = None
+        self._set = False
+
+
 class BrokerConnection(asyncio.BufferedProtocol):
     """One client connection: queues requests, answers them in order from a worker task.
 
@@ -81,8 +111,10 @@ class BrokerConnection(asyncio.BufferedProtocol):
         self._opts = server.options
         self._conn = ServerConnection(self._opts.max_frame_size, self._opts.max_in_flight)
         self._queue: collections.deque[RequestReceived | ProtocolError] = collections.deque()
-        self._wakeup = asyncio.Event()
+        # Wake-ups are plain loop futures, not asyncio.Event/Queue: on Python 3.11
+        # those look the running loop up on every wait, one getpid() syscall each.
         self._loop = asyncio.get_running_loop()
+        self._wakeup = _Signal(self._loop)
         self.transport: asyncio.Transport | None = None
         self._task: asyncio.Task | None = None
         self._dup_fd: int | None = None
@@ -92,9 +124,10 @@ class BrokerConnection(asyncio.BufferedProtocol):
         self._lingering = False  # after a fatal error: discard input until the peer closes
         self._closed = asyncio.Event()
         # (event, handler task or None for a protocol error, start time); None = stop
-        self._replies: asyncio.Queue[tuple[Any, asyncio.Task | None, float] | None] = (
-            asyncio.Queue()
+        self._replies: collections.deque[tuple[Any, asyncio.Task | None, float] | None] = (
+            collections.deque()
         )
+        self._replies_ready = _Signal(self._loop)
         self._running: set[asyncio.Task] = set()
         self._read_only: set[asyncio.Task] = set()  # cancelled if the peer goes away
         self._running_concurrent = True  # every running handler may overlap a produce
@@ -102,12 +135,14 @@ class BrokerConnection(asyncio.BufferedProtocol):
         self._idle_timer: asyncio.TimerHandle | None = None
         self._last_active = 0.0
         self.peer = "?"
+        self.peer_host = ""  # the client's address, given to handlers as request.client_host
 
     # -- asyncio.Protocol callbacks ---------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]  # uvloop: not a subclass
         peer = transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
+        self.peer_host = str(peer[0]) if peer else ""
         transport.set_write_buffer_limits(high=WRITE_HIGH_WATER, low=0)
         sock = transport.get_extra_info("socket")
         if sock is not None:
@@ -248,7 +283,7 @@ class BrokerConnection(asyncio.BufferedProtocol):
         except Exception:
             log.exception("connection %s failed", self.peer)
         finally:
-            self._replies.put_nowait(None)  # the writer stops after what is queued
+            self._reply(None)  # the writer stops after what is queued
             try:
                 await writer
             except Exception:
@@ -278,12 +313,11 @@ class BrokerConnection(asyncio.BufferedProtocol):
             if not self._queue:
                 if self._draining or self._conn.closing or self._closed.is_set():
                     return
-                self._wakeup.clear()
                 await self._wakeup.wait()
                 continue
             ev = self._queue.popleft()
             if isinstance(ev, ProtocolError):
-                self._replies.put_nowait((ev, None, 0.0))
+                self._reply((ev, None, 0.0))
                 if ev.fatal:
                     return
                 continue
@@ -291,8 +325,9 @@ class BrokerConnection(asyncio.BufferedProtocol):
             if self._closed.is_set() and read_only:
                 skipped: asyncio.Future = self._loop.create_future()
                 skipped.set_result(None)
-                self._replies.put_nowait((ev, skipped, time.perf_counter()))
+                self._reply((ev, skipped, time.perf_counter()))
                 continue
+            ev.request.client_host = self.peer_host
             concurrent = self._server.is_concurrent(ev.request)
             if self._running and not (concurrent and self._running_concurrent):
                 await asyncio.wait(list(self._running))
@@ -305,11 +340,18 @@ class BrokerConnection(asyncio.BufferedProtocol):
             if read_only:
                 self._read_only.add(task)
                 task.add_done_callback(self._read_only.discard)
-            self._replies.put_nowait((ev, task, time.perf_counter()))
+            self._reply((ev, task, time.perf_counter()))
+
+    def _reply(self, item: tuple[Any, asyncio.Task | None, float] | None) -> None:
+        """Queue an answer slot for the writer (None: stop after the ones queued)."""
+        self._replies.append(item)
+        self._replies_ready.set()
 
     async def _write_loop(self) -> None:
         while True:
-            item = await self._replies.get()
+            while not self._replies:
+                await self._replies_ready.wait()
+            item = self._replies.popleft()
             if item is None:
                 return
             ev, task, start = item
@@ -374,12 +416,34 @@ class BrokerConnection(asyncio.BufferedProtocol):
         self._server.metrics.bytes_out(len(head) + tail_len)
         if not has_region:
             t.writelines([head, *tail]) if tail else t.write(head)
-        elif self._dup_fd is None:
-            t.writelines([head, *(p.read() if _is_region(p) else p for p in tail)])
+        elif self._dup_fd is None or tail_len < SENDFILE_MIN_BYTES:
+            self._write_buffered(head, tail)
         else:
             await self._write_zero_copy(head, tail)
         if self._write_resumed is not None:
             await self._write_resumed  # the client is slow: do not queue more for it
+
+    def _write_buffered(self, head: bytes, tail: list[Any]) -> None:
+        """Read file regions into memory and write everything through the transport.
+
+        For small responses (a caught-up consumer's fetch) this is one pread per region
+        and one write: cheaper than draining the transport, pausing reads and waking up
+        for sendfile, which only pays off when there are many bytes to move.
+        """
+        t = self.transport
+        assert t is not None
+        parts = [head]
+        for p in tail:
+            if _is_region(p):
+                data = p.read()
+                if len(data) != p.length:  # truncated under us: the frame would lie
+                    log.info("file region for %s came up short; closing", self.peer)
+                    self.close()
+                    return
+                parts.append(data)
+            else:
+                parts.append(p)
+        t.writelines(parts)
 
     async def _write_zero_copy(self, head: bytes, tail: list[Any]) -> None:
         t = self.transport

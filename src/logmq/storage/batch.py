@@ -75,6 +75,9 @@ class Compression:
 ATTR_LOG_APPEND_TIME = 0x08
 ATTR_TRANSACTIONAL = 0x10
 ATTR_CONTROL = 0x20
+# Set by the log cleaner: ``first_timestamp`` holds the time after which the batch's
+# tombstones may be removed (record timestamp deltas stay relative to it).
+ATTR_DELETE_HORIZON = 0x40
 
 
 def _zstd():

@@ -23,7 +23,7 @@ class ConfigKey:
 
     name: str
     field: str
-    kind: str  # "int", "opt_int", "bool", "str"
+    kind: str  # "int", "opt_int", "bool", "str", "ratio" (float in [0, 1]), "policy"
     doc: str
     choices: tuple[str, ...] = ()
     minimum: int | None = None
@@ -48,6 +48,19 @@ class LogConfig:
     unclean_leader_election_enable: bool = False
     delete_retention_ms: int = DAY_MS
     compression_type: str = "producer"
+    min_cleanable_dirty_ratio: float = 0.5
+    min_compaction_lag_ms: int = 0
+    max_compaction_lag_ms: int | None = None
+
+    @property
+    def compact(self) -> bool:
+        """cleanup.policy includes compact: the log cleaner keeps the newest record per key."""
+        return "compact" in self.cleanup_policy
+
+    @property
+    def delete(self) -> bool:
+        """cleanup.policy includes delete: retention.ms/retention.bytes remove old segments."""
+        return "delete" in self.cleanup_policy
 
     @classmethod
     def from_dict(cls, d: dict[str, str], base: LogConfig | None = None) -> LogConfig:
@@ -74,6 +87,12 @@ class LogConfig:
         if self.segment_bytes > _INT31:
             # Index entries store 32-bit file positions.
             raise InvalidConfigError(f"segment.bytes must be <= {_INT31}")
+        lag = self.max_compaction_lag_ms
+        if lag is not None and lag < self.min_compaction_lag_ms:
+            raise InvalidConfigError(
+                "max.compaction.lag.ms must be >= min.compaction.lag.ms "
+                f"({lag} < {self.min_compaction_lag_ms})"
+            )
 
 
 def _parse(spec: ConfigKey, raw: Any) -> Any:
@@ -83,6 +102,16 @@ def _parse(spec: ConfigKey, raw: Any) -> Any:
         if low not in ("true", "false"):
             raise InvalidConfigError(f"{spec.name} must be true or false, got {raw!r}")
         return low == "true"
+    if spec.kind == "policy":
+        return _parse_policy(spec, text)
+    if spec.kind == "ratio":
+        try:
+            ratio = float(text)
+        except ValueError:
+            raise InvalidConfigError(f"{spec.name} must be a number, got {raw!r}") from None
+        if not 0.0 <= ratio <= 1.0:
+            raise InvalidConfigError(f"{spec.name} must be between 0 and 1, got {raw!r}")
+        return ratio
     if spec.kind == "str":
         if spec.choices and text not in spec.choices:
             raise InvalidConfigError(f"{spec.name} must be one of {', '.join(spec.choices)}")
@@ -96,6 +125,16 @@ def _parse(spec: ConfigKey, raw: Any) -> Any:
     if spec.minimum is not None and value < spec.minimum:
         raise InvalidConfigError(f"{spec.name} must be >= {spec.minimum}, got {value}")
     return value
+
+
+def _parse_policy(spec: ConfigKey, text: str) -> str:
+    """Kafka's list syntax: ``compact,delete`` and ``delete,compact`` mean the same."""
+    parts = {p.strip() for p in text.split(",")}
+    if not parts or not parts <= set(spec.choices):
+        raise InvalidConfigError(
+            f"{spec.name} must be delete, compact or compact,delete, got {text!r}"
+        )
+    return ",".join(sorted(parts))
 
 
 def _format(value: Any) -> str:
@@ -176,7 +215,12 @@ TOPIC_CONFIG_KEYS: tuple[ConfigKey, ...] = (
         "Acknowledge only after an fdatasync shared by all appends waiting at that moment.",
     ),
     ConfigKey(
-        "cleanup.policy", "cleanup_policy", "str", "delete or compact.", ("delete", "compact")
+        "cleanup.policy",
+        "cleanup_policy",
+        "policy",
+        "delete (retention removes old segments), compact (keep the newest record per key) "
+        "or compact,delete (both).",
+        ("delete", "compact"),
     ),
     ConfigKey(
         "message.timestamp.type",
@@ -211,7 +255,7 @@ TOPIC_CONFIG_KEYS: tuple[ConfigKey, ...] = (
         "delete.retention.ms",
         "delete_retention_ms",
         "int",
-        "How long compaction keeps tombstones.",
+        "How long a tombstone (null value) survives after the cleaner first cleaned it.",
         (),
         0,
     ),
@@ -221,6 +265,29 @@ TOPIC_CONFIG_KEYS: tuple[ConfigKey, ...] = (
         "str",
         "Compression the broker keeps; 'producer' keeps what the producer sent.",
         ("producer", "none", "gzip", "zstd", "lz4"),
+    ),
+    ConfigKey(
+        "min.cleanable.dirty.ratio",
+        "min_cleanable_dirty_ratio",
+        "ratio",
+        "Compact a log once uncleaned bytes are at least this share of it (0 to 1).",
+    ),
+    ConfigKey(
+        "min.compaction.lag.ms",
+        "min_compaction_lag_ms",
+        "int",
+        "Records stay uncompacted at least this long after they are written.",
+        (),
+        0,
+    ),
+    ConfigKey(
+        "max.compaction.lag.ms",
+        "max_compaction_lag_ms",
+        "opt_int",
+        "Compact a record at most this long after it is written, whatever the dirty "
+        "ratio; empty = no limit.",
+        (),
+        1,
     ),
 )
 

@@ -1,10 +1,17 @@
-"""Sparse, memory-mapped offset and time indexes of one segment.
+"""Sparse offset and time indexes of one segment.
 
-Both are arrays of fixed-width big-endian entries in a file preallocated to
-``segment.index.bytes`` while the segment is active and trimmed to its entries when
-the segment rolls or closes. A preallocated file's unused tail is zeros; valid
-entries never hold position 0 (the first batch of a segment is never indexed), so
-the count of an untrimmed file is found by a binary search for the first zero entry.
+Both are arrays of fixed-width big-endian entries. A rolled segment's index is a file
+of exactly its entries, memory-mapped read-only. The active segment's index lives in a
+growing ``bytearray`` and reaches its file when the segment rolls, closes or is
+evicted (``trim``) or on ``flush``: storing into a fresh shared mapping of a sparse
+file made the first append of every segment wait milliseconds on ext4 (the first
+write fault allocating the file's blocks), and the active segment's indexes are
+rebuilt by recovery after a crash anyway. Lowering the entry count cuts the file at
+once, so it never lists entries for batches that are gone.
+
+Files preallocated by earlier versions end in zeros; valid entries never hold
+position 0 (the first batch of a segment is never indexed), so their count is found
+by a binary search for the first zero entry.
 
 - offset index entry: relative offset u32, file position u32 (8 bytes)
 - time index entry: timestamp i64, relative offset u32 (12 bytes): every batch before
@@ -17,8 +24,11 @@ import mmap
 import os
 import struct
 from pathlib import Path
+from typing import Any
 
 from logmq.errors import StorageError
+
+_BEFORE_ANY = -(1 << 64)  # below every key and value: what an empty index compares with
 
 
 class IndexCorruptError(StorageError):
@@ -27,15 +37,20 @@ class IndexCorruptError(StorageError):
 
 class _Index:
     ENTRY: struct.Struct
+    _pos_field = 1
 
     def __init__(self, path: Path, base_offset: int, max_bytes: int, *, writable: bool) -> None:
         self.path = path
         self.base_offset = base_offset
         self.width = self.ENTRY.size
         self.max_entries = max(1, max_bytes // self.width)
-        self._mm: mmap.mmap | None = None
+        # bytearray while writable, a read-only mmap (None when empty) afterwards
+        self._buf: Any = None
         self.entries = 0
+        self._written = 0  # entries known to be in the file as they are in _buf
         self.writable = False
+        # The last entry's fields, kept in Python so appends never read the buffer back.
+        self.last_key = self.last_value = _BEFORE_ANY
         self._open(writable)
 
     # -- file lifecycle -------------------------------------------------------------
@@ -47,20 +62,28 @@ class _Index:
             if size % self.width:
                 raise IndexCorruptError(f"{self.path}: size {size} is not a multiple of entries")
             self.entries = size // self.width
-            if writable:
-                alloc = max(self.max_entries, self.entries) * self.width
-                if alloc != size:
-                    os.ftruncate(fd, alloc)
-                size = alloc
             self.writable = writable
-            self._mm = mmap.mmap(fd, size) if size else None
+            if writable:
+                self._buf = bytearray(_read_all(fd, size))
+            else:
+                self._buf = mmap.mmap(fd, size, access=mmap.ACCESS_READ) if size else None
         finally:
             os.close(fd)
         if self.entries and self._is_free(self.entries - 1):
             self.entries = self._count_used()
+        if writable:
+            del self._buf[self.entries * self.width :]
+        self._written = self.entries
+        self._load_last()
+
+    def _load_last(self) -> None:
+        if self.entries:
+            self.last_key, self.last_value = self.entry(self.entries - 1)
+        else:
+            self.last_key = self.last_value = _BEFORE_ANY
 
     def _is_free(self, i: int) -> bool:
-        return self.ENTRY.unpack_from(self._mm, i * self.width)[self._pos_field] == 0
+        return self.ENTRY.unpack_from(self._buf, i * self.width)[self._pos_field] == 0
 
     def _count_used(self) -> int:
         lo, hi = 0, self.entries  # entries [0, lo) used, [hi, entries) free
@@ -72,52 +95,66 @@ class _Index:
                 lo = mid + 1
         return lo
 
+    def flush(self) -> None:
+        """Write entries not yet in the file, and cut the file to the entry count."""
+        if not self.writable:
+            return
+        w, done, n = self.width, self._written, self.entries
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            if done < n:
+                _write_all(fd, self._buf[done * w : n * w], done * w)
+            if os.fstat(fd).st_size != n * w:
+                os.ftruncate(fd, n * w)
+        finally:
+            os.close(fd)
+        self._written = n
+
     def trim(self) -> None:
-        """Shrink the file to its entries (on roll and close); the index becomes read-only."""
-        if self._mm is not None:
-            self._mm.close()
-            self._mm = None
-        with open(self.path, "r+b") as f:
-            f.truncate(self.entries * self.width)
-        self.writable = False
+        """Put the file at exactly its entries (on roll and close); it becomes read-only."""
+        if self.writable:
+            self.flush()
+            self.writable = False
+        else:
+            if self._buf is not None:
+                self._buf.close()
+            os.truncate(self.path, self.entries * self.width)
+        self._buf = None
         size = self.entries * self.width
         if size:
-            fd = os.open(self.path, os.O_RDWR)
+            fd = os.open(self.path, os.O_RDONLY)
             try:
-                self._mm = mmap.mmap(fd, size)
+                self._buf = mmap.mmap(fd, size, access=mmap.ACCESS_READ)
             finally:
                 os.close(fd)
 
     def close(self) -> None:
         if self.writable:
             self.trim()
-        if self._mm is not None:
-            self._mm.close()
-            self._mm = None
-
-    def flush(self) -> None:
-        if self._mm is not None:
-            self._mm.flush()
+        if self._buf is not None:
+            self._buf.close()
+            self._buf = None
 
     @property
     def is_full(self) -> bool:
         return self.entries >= self.max_entries
 
     def entry(self, i: int) -> tuple[int, int]:
-        return self.ENTRY.unpack_from(self._mm, i * self.width)
+        return self.ENTRY.unpack_from(self._buf, i * self.width)
 
     def truncate_entries(self, n: int) -> None:
-        """Keep the first ``n`` entries (zeroing the rest keeps the free-tail invariant)."""
+        """Keep the first ``n`` entries; the file loses the others at once."""
         if n >= self.entries:
             return
+        self.entries = n
         if self.writable:
-            self._mm[n * self.width : self.entries * self.width] = bytes(
-                (self.entries - n) * self.width
-            )
-            self.entries = n
+            del self._buf[n * self.width :]
+            if self._written > n:
+                os.truncate(self.path, n * self.width)
+                self._written = n
         else:
-            self.entries = n
             self.trim()
+        self._load_last()
 
     def reset(self) -> None:
         self.truncate_entries(0)
@@ -125,16 +162,32 @@ class _Index:
     def _bsearch(self, field: int, key: int) -> int:
         """Index of the last entry whose ``field`` <= key, or -1."""
         lo, hi = 0, self.entries
-        unpack, mm, w = self.ENTRY.unpack_from, self._mm, self.width
+        unpack, buf, w = self.ENTRY.unpack_from, self._buf, self.width
         while lo < hi:
             mid = (lo + hi) // 2
-            if unpack(mm, mid * w)[field] <= key:
+            if unpack(buf, mid * w)[field] <= key:
                 lo = mid + 1
             else:
                 hi = mid
         return lo - 1
 
-    _pos_field = 1
+
+def _read_all(fd: int, size: int) -> bytes:
+    parts, pos = [], 0
+    while pos < size:
+        chunk = os.pread(fd, size - pos, pos)
+        if not chunk:
+            break
+        parts.append(chunk)
+        pos += len(chunk)
+    return b"".join(parts)
+
+
+def _write_all(fd: int, data: bytes | bytearray, pos: int) -> None:
+    view = memoryview(data)
+    while view:
+        n = os.pwrite(fd, view, pos)
+        view, pos = view[n:], pos + n
 
 
 class OffsetIndex(_Index):
@@ -142,16 +195,14 @@ class OffsetIndex(_Index):
     _pos_field = 1
 
     def append(self, offset: int, position: int) -> None:
-        n = self.entries
-        if n >= self.max_entries:
-            return  # the log rolls on a full index; until then lookups scan a bit more
         rel = offset - self.base_offset
-        if n:
-            last_rel, last_pos = self.ENTRY.unpack_from(self._mm, (n - 1) * 8)
-            if rel <= last_rel or position <= last_pos:
-                return
-        self.ENTRY.pack_into(self._mm, n * 8, rel, position)
-        self.entries += 1
+        n = self.entries
+        if rel <= self.last_key or position <= self.last_value or n >= self.max_entries:
+            return  # out of order, or full: the log rolls; until then lookups scan more
+        self._buf += self.ENTRY.pack(rel, position)
+        self.entries = n + 1
+        self.last_key = rel
+        self.last_value = position
 
     def lookup(self, offset: int) -> tuple[int, int]:
         """(offset, position) of the last indexed batch starting at or before ``offset``."""
@@ -192,16 +243,14 @@ class TimeIndex(_Index):
     _pos_field = 1
 
     def append(self, timestamp: int, offset: int) -> None:
-        n = self.entries
-        if n >= self.max_entries:
-            return  # the log rolls on a full index; until then lookups scan a bit more
         rel = offset - self.base_offset
-        if n:
-            last_ts, last_rel = self.ENTRY.unpack_from(self._mm, (n - 1) * 12)
-            if timestamp <= last_ts or rel <= last_rel:
-                return
-        self.ENTRY.pack_into(self._mm, n * 12, timestamp, rel)
+        n = self.entries
+        if timestamp <= self.last_key or rel <= self.last_value or n >= self.max_entries:
+            return  # not newer, or full: the log rolls; until then lookups scan more
+        self._buf += self.ENTRY.pack(timestamp, rel)
         self.entries = n + 1
+        self.last_key = timestamp
+        self.last_value = rel
 
     def lookup(self, timestamp: int) -> int:
         """An offset such that every earlier batch of the segment has max timestamp < ts."""

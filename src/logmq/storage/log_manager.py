@@ -1,9 +1,10 @@
 """All partition logs of one broker under one data directory, plus their chores.
 
-The manager owns the background tasks (retention, flush.ms flusher, checkpoints),
-the durability policy of appends (group commit, flush.messages) and the shared LRU of
-open segment files. ``start`` loads every log, recovering those that did not shut down
-cleanly; ``stop`` flushes, checkpoints and leaves the clean-shutdown marker.
+The manager owns the background tasks (retention, flush.ms flusher, checkpoints, the
+log cleaner of compacted topics), the durability policy of appends (group commit,
+flush.messages) and the shared LRU of open segment files. ``start`` loads every log,
+recovering those that did not shut down cleanly; ``stop`` flushes, checkpoints and
+leaves the clean-shutdown marker.
 
 Per-topic config overrides are not the storage's to persist: the caller's metadata
 (the broker's topic store, later the Raft metadata image) is their one source of
@@ -26,7 +27,9 @@ from typing import Any
 
 from logmq.errors import CorruptRecordError, InvalidConfigError, StorageError
 from logmq.storage import checkpoint as ckpt
+from logmq.storage.compaction import CleanStats, check_record_keys
 from logmq.storage.config import LogConfig
+from logmq.storage.log_cleaner import DEFAULT_BUFFER_BYTES, DEFAULT_INTERVAL_MS, LogCleaner
 from logmq.storage.open_files import OpenFileCache
 from logmq.storage.partition_log import AppendInfo, PartitionLog, parse_dir_name
 from logmq.storage.segment import run_sync
@@ -69,9 +72,16 @@ class LogManager:
         flush_check_interval_ms: int = 100,
         idle_close_ms: int = 600_000,
         topic_overrides: TopicOverrides | Callable[[], TopicOverrides] | None = None,
+        cleaner_enabled: bool = True,
+        cleaner_interval_ms: int = DEFAULT_INTERVAL_MS,
+        cleaner_buffer_bytes: int = DEFAULT_BUFFER_BYTES,
     ) -> None:
         """``topic_overrides``: per-topic config overrides (or a callable returning them,
-        called once by ``start``) that the logs found on disk open with."""
+        called once by ``start``) that the logs found on disk open with.
+
+        ``cleaner_*``: the background log cleaner of compacted topics: whether it runs,
+        how often it looks for dirty logs, and the memory its offset map may use
+        (about 128 bytes per distinct key; more keys take several passes)."""
         self.data_dir = Path(data_dir)
         self.default_config = default_config or LogConfig()
         self.cache = OpenFileCache(max_open_segments)
@@ -84,6 +94,10 @@ class LogManager:
         self._topic_overrides: dict[str, dict[str, str]] = {}
         self._committers: dict[tuple[str, int], _Committer] = {}
         self._tasks: list[asyncio.Task[None]] = []
+        self.cleaner_enabled = cleaner_enabled
+        self.cleaner = LogCleaner(
+            self.logs, interval_ms=cleaner_interval_ms, buffer_bytes=cleaner_buffer_bytes
+        )
         self.started = False
         self.recovered_logs: list[str] = []  # logs that went through crash recovery
         self.offline_logs: dict[tuple[str, int], str] = {}  # logs that failed to open
@@ -100,6 +114,8 @@ class LogManager:
             loop.create_task(self._every(self.flush_check_interval_ms, self._flush_tick)),
             loop.create_task(self._every(max(1, self.idle_close_ms // 4), self._close_idle)),
         ]
+        if self.cleaner_enabled:
+            self._tasks.append(self.cleaner.start())
         self.started = True
 
     def _load_all(self) -> None:
@@ -158,6 +174,7 @@ class LogManager:
         if not self.started:
             return
         self.started = False
+        await self.cleaner.stop()  # a cleaning in progress gives up; nothing is lost
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:
@@ -267,9 +284,15 @@ class LogManager:
         self.write_checkpoints()
 
     async def append(self, plog: PartitionLog, data: Any, *, leader_epoch: int = 0) -> AppendInfo:
-        """Append, then return only once the data is as durable as the topic's policy says."""
-        info = plog.append(data, leader_epoch=leader_epoch)
+        """Append, then return only once the data is as durable as the topic's policy says.
+
+        A compacted topic refuses records without a key (InvalidRecordError), as Kafka's
+        does: checking decodes the records, a cost only compacted topics pay.
+        """
         cfg = plog.config
+        if cfg.compact:
+            check_record_keys(data, cfg.max_message_bytes)
+        info = plog.append(data, leader_epoch=leader_epoch)
         if info.duplicate:
             if cfg.group_commit and plog.recovery_point <= info.last_offset:
                 await self.sync(plog)
@@ -352,6 +375,15 @@ class LogManager:
             except (OSError, StorageError) as e:
                 log.error("retention failed for %s: %s", plog, e)
         return deleted
+
+    async def clean(self, plog: PartitionLog, *, force: bool = True) -> CleanStats | None:
+        """Compact one log now (tests, admin), heavy work in a worker thread.
+
+        ``force`` ignores min.cleanable.dirty.ratio; min.compaction.lag.ms, the high
+        watermark and the active segment still bound what is cleaned. None when the
+        log is not compacted or nothing is cleanable.
+        """
+        return await self.cleaner.clean(plog, force=force)
 
     def _checkpoint_values(self) -> list[tuple[str, dict[tuple[str, int], int]]]:
         logs = list(self._logs.items())

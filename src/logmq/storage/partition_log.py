@@ -23,6 +23,14 @@ from logmq.errors import (
     StorageError,
 )
 from logmq.storage import batch as b
+from logmq.storage import segment_swap
+from logmq.storage.compaction import (
+    NO_HORIZON,
+    CleanerCheckpoint,
+    CleaningPlan,
+    CleanStats,
+    plan_cleaning,
+)
 from logmq.storage.config import LogConfig
 from logmq.storage.leader_epoch import FILE_NAME as EPOCH_FILE
 from logmq.storage.leader_epoch import LeaderEpochCache
@@ -64,6 +72,8 @@ __all__ = ["AppendInfo", "FileSlice", "PartitionLog", "parse_dir_name"]
 log = logging.getLogger(__name__)
 
 _MAX_REL_OFFSET = (1 << 32) - 1
+_LOG_OVERHEAD = b.LOG_OVERHEAD
+_STAMP_SIZE = STAMP.size
 EARLIEST_TIMESTAMP = -2
 LATEST_TIMESTAMP = -1
 
@@ -113,6 +123,11 @@ class PartitionLog:
         self.cut_bytes = 0  # bytes recovery removed at open
         self._pending_deletes: list[tuple[int, list[Path]]] = []  # (due ms, files)
         self.closed = False
+        # Compaction state (log_cleaner.py): where the dirty section starts, the earliest
+        # delete horizon of a kept tombstone, and whether the cleaner ever rewrote this log.
+        self.first_dirty_offset = 0
+        self.next_delete_horizon = NO_HORIZON
+        self._cleaned_before = False
         self._load(clean_shutdown, recovery_point, log_start_offset)
         self._hw = min(max(high_watermark, 0), self.log_end_offset)
 
@@ -132,6 +147,8 @@ class PartitionLog:
         return seg
 
     def _load(self, clean: bool, recovery_point: int | None, start: int) -> None:
+        segment_swap.recover(self.dir)  # a crash in the middle of a cleaner swap
+        self._load_cleaner_checkpoint()
         bases = []
         for name in os.listdir(self.dir):
             path = self.dir / name
@@ -156,6 +173,9 @@ class PartitionLog:
             self.log_end_offset = self.segments[-1].next_offset
         self.log_start_offset = min(max(start, self.segments[0].base_offset), self.log_end_offset)
         self.recovery_point = self.log_end_offset
+        self.first_dirty_offset = min(
+            max(self.first_dirty_offset, self.log_start_offset), self.log_end_offset
+        )
         self.leader_epochs.truncate_from_end(self.log_end_offset)
         self.leader_epochs.truncate_from_start(self.log_start_offset)
         self._rebuild_producer_state()
@@ -165,11 +185,16 @@ class PartitionLog:
         first = 0
         if recovery_point is not None:
             first = max(0, bisect.bisect_right(self._bases, recovery_point) - 1)
+        gaps = self.allows_offset_gaps
         for i in range(first, len(self.segments)):
             seg = self.segments[i]
-            cut = seg.recover()
+            cut = seg.recover(allow_gaps=gaps)
             self.cut_bytes += cut
-            gap = i + 1 < len(self.segments) and seg.next_offset != self._bases[i + 1]
+            gap = i + 1 < len(self.segments) and (
+                seg.next_offset > self._bases[i + 1]
+                if gaps
+                else seg.next_offset != self._bases[i + 1]
+            )
             if (cut or gap) and i + 1 < len(self.segments):
                 dropped = self.segments[i + 1 :]
                 log.warning(
@@ -228,7 +253,12 @@ class PartitionLog:
     # -- appending ------------------------------------------------------------------------
 
     def append(self, data: Any, *, leader_epoch: int = 0) -> AppendInfo:
-        """Validate, assign offsets to and write one or more batches; all or nothing."""
+        """Validate, assign offsets to and write one or more batches; all or nothing.
+
+        One batch without a producer id, in CreateTime, is the produce hot path and is
+        handled inline here (every statement runs per produced batch); anything else
+        goes through ``_append_many``.
+        """
         if self.closed:
             self._check_open()
         mv = memoryview(data)
@@ -237,14 +267,52 @@ class PartitionLog:
         if not limit:
             raise CorruptRecordError("empty produce data: no record batch")
         f = check_batch(mv, 0, limit, cfg.max_message_bytes, True)
-        size = f[F_LENGTH] + b.LOG_OVERHEAD
-        if size == limit and f[F_PRODUCER_ID] < 0 and cfg.message_timestamp_type != "LogAppendTime":
-            return self._append_one(mv, f, size, leader_epoch)
+        size = f[F_LENGTH] + _LOG_OVERHEAD
+        if size != limit or f[F_PRODUCER_ID] >= 0 or cfg.message_timestamp_type == "LogAppendTime":
+            return self._append_many(mv, f, size, leader_epoch)
+        first = self.log_end_offset
+        nxt = first + f[F_LAST_OFFSET_DELTA] + 1
+        max_ts = f[F_MAX_TIMESTAMP]
+        seg = self.segments[-1]
+        used = seg.size
+        if used and (
+            used + size > cfg.segment_bytes
+            or nxt - seg.base_offset > _MAX_REL_OFFSET
+            or seg.index_full
+            or self._segment_expired(seg, max_ts)
+        ):
+            seg = self.roll(first)
+        seg.append_batch(
+            STAMP.pack(first, f[F_LENGTH], leader_epoch),
+            mv[_STAMP_SIZE:size],
+            size,
+            first,
+            max_ts,
+            nxt,
+        )
+        self.log_end_offset = nxt
+        if self.auto_high_watermark:
+            self._hw = nxt
+        if leader_epoch > self.leader_epochs.latest_epoch:
+            self.leader_epochs.assign(leader_epoch, first)
+        count = f[F_RECORD_COUNT]
+        self._appended_messages += count
+        return AppendInfo(first, nxt - 1, max_ts, count, False)
+
+    def _append_many(
+        self, mv: memoryview, f: RawHeader, size: int, leader_epoch: int
+    ) -> AppendInfo:
+        """``append`` for several batches, idempotent producers or LogAppendTime.
+
+        ``f`` and ``size`` describe the first batch, already validated.
+        """
+        cfg = self.config
+        limit = len(mv)
         raw = [(0, f)]
         while size < limit:
             f = check_batch(mv, size, limit, cfg.max_message_bytes, True)
             raw.append((size, f))
-            size += f[F_LENGTH] + b.LOG_OVERHEAD
+            size += f[F_LENGTH] + _LOG_OVERHEAD
         headers = to_headers(raw)
         pending: dict[int, ProducerEntry] = {}
         keep = headers
@@ -267,31 +335,6 @@ class PartitionLog:
         if self.auto_high_watermark:
             self._hw = w.next_offset
         return AppendInfo(first, w.next_offset - 1, w.max_timestamp, w.record_count, False)
-
-    def _append_one(self, mv: memoryview, f: RawHeader, size: int, epoch: int) -> AppendInfo:
-        """The produce hot path: one batch, no producer id, CreateTime."""
-        first = self.log_end_offset
-        nxt = first + f[F_LAST_OFFSET_DELTA] + 1
-        max_ts = f[F_MAX_TIMESTAMP]
-        seg = self.segments[-1]
-        if seg.size and (
-            seg.size + size > self.config.segment_bytes
-            or nxt - seg.base_offset > _MAX_REL_OFFSET
-            or seg.index_full
-            or self._segment_expired(seg, max_ts)
-        ):
-            seg = self.roll(first)
-        seg.append_batch(
-            STAMP.pack(first, f[F_LENGTH], epoch), mv[STAMP.size : size], size, first, max_ts, nxt
-        )
-        self.log_end_offset = nxt
-        if self.auto_high_watermark:
-            self._hw = nxt
-        if epoch > self.leader_epochs.latest_epoch:
-            self.leader_epochs.assign(epoch, first)
-        count = f[F_RECORD_COUNT]
-        self._appended_messages += count
-        return AppendInfo(first, nxt - 1, max_ts, count, False)
 
     def _check_producers(
         self, headers: list[tuple[int, b.BatchHeader]], pending: dict[int, ProducerEntry]
@@ -471,6 +514,7 @@ class PartitionLog:
         self.log_start_offset = min(self.log_start_offset, leo)
         self._hw = min(self._hw, leo)
         self.recovery_point = min(self.recovery_point, leo)
+        self.first_dirty_offset = min(self.first_dirty_offset, leo)
         self.leader_epochs.truncate_from_end(leo)
         self.producer_state.clear()
         self._rebuild_producer_state()
@@ -483,6 +527,7 @@ class PartitionLog:
         seg = self._segment(offset, active=True, create=True)
         self.segments, self._bases = [seg], [offset]
         self.log_start_offset = self.log_end_offset = self.recovery_point = self._hw = offset
+        self.first_dirty_offset = offset
         self.leader_epochs.clear()
         self.producer_state.clear()
         delete_snapshots(self.dir, above=-1)
@@ -519,6 +564,9 @@ class PartitionLog:
     def delete_old_segments(self, now_ms: int | None = None) -> int:
         """Apply retention.ms and retention.bytes below the high watermark.
 
+        Only when cleanup.policy includes delete (Kafka: a compact-only topic keeps
+        every key's newest record however old).
+
         Never deletes the active segment, nor a segment holding data at or above the
         HW (a replicated log's tail is not yet committed). Also runs the deletion pass
         for file.delete.delay.ms. Returns the number of segments deleted.
@@ -527,6 +575,8 @@ class PartitionLog:
         now = self.clock() if now_ms is None else now_ms
         self.delete_expired_files(now)
         cfg = self.config
+        if not cfg.delete:
+            return 0  # cleanup.policy=compact: the cleaner, not retention, bounds the log
         segs = self.segments
         deleted = 0
         if cfg.retention_ms >= 0:
@@ -550,11 +600,20 @@ class PartitionLog:
         return deleted
 
     def roll_if_old(self, now_ms: int | None = None) -> bool:
-        """Roll a non-empty active segment older than segment.ms (called periodically)."""
+        """Roll a non-empty active segment older than segment.ms (called periodically).
+
+        A compacted log's active segment also rolls once its first batch is older
+        than max.compaction.lag.ms: only rolled segments can be cleaned.
+        """
         seg = self.active_segment
         if not seg.size:
             return False
         expired = self._segment_expired(seg, None, now_ms)
+        lag = self.config.max_compaction_lag_ms
+        if not expired and lag is not None and self.config.compact:
+            first_ts = seg.first_batch_timestamp
+            now = self.clock() if now_ms is None else now_ms
+            expired = first_ts is not None and first_ts >= 0 and now - first_ts >= lag
         if expired:
             self.roll()
         return expired
@@ -597,6 +656,82 @@ class PartitionLog:
         else:
             for path in paths:
                 path.unlink(missing_ok=True)
+
+    # -- compaction -----------------------------------------------------------------------
+
+    @property
+    def allows_offset_gaps(self) -> bool:
+        """Whether recovery accepts gaps between batch offsets.
+
+        The cleaner drops whole batches, and followers copy compacted batches as they
+        are, so a compacted log (or one the cleaner ever rewrote) is checked for
+        increasing offsets only; other logs for an exact chain.
+        """
+        return self.config.compact or self._cleaned_before
+
+    def _load_cleaner_checkpoint(self) -> None:
+        try:
+            cp = CleanerCheckpoint.read(self.dir)
+        except StorageError as e:
+            log.error("%s; the whole log counts as dirty", e)
+            cp = CleanerCheckpoint()
+        if cp is not None:
+            self._cleaned_before = True
+            self.first_dirty_offset = cp.first_dirty_offset
+            self.next_delete_horizon = cp.next_delete_horizon
+
+    def cleaning_plan(
+        self, now_ms: int | None = None, *, force: bool = False
+    ) -> CleaningPlan | None:
+        """What the cleaner would clean now (compaction.plan_cleaning); event loop thread."""
+        return plan_cleaning(self, now_ms, force=force)
+
+    def install_cleaned(self, cleaned: Any) -> bool:
+        """Swap a cleaned segment in for the segments it replaces (event loop thread).
+
+        False, leaving the log untouched, if those segments are no longer all here
+        (retention, truncation or deletion got there first). Readers holding slices of
+        the old files keep them: old segments are retired like deleted ones.
+        """
+        old = cleaned.replaced
+        if self.closed or not old:
+            return False
+        i = next((k for k, seg in enumerate(self.segments) if seg is old[0]), -1)
+        n = len(old)
+        if i < 0 or i + n >= len(self.segments):
+            return False
+        if any(x is not y for x, y in zip(self.segments[i : i + n], old, strict=True)):
+            return False
+        base = cleaned.base_offset
+        segment_swap.commit(self.dir, base)  # from here on a crash completes the swap
+        self._cleaned_before = True
+        for seg in old:
+            self._retire(seg)
+        segment_swap.finish(self.dir, base)
+        fresh = self._segment(base)
+        fresh.verified.add(0, fresh.size)  # the cleaner checksummed what it wrote
+        self.segments[i : i + n] = [fresh]
+        self._bases[i : i + n] = [base]
+        return True
+
+    def cleaning_done(self, first_dirty: int, horizon: int) -> tuple[int, int]:
+        """Note a finished cleaning; returns the (first dirty offset, delete horizon) to
+        checkpoint. The log may have been truncated below where the map ended."""
+        self.first_dirty_offset = min(first_dirty, self.log_end_offset)
+        self.next_delete_horizon = horizon
+        return self.first_dirty_offset, horizon
+
+    def clean(
+        self, now_ms: int | None = None, *, buffer_bytes: int | None = None, force: bool = True
+    ) -> CleanStats | None:
+        """Compact this log now, synchronously (tests, tools); None if nothing to clean.
+
+        The LogManager's cleaner does the same with the heavy steps in worker threads.
+        """
+        from logmq.storage import log_cleaner
+
+        kw = {} if buffer_bytes is None else {"buffer_bytes": buffer_bytes}
+        return log_cleaner.clean_log(self, now_ms=now_ms, force=force, **kw)
 
     # -- durability -----------------------------------------------------------------------
 

@@ -126,7 +126,8 @@ class LogSegment:
         self._next_offset: int | None = base_offset if create else None
         self._max_timestamp: int | None = -1 if create else None
         self.bytes_since_index = 0
-        self._hints: dict[int, int] = {}  # base offset -> position, from recent reads
+        # base offset -> (position, header or None) of where recent reads ended
+        self._hints: dict[int, tuple[int, b.BatchHeader | None]] = {}
         self.created_ms: int | None = None  # set by the partition log (for segment.ms)
         self._first_batch_ts: int | None = None  # read lazily from the file
         self.flushed_size = self.size
@@ -235,9 +236,11 @@ class LogSegment:
 
     def locate(self, offset: int) -> tuple[int, b.BatchHeader] | None:
         """Position and header of the first batch whose last offset is >= ``offset``."""
-        pos = self._hints.get(offset)
-        if pos is not None and pos < self.size:
-            h = self.header_at(pos)  # sequential consumers: where the last read ended
+        hint = self._hints.get(offset)  # sequential consumers: where the last read ended
+        if hint is not None and hint[0] < self.size:
+            pos, h = hint
+            if h is None:
+                h = self.header_at(pos)
             if h.base_offset == offset:
                 return pos, h
         _, pos = self.index.lookup(offset)
@@ -282,7 +285,11 @@ class LogSegment:
         max_timestamp: int,
         next_offset: int,
     ) -> None:
-        """``append`` for one stamped batch (prefix + rest): the produce hot path."""
+        """``append`` for one stamped batch (prefix + rest): the produce hot path.
+
+        Every statement here runs once per produced batch, so it reads cached index
+        tails and skips calls that would do nothing; ``append`` is the general form.
+        """
         pos = self.size
         file = self._file
         if file is None:
@@ -291,14 +298,22 @@ class LogSegment:
             assert file is not None
         else:
             self.cache.touch(self)
-        self._write(file.fd, [prefix, body], size, pos)
+        parts = [prefix, body]
+        try:
+            written = _pwritev(file.fd, parts, pos)
+        except OSError:
+            written = -1  # _write repeats the write and reports the error
+        if written != size:
+            self._write(file.fd, parts, size, pos)
         max_ts = self._max_timestamp
         if max_ts is None:
             max_ts = self.max_timestamp
         since = self.bytes_since_index
         if since >= self.index_interval and pos:
             self._index.append(base_offset, pos)  # type: ignore[union-attr]
-            self._time_index.append(max_ts, base_offset)  # type: ignore[union-attr]
+            tidx = self._time_index
+            if max_ts > tidx.last_key:  # type: ignore[union-attr]
+                tidx.append(max_ts, base_offset)  # type: ignore[union-attr]
             since = 0
         elif not pos:
             self._first_batch_ts = max_timestamp
@@ -310,10 +325,7 @@ class LogSegment:
         else:
             self.verified.add(pos, end)
         self._next_offset = next_offset
-        if max_timestamp > max_ts:
-            self._max_timestamp = max_timestamp
-        else:
-            self._max_timestamp = max_ts
+        self._max_timestamp = max_timestamp if max_timestamp > max_ts else max_ts
 
     def _write(self, fd: int, parts: list[Any], size: int, pos: int) -> None:
         try:
@@ -361,44 +373,60 @@ class LogSegment:
     # -- reading ------------------------------------------------------------------------
 
     def read(self, offset: int, max_bytes: int, max_offset: int | None) -> FileSlice | None:
+        """Whole batches from the one holding ``offset``, up to ``max_bytes`` (at least one).
+
+        Per fetch, so it keeps syscalls down: the header of the batch where a read
+        stops is remembered for the next sequential read, which then needs no pread.
+        """
+        self._open()
         found = self.locate(offset)
         if found is None:
             return None
         start, first = found
         if max_offset is not None and first.base_offset >= max_offset:
             return None
+        size = self.size
         end = start + first.size
         end_offset = first.next_offset  # offset of the batch at ``end`` (or the next one)
+        stop: b.BatchHeader | None = None  # header of the batch at ``end``, if read
         limit = start + max_bytes
-        if end < limit and end < self.size:
-            idx_off, idx_pos = self.index.lookup_position(min(limit, self.size))
+        if end < limit and end < size:
+            idx = self._index
+            assert idx is not None
+            idx_off, idx_pos = idx.lookup_position(min(limit, size))
             if idx_pos > end and (max_offset is None or idx_off <= max_offset):
                 end = idx_pos
             elif max_offset is not None:
-                _, mpos = self.index.lookup(max_offset)
+                _, mpos = idx.lookup(max_offset)
                 if end < mpos <= limit:
                     end = mpos
             end_offset = -1
             for _, h in self.iter_headers(end):
                 if end + h.size > limit or (max_offset is not None and h.base_offset >= max_offset):
                     end_offset = h.base_offset
+                    stop = h
                     break
                 end += h.size
             if end_offset < 0:
                 end_offset = self.next_offset
-        if end < self.size:
-            self._remember(end_offset, end)
-        valid_end = self.verify(start, end)
-        if valid_end != end:  # a corrupt batch: the slice stops before it
-            end = valid_end
-            for _, h in self.iter_headers(start, end):
-                end_offset = h.next_offset
-        return FileSlice(self.file, start, end - start, end_offset)
+        # Remembered even at the segment's end: a caught-up consumer's next fetch starts
+        # right there once more batches arrive.
+        self._remember(end_offset, end, stop)
+        file = self._file
+        assert file is not None
+        v = self.verified  # usually one range: everything this process appended
+        if not (v.starts and v.starts[0] <= start and end <= v.ends[0]):
+            valid_end = self.verify(start, end)
+            if valid_end != end:  # a corrupt batch: the slice stops before it
+                end = valid_end
+                for _, h in self.iter_headers(start, end):
+                    end_offset = h.next_offset
+        return FileSlice(file, start, end - start, end_offset)
 
-    def _remember(self, offset: int, position: int) -> None:
+    def _remember(self, offset: int, position: int, header: b.BatchHeader | None = None) -> None:
         """Note that the batch at ``position`` starts at ``offset`` (the next read's start)."""
         hints = self._hints
-        hints[offset] = position
+        hints[offset] = (position, header)
         if len(hints) > _MAX_HINTS:
             del hints[next(iter(hints))]
 
@@ -462,16 +490,17 @@ class LogSegment:
             self._index.trim()
             self._time_index.trim()
 
-    def recover(self) -> int:
+    def recover(self, *, allow_gaps: bool = False) -> int:
         """Checksum every batch, cut at the first invalid one, rebuild indexes.
 
-        Returns the number of bytes cut.
+        ``allow_gaps``: offsets may jump between batches (compacted logs). Returns the
+        number of bytes cut.
         """
         if self._file is None:
             self._open(indexes=False)
         else:
             self._reset_indexes()
-        scan = RecoveryScan(self.file.fileno(), self.size, self.base_offset)
+        scan = RecoveryScan(self.file.fileno(), self.size, self.base_offset, allow_gaps=allow_gaps)
         self._reindex(iter(scan))
         valid, reason = scan.valid, scan.reason
         cut = self.size - valid

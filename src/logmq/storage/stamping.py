@@ -56,6 +56,10 @@ _HEADER_SIZE = b.HEADER_SIZE
 _OVERHEAD = b.LOG_OVERHEAD
 _MIN_LENGTH = b.HEADER_SIZE - b.LOG_OVERHEAD
 _CHECKSUM_START = b.CHECKSUM_START
+_MAX_BATCH_SIZE = b.MAX_BATCH_SIZE
+_MAGIC = b.MAGIC
+_CODEC_MASK = b.Compression.MASK
+_LAST_CODEC = b.Compression.LZ4
 
 
 @dataclass(slots=True)
@@ -93,6 +97,29 @@ def check_batch(
             _too_large(b.peek_size(mv, pos), max_batch_bytes)
         raise CorruptRecordError(f"truncated batch header: {avail} of {_HEADER_SIZE} bytes")
     f = _unpack_header(mv, pos)
+    size = f[F_LENGTH] + _OVERHEAD
+    count = f[F_RECORD_COUNT]
+    delta = f[F_LAST_OFFSET_DELTA]
+    # One combined test on the produce hot path; _reject names the first problem.
+    if (
+        size > max_batch_bytes
+        or size > avail
+        or size < _HEADER_SIZE
+        or size > _MAX_BATCH_SIZE
+        or f[F_MAGIC] != _MAGIC
+        or count <= 0
+        or delta < count - 1
+        or (contiguous and delta != count - 1)
+        or f[F_ATTRIBUTES] & _CODEC_MASK > _LAST_CODEC
+    ):
+        _reject(f, avail, max_batch_bytes, contiguous)
+    if _hash(mv[pos + _CHECKSUM_START : pos + size]) != f[F_CHECKSUM]:
+        raise CorruptRecordError("checksum mismatch")
+    return f
+
+
+def _reject(f: RawHeader, avail: int, max_batch_bytes: int, contiguous: bool) -> None:
+    """Raise the error for the first check ``f`` fails, in the order clients rely on."""
     length = f[F_LENGTH]
     size = length + _OVERHEAD
     if size > max_batch_bytes:
@@ -108,11 +135,7 @@ def check_batch(
         raise CorruptRecordError(f"invalid record count {count}")
     if delta < count - 1 or (contiguous and delta != count - 1):
         raise CorruptRecordError(f"last offset delta {delta} does not fit {count} records")
-    if f[F_ATTRIBUTES] & b.Compression.MASK > b.Compression.LZ4:
-        raise CorruptRecordError(f"unknown compression codec {f[F_ATTRIBUTES] & 7}")
-    if _hash(mv[pos + _CHECKSUM_START : pos + size]) != f[F_CHECKSUM]:
-        raise CorruptRecordError("checksum mismatch")
-    return f
+    raise CorruptRecordError(f"unknown compression codec {f[F_ATTRIBUTES] & 7}")
 
 
 def _too_large(size: int, limit: int) -> None:

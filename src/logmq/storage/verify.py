@@ -71,10 +71,11 @@ class RecoveryScan:
     ``reason`` says why the scan stopped early ("" for a clean end or a torn tail).
     """
 
-    def __init__(self, fd: int, size: int, base_offset: int) -> None:
+    def __init__(self, fd: int, size: int, base_offset: int, *, allow_gaps: bool = False) -> None:
         self.fd = fd
         self.size = size
         self.base_offset = base_offset
+        self.allow_gaps = allow_gaps  # compacted logs: offsets only increase
         self.valid = 0
         self.reason = ""
 
@@ -95,7 +96,7 @@ class RecoveryScan:
                     break
                 try:
                     h = b.validate(chunk, pos, contiguous=False)
-                    check_chain(h, expect, epoch)
+                    check_chain(h, expect, epoch, self.allow_gaps)
                 except CorruptRecordError as e:
                     self.valid += pos
                     self.reason = str(e)
@@ -106,9 +107,13 @@ class RecoveryScan:
             self.valid += pos
 
 
-def check_chain(h: b.BatchHeader, expect: int, epoch: int) -> None:
-    """Offsets and leader epochs are outside the checksum: check they chain instead."""
-    if expect >= 0 and h.base_offset != expect:
+def check_chain(h: b.BatchHeader, expect: int, epoch: int, allow_gaps: bool = False) -> None:
+    """Offsets and leader epochs are outside the checksum: check they chain instead.
+
+    With ``allow_gaps`` (a compacted log, whose cleaner drops whole batches) a batch
+    may start after the previous one's end, but never before it.
+    """
+    if expect >= 0 and (h.base_offset < expect if allow_gaps else h.base_offset != expect):
         raise CorruptRecordError(f"batch base offset {h.base_offset} does not follow {expect}")
     if h.leader_epoch < epoch:
         raise CorruptRecordError(f"leader epoch {h.leader_epoch} goes back from {epoch}")

@@ -1,0 +1,466 @@
+"""One ``__consumer_offsets`` partition's group coordinator at run time (a *shard*).
+
+The deterministic :class:`~logmq.group.GroupCoordinator` decides; this shell feeds it
+and makes what it decides durable before anybody hears about it:
+
+* **Load.** On becoming leader of the partition the shard replays the partition's
+  records (newest value per key) into a fresh core. Until then requests get
+  COORDINATOR_LOAD_IN_PROGRESS; while loading keeps failing, COORDINATOR_NOT_AVAILABLE.
+* **One operation at a time, written in batches.** Every request is an operation on the
+  core. One worker runs them in arrival order, so the order of records is the order of
+  states. It runs all the operations waiting at that moment, appends their records with
+  one append (an operation's records never straddle two batches, so each operation is
+  atomic on disk) and answers them only once an fsync covers that append: an answer
+  means "on disk". Read-only operations are answered once everything they could have
+  seen is on disk. While one fsync runs, the worker already applies and appends the
+  next operations; their fsync is shared (the log manager's group commit).
+* **Failure.** If an append or its fsync fails, memory may be ahead of the log: every
+  pending operation fails with COORDINATOR_NOT_AVAILABLE, the core is dropped and the
+  partition is loaded again from the log.
+* **Time.** One timer task sleeps until the core's next deadline and runs ``tick`` as an
+  ordinary operation. Any change of state may bring a deadline forward (a member with a
+  short session joins), so the worker pokes the timer after every round that wrote
+  something; the timer then looks again, at most every ``TIMER_RESOLUTION_S``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import logging
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any, TypeVar
+
+from logmq.errors import ErrorCode, LogMQError, StorageError
+from logmq.group import GroupConfig, GroupCoordinator, GroupRecord
+from logmq.storage import batch as b
+from logmq.storage.log_manager import LogManager
+from logmq.storage.partition_log import PartitionLog
+
+log = logging.getLogger("logmq.group")
+
+T = TypeVar("T")
+Operation = Callable[[GroupCoordinator, int], T]  # (core, now_ms) -> answer
+
+MAX_OPS_PER_ROUND = 2000  # bounds the time one round keeps the event loop
+MAX_ROUNDS_IN_FLIGHT = 16  # appended rounds waiting for their fsync
+BATCH_TARGET_BYTES = 1 << 20  # start a new batch once one holds this much
+LOAD_CHUNK_BYTES = 4 << 20
+TIMER_RESOLUTION_S = 0.05
+LOAD_RETRY_MAX_S = 10.0
+
+
+def wall_clock_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class ShardState(StrEnum):
+    LOADING = "loading"
+    ACTIVE = "active"
+    FAILED = "failed"  # loading failed; retrying with backoff
+    UNLOADED = "unloaded"
+
+
+_UNAVAILABLE = {
+    ShardState.LOADING: ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
+    ShardState.FAILED: ErrorCode.COORDINATOR_NOT_AVAILABLE,
+    ShardState.UNLOADED: ErrorCode.NOT_COORDINATOR,
+}
+
+
+class CoordinatorError(LogMQError):
+    """The shard could not carry out an operation; the code says why (mostly retriable)."""
+
+
+@dataclass(slots=True)
+class _Op:
+    fn: Operation[Any]
+    future: asyncio.Future[Any]
+
+
+@dataclass(slots=True)
+class _Round:
+    """Operations applied together, and the log end offset their answers wait for."""
+
+    answers: list[tuple[_Op, Any]]
+    end_offset: int  # -1: wrote nothing
+
+
+@dataclass(slots=True)
+class _Run:
+    """Everything that lives as long as one loaded core; replaced on every reload."""
+
+    core: GroupCoordinator
+    plog: PartitionLog
+    queue: collections.deque[_Op] = field(default_factory=collections.deque)
+    wakeup: asyncio.Event = field(default_factory=asyncio.Event)
+    timer_poke: asyncio.Event = field(default_factory=asyncio.Event)
+    rounds: asyncio.Queue[_Round] = field(
+        default_factory=lambda: asyncio.Queue(MAX_ROUNDS_IN_FLIGHT)
+    )
+    syncing: _Round | None = None  # the round the completer waits on
+    tasks: list[asyncio.Task[None]] = field(default_factory=list)
+
+
+class GroupShard:
+    """The coordinator of the groups that live in one offsets partition."""
+
+    def __init__(
+        self,
+        partition: int,
+        partition_count: int,
+        logs: LogManager,
+        get_log: Callable[[], PartitionLog | None],
+        config: GroupConfig,
+        topic_partitions: Callable[[], Mapping[str, int]],
+        *,
+        leader_epoch: int = 0,
+        on_append: Callable[[], None] = lambda: None,
+        clock: Callable[[], int] = wall_clock_ms,
+    ) -> None:
+        self.partition = partition
+        self.partition_count = partition_count
+        self.leader_epoch = leader_epoch
+        self._logs = logs
+        self._get_log = get_log
+        self._config = config
+        self._topic_partitions = topic_partitions
+        self._on_append = on_append
+        self._clock = clock
+        self.state = ShardState.UNLOADED
+        self.last_error = ""
+        self._run: _Run | None = None
+        self._deleted_topics: set[str] = set()  # deleted while loading: applied after
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    # -- lifecycle ----------------------------------------------------------------------
+    def load(self) -> None:
+        """Become the coordinator: replay the partition in an owned task."""
+        if self.state is not ShardState.UNLOADED:
+            return
+        self._start_loading()
+
+    async def unload(self) -> None:
+        """Stop coordinating: pending requests get NOT_COORDINATOR, tasks end."""
+        run = self._run
+        self.state = ShardState.UNLOADED
+        if run is not None:
+            self._abandon(run, ErrorCode.NOT_COORDINATOR, "the coordinator moved or stopped")
+        tasks = list(self._tasks)
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    def _spawn(self, coro: Any, name: str) -> asyncio.Task[None]:
+        task = asyncio.get_running_loop().create_task(coro, name=f"{name}-{self.partition}")
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
+    def _start_loading(self) -> None:
+        self.state = ShardState.LOADING
+        self._spawn(self._load(), "group-load")
+
+    # -- requests -----------------------------------------------------------------------
+    def check_available(self) -> None:
+        """Raise CoordinatorError with the retriable code of a shard that is not active."""
+        if self.state is ShardState.ACTIVE:
+            return
+        message = f"the coordinator of __consumer_offsets-{self.partition} is {self.state}"
+        if self.state is ShardState.FAILED:
+            message += f" ({self.last_error})"
+        raise CoordinatorError(message, _UNAVAILABLE[self.state])
+
+    def submit(self, fn: Operation[T]) -> asyncio.Future[T]:
+        """Queue ``fn(core, now_ms)``; the future has its answer once it is on disk.
+
+        Synchronous on purpose: requests of one connection enqueue in arrival order
+        even when their handlers run concurrently. Raises CoordinatorError
+        when the shard is not active; the future fails with it if the shard has to
+        reload before the operation is durable.
+        """
+        self.check_available()
+        run = self._run
+        assert run is not None
+        future: asyncio.Future[T] = asyncio.get_running_loop().create_future()
+        run.queue.append(_Op(fn, future))
+        run.wakeup.set()
+        return future
+
+    def submit_background(self, fn: Operation[Any], what: str) -> None:
+        """Queue an operation nobody waits for (metadata changes, ticks); log failures."""
+        try:
+            future = self.submit(fn)
+        except CoordinatorError:
+            return  # a (re)load applies the current metadata anyway
+        future.add_done_callback(lambda f: self._log_failure(f, what))
+
+    def _log_failure(self, future: asyncio.Future[Any], what: str) -> None:
+        if not future.cancelled() and future.exception() is not None:
+            log.warning(
+                "%s on __consumer_offsets-%d failed: %s", what, self.partition, future.exception()
+            )
+
+    def metadata_changed(self, deleted_topics: Iterable[str] = ()) -> None:
+        """Topics were created, deleted or grown: tell the groups (persisted like a request)."""
+        deleted = set(deleted_topics)
+        if self.state is not ShardState.ACTIVE:
+            self._deleted_topics |= deleted  # applied right after loading
+            return
+        future = self.submit(self._metadata_op(deleted))
+
+        def done(f: asyncio.Future[None]) -> None:
+            if not f.cancelled() and f.exception() is not None:
+                self._deleted_topics |= deleted  # the reload that follows applies them
+                self._log_failure(f, "metadata update")
+
+        future.add_done_callback(done)
+
+    def _metadata_op(self, deleted: set[str]) -> Operation[None]:
+        def apply(core: GroupCoordinator, now_ms: int) -> None:
+            if deleted:
+                core.delete_topic_offsets(deleted)
+            core.update_metadata(self._topic_partitions())
+
+        return apply
+
+    def stats(self) -> tuple[int, int]:
+        """(groups, members) of a loaded shard, for the metrics."""
+        run = self._run
+        if run is None or self.state is not ShardState.ACTIVE:
+            return 0, 0
+        return len(run.core.group_ids()), run.core.member_count()
+
+    # -- loading ------------------------------------------------------------------------
+    async def _load(self) -> None:
+        delay = 0.1
+        while True:
+            try:
+                plog = self._get_log()
+                if plog is None:
+                    raise StorageError(f"__consumer_offsets-{self.partition} is offline")
+                core = await self._replay(plog)
+                break
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                self.state = ShardState.FAILED
+                self.last_error = f"{type(exc).__name__}: {exc}"
+                log.error(
+                    "cannot load groups of __consumer_offsets-%d (retry in %.1fs): %s",
+                    self.partition,
+                    delay,
+                    self.last_error,
+                )
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, LOAD_RETRY_MAX_S)
+                self.state = ShardState.LOADING
+        run = _Run(core, plog)
+        self._run = run
+        self.state = ShardState.ACTIVE
+        self.last_error = ""
+        run.tasks = [
+            self._spawn(self._work(run), "group-worker"),
+            self._spawn(self._complete(run), "group-completer"),
+            self._spawn(self._timer(run), "group-timer"),
+        ]
+        for task in run.tasks:
+            task.add_done_callback(lambda t: self._check_task(run, t))
+        deleted, self._deleted_topics = self._deleted_topics, set()
+        # Partition counts may have changed while no coordinator ran (docs: Persistence).
+        self.submit_background(self._metadata_op(deleted), "metadata update after load")
+        groups = len(core.group_ids())
+        level = logging.INFO if groups else logging.DEBUG
+        log.log(level, "loaded %d groups of __consumer_offsets-%d", groups, self.partition)
+
+    async def _replay(self, plog: PartitionLog) -> GroupCoordinator:
+        """Newest value of every key of the partition, replayed into a fresh core.
+
+        Nothing else appends to the partition while it loads (the shard is the only
+        writer and refuses work until loaded), so reading up to the end offset seen at
+        the start reads everything. File reads run in a worker thread, chunk by chunk.
+        """
+        newest: dict[bytes, bytes | None] = {}
+        offset, end = plog.log_start_offset, plog.log_end_offset
+        while offset < end:
+            region = plog.read(offset, LOAD_CHUNK_BYTES, max_offset=end)
+            if region is None or region.length == 0:
+                break
+            data = await asyncio.to_thread(region.read)
+            next_offset = offset
+            for pos, header in b.iter_headers(data):
+                b.validate(data, pos, contiguous=False)
+                if header.next_offset <= offset:
+                    continue  # a batch before the one we asked for
+                for row in b.decode_rows(data, pos, header):
+                    key = row[2]
+                    if isinstance(key, bytes) and header.base_offset + row[0] >= offset:
+                        newest[key] = row[3]
+                next_offset = header.next_offset
+            if next_offset <= offset:
+                raise StorageError(f"no progress reading __consumer_offsets at {offset}")
+            offset = next_offset
+        core = GroupCoordinator(
+            self.partition,
+            self.partition_count,
+            self._config,
+            topic_partitions=self._topic_partitions(),
+        )
+        records = [GroupRecord(k, v) for k, v in newest.items() if v is not None]
+        for group_id, reason in core.replay(records, self._clock()).items():
+            log.error(
+                "__consumer_offsets-%d: group %r not loaded: %s", self.partition, group_id, reason
+            )
+        return core
+
+    # -- the worker ---------------------------------------------------------------------
+    async def _work(self, run: _Run) -> None:
+        """Apply queued operations in order, append their records, hand rounds on."""
+        while True:
+            while not run.queue:
+                run.wakeup.clear()
+                await run.wakeup.wait()
+            ops = [run.queue.popleft() for _ in range(min(len(run.queue), MAX_OPS_PER_ROUND))]
+            now = self._clock()
+            answers: list[tuple[_Op, Any]] = []
+            batches: list[list[GroupRecord]] = [[]]
+            size = 0
+            for i, op in enumerate(ops):
+                try:
+                    answer = op.fn(run.core, now)
+                except Exception as exc:  # a bug: the core's state is unknown now
+                    log.exception("group operation failed on __consumer_offsets-%d", self.partition)
+                    reason = f"{type(exc).__name__}: {exc}"
+                    for failed in ops[i:]:
+                        _fail(failed.future, ErrorCode.UNKNOWN_SERVER_ERROR, reason)
+                    self._reload(run, answers, f"operation failed: {reason}")
+                    return
+                answers.append((op, answer))
+                records = run.core.take_records()
+                if records:
+                    if size >= BATCH_TARGET_BYTES:
+                        batches.append([])
+                        size = 0
+                    batches[-1] += records
+                    size += sum(len(r.key) + len(r.value or b"") for r in records)
+            end_offset = -1
+            if batches[0]:
+                try:
+                    data = b"".join(_encode(batch, now) for batch in batches)
+                    run.plog.append(data, leader_epoch=self.leader_epoch)
+                except Exception as exc:
+                    log.error(
+                        "append to __consumer_offsets-%d failed, reloading: %s", self.partition, exc
+                    )
+                    self._reload(run, answers, f"append failed: {exc}")
+                    return
+                end_offset = run.plog.log_end_offset
+                self._on_append()
+                run.timer_poke.set()
+            await run.rounds.put(_Round(answers, end_offset))
+
+    async def _complete(self, run: _Run) -> None:
+        """Answer rounds in order, each once the log is fsynced past its records."""
+        while True:
+            round_ = run.syncing = await run.rounds.get()
+            if round_.end_offset > run.plog.recovery_point:
+                try:
+                    await self._logs.sync(run.plog)
+                except Exception as exc:
+                    log.error(
+                        "fsync of __consumer_offsets-%d failed, reloading: %s", self.partition, exc
+                    )
+                    self._reload(run, [], f"fsync failed: {exc}")
+                    return
+            run.syncing = None
+            for op, answer in round_.answers:
+                if not op.future.done():
+                    op.future.set_result(answer)
+
+    async def _timer(self, run: _Run) -> None:
+        """Run ``tick`` when the earliest session or revocation deadline passes."""
+        ticked_at: int | None = None
+        while True:
+            deadline = run.core.next_deadline_ms()
+            now = self._clock()
+            if deadline is not None and deadline <= now:
+                if deadline == ticked_at:  # the tick did not move it: do not spin
+                    await asyncio.sleep(TIMER_RESOLUTION_S)
+                ticked_at = deadline
+                try:
+                    await self.submit(_tick)
+                except CoordinatorError:
+                    return  # reloading or unloaded: the next run has its own timer
+                continue
+            run.timer_poke.clear()
+            delay = None if deadline is None else (deadline - now) / 1000
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(delay):
+                    await run.timer_poke.wait()
+            if run.timer_poke.is_set():
+                # A heartbeat may have brought a deadline forward; looking costs a pass
+                # over the members, so look at most this often.
+                await asyncio.sleep(TIMER_RESOLUTION_S)
+
+    # -- failure ------------------------------------------------------------------------
+    def _check_task(self, run: _Run, task: asyncio.Task[None]) -> None:
+        """A task of the run died of a bug: nobody would answer any more, so reload."""
+        if task.cancelled() or task.exception() is None:
+            return
+        log.error(
+            "%s died, reloading the coordinator",
+            task.get_name(),
+            exc_info=task.exception(),
+        )
+        self._reload(run, [], f"internal error: {task.exception()!r}")
+
+    def _reload(self, run: _Run, answers: list[tuple[_Op, Any]], reason: str) -> None:
+        """Memory may be ahead of the log: fail what is pending, load again."""
+        if self._run is not run:
+            return
+        for op, _ in answers:
+            _fail(op.future, ErrorCode.COORDINATOR_NOT_AVAILABLE, reason)
+        self._abandon(run, ErrorCode.COORDINATOR_NOT_AVAILABLE, reason)
+        self.last_error = reason
+        if self.state is ShardState.ACTIVE:
+            self._start_loading()
+
+    def _abandon(self, run: _Run, code: ErrorCode, reason: str) -> None:
+        """Fail every operation of ``run`` not answered yet and stop its tasks."""
+        if self._run is run:
+            self._run = None
+        while run.queue:
+            _fail(run.queue.popleft().future, code, reason)
+        rounds = [run.syncing] if run.syncing is not None else []
+        while not run.rounds.empty():
+            rounds.append(run.rounds.get_nowait())
+        for round_ in rounds:
+            for op, _ in round_.answers:
+                _fail(op.future, code, reason)
+        current = asyncio.current_task()
+        for task in run.tasks:
+            if task is not current:
+                task.cancel()
+
+
+def _tick(core: GroupCoordinator, now_ms: int) -> None:
+    expired = core.tick(now_ms)
+    for group_id, members in expired.items():
+        if members:
+            log.info("group %r: session or revocation timeout expired %s", group_id, members)
+
+
+def _fail(future: asyncio.Future[Any], code: ErrorCode, message: str) -> None:
+    if not future.done():
+        future.set_exception(CoordinatorError(message, code))
+
+
+def _encode(records: list[GroupRecord], now_ms: int) -> bytes:
+    rows = [[i, 0, r.key, r.value, None] for i, r in enumerate(records)]
+    return b.encode_rows(rows, first_timestamp=now_ms)
