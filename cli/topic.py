@@ -1,4 +1,4 @@
-"""``logmq topic``: create, list, describe, delete and reconfigure topics."""
+"""``logmq topic``: create, list, describe, delete, grow and reconfigure topics."""
 
 from __future__ import annotations
 
@@ -43,7 +43,7 @@ def describe_to_json(desc: TopicDescription, configs: dict[str, Any] | None) -> 
 
 @click.group()
 def topic() -> None:
-    """Create, list, describe, delete and reconfigure topics."""
+    """Create, list, describe, delete, grow and reconfigure topics."""
 
 
 @topic.command("create")
@@ -155,6 +155,33 @@ def delete(ctx: CliContext, names: tuple[str, ...], as_json: bool) -> None:
     else:
         for n in names:
             click.echo(f"Deleted topic {n}.")
+
+
+@topic.command("alter")
+@click.argument("name")
+@click.option(
+    "--partitions",
+    "-p",
+    type=click.IntRange(min=1),
+    required=True,
+    help="The new total number of partitions (larger than now).",
+)
+@json_option
+@click.pass_obj
+@client_errors
+def alter(ctx: CliContext, name: str, partitions: int, as_json: bool) -> None:
+    """Add partitions to topic NAME (configs: see alter-config)."""
+    with open_admin(ctx) as admin:
+        admin.create_partitions({name: partitions})
+    if as_json:
+        emit_json({"topic": name, "partitions": partitions})
+        return
+    click.echo(f"Topic {name} now has {partitions} partition(s).")
+    click.echo(
+        "Note: new records of a key may now go to another partition than its older "
+        "records; per-key order holds only within each partition.",
+        err=True,
+    )
 
 
 @topic.command("alter-config")

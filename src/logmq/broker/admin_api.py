@@ -1,8 +1,8 @@
 """Handlers of the metadata and administration APIs (everything but the data path).
 
-ApiVersions, Metadata, CreateTopics, DeleteTopics, DescribeConfigs, AlterConfigs and
-InitProducerId. Body schemas are in docs/protocol.md; per-entry failures are answered
-per entry so one bad topic never fails its neighbours.
+ApiVersions, Metadata, CreateTopics, CreatePartitions, DeleteTopics, DescribeConfigs,
+AlterConfigs and InitProducerId. Body schemas are in docs/protocol.md; per-entry
+failures are answered per entry so one bad topic never fails its neighbours.
 """
 
 from __future__ import annotations
@@ -10,7 +10,12 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from logmq.broker.group_coordinator import PROTECTED_OFFSETS_CONFIGS
-from logmq.broker.metadata_store import TopicInfo, is_internal, topic_name_error
+from logmq.broker.metadata_store import (
+    MAX_PARTITIONS_PER_TOPIC,
+    TopicInfo,
+    is_internal,
+    topic_name_error,
+)
 from logmq.broker.request_fields import (
     InvalidRequestError,
     req_field,
@@ -117,9 +122,10 @@ class AdminApi:
         partitions = req_int(spec, "partitions", -1)
         if partitions == -1:
             partitions = self.b.config.default_partitions
-        if partitions < 1:
+        if not 1 <= partitions <= MAX_PARTITIONS_PER_TOPIC:
             raise LogMQError(
-                f"partitions must be >= 1, got {partitions}", ErrorCode.INVALID_PARTITIONS
+                f"partitions must be 1..{MAX_PARTITIONS_PER_TOPIC}, got {partitions}",
+                ErrorCode.INVALID_PARTITIONS,
             )
         rf = req_int(spec, "replication_factor", -1)
         if rf not in (1, -1):
@@ -150,6 +156,60 @@ class AdminApi:
                 info = self._check_new_topic(spec)
                 if not validate_only:
                     self.b.create_topic(info)
+                out.append(_entry(name))
+            except LogMQError as e:
+                self.b.metrics.error(req.api_key, e.code)
+                out.append(_entry(name, e.code, str(e)))
+        return Reply({"topics": out})
+
+    # -- CreatePartitions -------------------------------------------------------------
+    def _check_new_count(self, spec: Any) -> tuple[str, int]:
+        """The topic and its new total partition count, if the request may grow it."""
+        name = req_str(spec, "topic")
+        count = req_int(spec, "count")
+        assert self.b.topics is not None
+        info = self.b.topics.get(name)
+        if info is None:
+            problem = topic_name_error(name)
+            if problem:
+                raise LogMQError(problem, ErrorCode.INVALID_TOPIC_EXCEPTION)
+            raise LogMQError(f"unknown topic {name!r}", ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+        if info.internal:
+            # the coordinator of a group is xxh32(group) % partitions: another count would
+            # move every group away from the partition that holds its state
+            raise LogMQError(
+                f"{name!r} is an internal topic: its partition count cannot be changed",
+                ErrorCode.INVALID_TOPIC_EXCEPTION,
+            )
+        if count <= info.partitions:
+            raise LogMQError(
+                f"topic {name!r} has {info.partitions} partition(s); the new count must be "
+                f"larger (partitions can be added, never removed), got {count}",
+                ErrorCode.INVALID_PARTITIONS,
+            )
+        if count > MAX_PARTITIONS_PER_TOPIC:
+            raise LogMQError(
+                f"a topic may have at most {MAX_PARTITIONS_PER_TOPIC} partitions, got {count}",
+                ErrorCode.INVALID_PARTITIONS,
+            )
+        return name, count
+
+    async def create_partitions(self, req: Request) -> Reply:
+        specs = req_list(req.body, "topics")
+        req_int(req.body, "timeout_ms", 0)  # a single node finishes before it answers
+        validate_only = req_field(req.body, "validate_only", bool, False)
+        out = []
+        seen: set[str] = set()
+        for spec in specs:
+            name = spec.get("topic") if isinstance(spec, dict) else None
+            name = name if isinstance(name, str) else ""
+            try:
+                if name and name in seen:
+                    raise InvalidRequestError(f"topic {name!r} appears twice in the request")
+                seen.add(name)
+                name, count = self._check_new_count(spec)
+                if not validate_only:
+                    self.b.add_partitions(name, count)
                 out.append(_entry(name))
             except LogMQError as e:
                 self.b.metrics.error(req.api_key, e.code)

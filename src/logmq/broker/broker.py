@@ -27,7 +27,7 @@ from logmq.broker.metadata_store import (
 from logmq.broker.metrics import BrokerMetrics, MetricsServer
 from logmq.broker.producer_ids import ProducerIdManager
 from logmq.broker.request_fields import InvalidRequestError
-from logmq.errors import ErrorCode, LogMQError
+from logmq.errors import ErrorCode, LogMQError, StorageError
 from logmq.net.codec import ApiKey, Request
 from logmq.net.server import Reply, ServerOptions, TcpServer
 from logmq.storage.config import LogConfig
@@ -48,6 +48,7 @@ SUPPORTED_APIS: dict[int, tuple[int, int]] = {
     ApiKey.INIT_PRODUCER_ID: (0, 0),
     ApiKey.DESCRIBE_CONFIGS: (0, 0),
     ApiKey.ALTER_CONFIGS: (0, 0),
+    ApiKey.CREATE_PARTITIONS: (0, 0),
     ApiKey.FIND_COORDINATOR: (0, 0),
     ApiKey.CONSUMER_GROUP_HEARTBEAT: (0, 0),
     ApiKey.OFFSET_COMMIT: (0, 0),
@@ -126,6 +127,7 @@ class Broker:
             ApiKey.DELETE_TOPICS: self.admin.delete_topics,
             ApiKey.DESCRIBE_CONFIGS: self.admin.describe_configs,
             ApiKey.ALTER_CONFIGS: self.admin.alter_configs,
+            ApiKey.CREATE_PARTITIONS: self.admin.create_partitions,
             ApiKey.INIT_PRODUCER_ID: self.admin.init_producer_id,
             ApiKey.PRODUCE: self.data.produce,
             ApiKey.FETCH: self.data.fetch,
@@ -243,6 +245,42 @@ class Broker:
         for p in range(info.partitions):
             self.logs.create_log(info.name, p, dict(info.configs))
         self.groups.topics_changed()
+
+    def add_partitions(self, name: str, count: int) -> None:
+        """Grow topic ``name`` to ``count`` partitions.
+
+        The count is persisted first, then the new logs are created with the topic's
+        configs (a crash in between is completed by ``_reconcile_logs`` at the next
+        start); then the group coordinator assigns the new partitions. If a log cannot be
+        created the topic goes back to its old count, so the request fails whole.
+        """
+        assert self.topics is not None and self.logs is not None
+        info = self.topics.get(name)
+        assert info is not None and count > info.partitions
+        old = info.partitions
+        self.topics.set_partitions(name, count)
+        created: list[int] = []
+        try:
+            for p in range(old, count):
+                self.logs.create_log(name, p, dict(info.configs))
+                created.append(p)
+        except (OSError, LogMQError) as e:
+            self._undo_add_partitions(name, old, created)
+            if isinstance(e, LogMQError):
+                raise
+            raise StorageError(f"cannot create {name}-{old + len(created)}: {e}") from e
+        log.info("topic %s grown from %d to %d partitions", name, old, count)
+        self.groups.topics_changed()
+
+    def _undo_add_partitions(self, name: str, old: int, created: list[int]) -> None:
+        assert self.topics is not None and self.logs is not None
+        try:
+            self.topics.set_partitions(name, old)
+            for p in created:
+                self.logs.delete_log(name, p)
+        except (OSError, LogMQError):
+            # topics.json may keep the new count: the next start creates the missing logs
+            log.exception("could not undo adding partitions to %s", name)
 
     def create_internal_topic(
         self, name: str, partitions: int, configs: dict[str, str] | None = None

@@ -22,6 +22,9 @@ META_PROPERTIES = "meta.properties"
 TOPICS_FILE = "topics.json"
 FORMAT_VERSION = 1
 MAX_TOPIC_NAME = 249
+# Every partition is a directory with open files: a client asking for millions must get
+# an error, not a broker busy creating them.
+MAX_PARTITIONS_PER_TOPIC = 10_000
 INTERNAL_PREFIX = "__"
 _TOPIC_NAME = re.compile(r"^[a-zA-Z0-9._-]+$")
 
@@ -169,6 +172,16 @@ class TopicStore:
     def set_configs(self, name: str, configs: dict[str, str]) -> None:
         self._topics[name].configs = dict(configs)
         self._save()
+
+    def set_partitions(self, name: str, count: int) -> None:
+        """Change a topic's partition count; memory keeps the old count if the write fails."""
+        info = self._topics[name]
+        old, info.partitions = info.partitions, count
+        try:
+            self._save()
+        except BaseException:
+            info.partitions = old
+            raise
 
     def _save(self) -> None:
         doc = {

@@ -139,6 +139,24 @@ class AsyncAdmin:
             [NewTopic(name, partitions, replication_factor, dict(configs or {}))]
         )
 
+    async def create_partitions(
+        self, new_totals: Mapping[str, int], *, validate_only: bool = False
+    ) -> None:
+        """Grow topics to ``{topic: new total partition count}``; raises the first
+        per-topic error (INVALID_PARTITIONS when a count is not larger than now).
+
+        Keyed records map to partitions by ``hash % count``: after this call, new
+        records of a key may go to another partition than that key's older ones.
+        """
+        body = {
+            "topics": [{"topic": str(t), "count": int(n)} for t, n in new_totals.items()],
+            "timeout_ms": self.request_timeout_ms,
+            "validate_only": validate_only,
+        }
+        resp = await self._controller_request(ApiKey.CREATE_PARTITIONS, body)
+        _raise_first(resp.body.get("topics") or (), "create partitions")
+        await self._cluster.refresh_metadata([t["topic"] for t in body["topics"]])
+
     async def delete_topics(self, names: Iterable[str]) -> None:
         body = {"topics": list(names), "timeout_ms": self.request_timeout_ms}
         resp = await self._controller_request(ApiKey.DELETE_TOPICS, body)

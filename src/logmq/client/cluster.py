@@ -3,7 +3,9 @@
 ``ClusterMetadata`` is an immutable snapshot parsed from a Metadata response (sans-IO,
 so another thread may read the current snapshot without a lock: refreshes replace it
 whole). ``ClusterClient`` owns one ``BrokerConnection`` per broker, routes requests to
-partition leaders and refreshes metadata when a leader is unknown or has moved.
+partition leaders and refreshes metadata when a leader is unknown or has moved, and in
+any case once it is ``metadata_max_age_ms`` old (Kafka's default: 5 min), so partitions
+added to a topic reach producers and consumers even when nothing fails.
 
 Group requests go to the group's coordinator (found with FindCoordinator and cached)
 over a connection of their own: the broker answers a connection's requests in order,
@@ -178,19 +180,26 @@ class ClusterClient:
         retry_backoff_ms: int = 100,
         connect_timeout_ms: int = 10000,
         allow_auto_create_topics: bool = False,
+        metadata_max_age_ms: int = 300_000,
     ) -> None:
+        if metadata_max_age_ms <= 0:
+            raise ValueError("metadata_max_age_ms must be positive")
         self.bootstrap = parse_bootstrap(bootstrap)
         self.client_id = client_id
         self.request_timeout = request_timeout_ms / 1000
         self.retry_backoff = retry_backoff_ms / 1000
         self.connect_timeout = connect_timeout_ms / 1000
         self.allow_auto_create = allow_auto_create_topics
+        self.metadata_max_age = metadata_max_age_ms / 1000
         self.metadata = ClusterMetadata()
         self._connections: dict[int, BrokerConnection] = {}
         self._connecting: dict[int, asyncio.Future[BrokerConnection]] = {}
         self._bootstrap_conn: BrokerConnection | None = None
         self._refresh: asyncio.Task[ClusterMetadata] | None = None
         self._wanted: set[str] = set()
+        self._refreshed_at = 0.0  # loop time of the last metadata answer
+        self._all_topics = False  # someone asked for every topic: age refreshes get all
+        self._age_task: asyncio.Task[None] | None = None  # started by the first refresh
         self._coordinators: dict[str, BrokerInfo] = {}  # group id -> its coordinator
         self._coordinator_conns: dict[int, BrokerConnection] = {}
         self._coordinator_lock: asyncio.Lock | None = None
@@ -290,7 +299,26 @@ class ClusterClient:
         resp = await self.request_any(ApiKey.METADATA, body)
         newer = ClusterMetadata.from_response(resp.body)
         self.metadata = self.metadata.merged(newer, names)
+        if all_topics or not self._all_topics:  # it covered what the age refresh asks
+            self._refreshed_at = asyncio.get_running_loop().time()
+        self._all_topics |= all_topics
+        if (self._age_task is None or self._age_task.done()) and not self._closed:
+            self._age_task = asyncio.create_task(self._age_loop(), name="logmq-metadata-age")
         return newer
+
+    async def _age_loop(self) -> None:
+        """Refresh the metadata whenever it reaches ``metadata_max_age`` (owned by close())."""
+        loop = asyncio.get_running_loop()
+        while not self._closed:
+            wait = self._refreshed_at + self.metadata_max_age - loop.time()
+            if wait > 0:
+                await asyncio.sleep(wait)  # the metadata's age, not a sync point
+                continue
+            try:
+                await self.refresh_metadata(None if self._all_topics else ())
+            except LogMQError:
+                # the brokers are unreachable; other requests notice on their own
+                await asyncio.sleep(min(self.metadata_max_age, max(1.0, self.retry_backoff)))
 
     async def ensure_topic(self, topic: str, timeout: float) -> ClusterMetadata:
         """Metadata with ``topic``'s partitions, retrying transient errors until ``timeout``."""
@@ -517,6 +545,10 @@ class ClusterClient:
         self._closed = True
         if self._refresh is not None and not self._refresh.done():
             self._refresh.cancel()
+        age_task, self._age_task = self._age_task, None
+        if age_task is not None and age_task is not asyncio.current_task():
+            age_task.cancel()
+            await asyncio.gather(age_task, return_exceptions=True)
         conns = list(self._connections.values()) + list(self._coordinator_conns.values())
         self._coordinator_conns.clear()
         if self._bootstrap_conn is not None:

@@ -129,6 +129,7 @@ class AsyncConsumer(GroupConsumerMixin):
             client_id=client_id,
             request_timeout_ms=request_timeout_ms,
             retry_backoff_ms=retry_backoff_ms,
+            metadata_max_age_ms=metadata_max_age_ms,
         )
         self._assigned: dict[TopicPartition, _PartitionState] = {}
         self._buffer: collections.deque[_CompletedFetch] = collections.deque()

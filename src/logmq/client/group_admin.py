@@ -9,6 +9,7 @@ partition is ``log end offset - committed offset``.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -93,9 +94,20 @@ async def list_groups(
     found: dict[str, GroupListing] = {}
 
     async def ask(node: int) -> dict[str, Any]:
-        if node < 0:
-            return (await cluster.request_any(ApiKey.LIST_GROUPS, body)).body
-        return (await cluster.request_node(node, ApiKey.LIST_GROUPS, body)).body
+        # A broker still loading some offsets partitions answers COORDINATOR_LOAD_IN_PROGRESS
+        # (with the groups it has so far): retry a while so the listing is complete.
+        deadline = time.monotonic() + cluster.request_timeout
+        delay = 0.02
+        while True:
+            if node < 0:
+                answer = (await cluster.request_any(ApiKey.LIST_GROUPS, body)).body
+            else:
+                answer = (await cluster.request_node(node, ApiKey.LIST_GROUPS, body)).body
+            loading = _code(answer.get("error", 0)) is ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
+            if not loading or time.monotonic() >= deadline:
+                return answer
+            await asyncio.sleep(delay)  # backoff before asking the broker again
+            delay = min(delay * 2, 0.5)
 
     for answer in await asyncio.gather(*(ask(n) for n in nodes)):
         code = _code(answer.get("error", 0))

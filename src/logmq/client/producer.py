@@ -147,6 +147,7 @@ class AsyncProducer:
         buffer_memory: int = 32 << 20,
         client_id: str = "logmq-producer",
         allow_auto_create_topics: bool = False,
+        metadata_max_age_ms: int = 300_000,
     ) -> None:
         if acks not in ACKS:
             raise ValueError(f"acks must be 0, 1 or 'all', not {acks!r}")
@@ -168,6 +169,7 @@ class AsyncProducer:
             request_timeout_ms=request_timeout_ms,
             retry_backoff_ms=retry_backoff_ms,
             allow_auto_create_topics=allow_auto_create_topics,
+            metadata_max_age_ms=metadata_max_age_ms,  # picks up partitions added later
         )
         self._acc = RecordAccumulator(
             batch_size=batch_size,
