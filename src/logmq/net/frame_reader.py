@@ -24,7 +24,7 @@ class FrameReader:
     is allocated for it.
     """
 
-    __slots__ = ("_big", "_big_filled", "_end", "_scratch", "_start", "max_frame_size")
+    __slots__ = ("_big", "_big_filled", "_big_size", "_end", "_scratch", "_start", "max_frame_size")
 
     def __init__(
         self, max_frame_size: int = DEFAULT_MAX_FRAME_SIZE, scratch_size: int = SCRATCH_SIZE
@@ -35,7 +35,8 @@ class FrameReader:
         self._scratch = bytearray(scratch_size)
         self._start = 0  # first unparsed byte in the scratch
         self._end = 0  # end of received bytes in the scratch
-        self._big: bytearray | None = None  # the large frame being received, if any
+        self._big: bytearray | None = None  # the buffer a large frame is received into
+        self._big_size = 0  # that frame's size (the buffer may be larger: see _take_big)
         self._big_filled = 0
 
     @property
@@ -45,7 +46,7 @@ class FrameReader:
 
     def get_buffer(self) -> memoryview:
         if self._big is not None:
-            return memoryview(self._big)[self._big_filled :]
+            return memoryview(self._big)[self._big_filled : self._big_size]
         if self._end == len(self._scratch):
             # compact: move the partial frame to the front (at most one small frame)
             n = self._end - self._start
@@ -56,10 +57,10 @@ class FrameReader:
     def buffer_updated(self, nbytes: int) -> list[memoryview]:
         if self._big is not None:
             self._big_filled += nbytes
-            if self._big_filled < len(self._big):
+            if self._big_filled < self._big_size:
                 return []
-            frame = memoryview(self._big)
-            self._big, self._big_filled = None, 0
+            frame = memoryview(self._big)[: self._big_size]
+            self._big, self._big_filled, self._big_size = None, 0, 0
             return [frame]
         self._end += nbytes
         return self._split()
@@ -94,11 +95,15 @@ class FrameReader:
                 continue
             if SIZE.size + size > len(buf):
                 # Too big for the scratch: give it its own buffer; the socket fills the rest.
-                big = bytearray(size)
+                big = self._take_big(size)
                 big[:have] = buf[body_start : self._end]
-                self._big, self._big_filled = big, have
+                self._big, self._big_size, self._big_filled = big, size, have
                 self._start = self._end = 0
             break
         if self._start == self._end:
             self._start = self._end = 0
         return frames
+
+    def _take_big(self, size: int) -> bytearray:
+        """A buffer for one frame too big for the scratch (at least ``size`` bytes)."""
+        return bytearray(size)
