@@ -1,4 +1,7 @@
-"""Replication: the metadata quorum's sans-IO Raft core (and, later, partition replicas)."""
+"""Replication: the metadata quorum (Raft core, disk, shell, transport) and partition replicas.
+
+See docs/raft.md and docs/replication.md.
+"""
 
 from logmq.replication.raft import RaftNode, Role
 from logmq.replication.raft_messages import (

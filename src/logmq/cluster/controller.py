@@ -1,0 +1,572 @@
+"""The controller: the quorum leader's decisions about brokers, topics and partitions.
+
+Sans-IO. The shell creates a Controller from the committed MetadataImage when its node
+becomes a *ready* quorum leader (it has applied everything committed before its term),
+feeds it requests with ``now_ms``, proposes the records each call returns as one Raft
+entry (so they apply atomically), and sends the response once that entry is committed.
+The controller applies its own records to its image at once, so the next request sees the
+effect of the previous one even before it commits; if leadership is lost, the shell
+throws the controller away and the next leader starts again from the committed image.
+
+Rules (Kafka's KRaft semantics):
+
+* Brokers register (fenced), then heartbeat; a broker that has caught up with the log is
+  unfenced. A broker that misses heartbeats for ``session_timeout_ms`` is fenced: it is
+  removed from every ISR it is in (except when it is the last member: the ISR then keeps
+  naming who holds the data, KIP-841) and its leaderships move to another ISR member.
+* Leaders are elected only from the ISR, first in replica order among active brokers.
+  If none is available the partition is left leaderless, unless the topic sets
+  ``unclean.leader.election.enable=true``: then any active replica may lead, with an ISR
+  of itself (acknowledged records may be lost: that is the point of the setting).
+* Every election bumps the leader epoch, every change the partition epoch.
+  AlterPartition (ISR changes asked for by leaders) must name the current leader epoch
+  and partition epoch, so a request from a deposed leader or based on stale state is
+  refused; only active brokers may join an ISR.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Iterable, Mapping, Sequence
+
+from logmq.broker.metadata_store import topic_name_error
+from logmq.cluster.controller_api import (
+    OK,
+    AlterPartitionRequest,
+    AlterPartitionResponse,
+    ApiResult,
+    ControllerConfig,
+    ControllerResult,
+    CreateTopicResult,
+    HeartbeatResponse,
+    NewTopic,
+    RegistrationResponse,
+)
+from logmq.cluster.metadata_image import (
+    TOPIC,
+    MetadataImage,
+    PartitionRegistration,
+    TopicPartition,
+)
+from logmq.cluster.metadata_records import (
+    NO_LEADER,
+    BrokerFenced,
+    BrokerUnfenced,
+    ClusterIdRecord,
+    ConfigRecord,
+    PartitionChange,
+    Record,
+    RegisterBroker,
+    RemoveTopic,
+    TopicRecord,
+)
+from logmq.cluster.replica_placement import place_replicas
+from logmq.errors import ErrorCode, InvalidConfigError
+from logmq.storage.config import LogConfig
+
+UNCLEAN_KEY = "unclean.leader.election.enable"
+
+
+class Controller:
+    def __init__(
+        self,
+        image: MetadataImage,
+        now_ms: int,
+        config: ControllerConfig | None = None,
+        *,
+        new_id: Callable[[], str] | None = None,
+    ) -> None:
+        self._image = image
+        self.config = config or ControllerConfig()
+        self._new_id = new_id or (lambda: uuid.uuid4().hex)
+        # Heartbeat times live only in the active controller's memory: a new controller
+        # gives every broker a full session before fencing it.
+        self._last_heartbeat = {b: now_ms for b in image.brokers}
+        self._placement_cursor = 0
+        self._next_rebalance_ms = now_ms + self.config.leader_rebalance_interval_ms
+
+    @property
+    def image(self) -> MetadataImage:
+        """The committed image plus every record this controller has produced."""
+        return self._image
+
+    def _commit(self, records: list[Record]) -> list[Record]:
+        if records:
+            self._image = self._image.apply(records)
+        return records
+
+    # -- cluster id ----------------------------------------------------------------------------
+
+    def bootstrap(self, cluster_id: str | None = None) -> ControllerResult[str]:
+        """Choose the cluster id once (the first controller of a new cluster does)."""
+        if self._image.cluster_id is not None:
+            return ControllerResult([], self._image.cluster_id)
+        cid = cluster_id or self._new_id()
+        return ControllerResult(self._commit([ClusterIdRecord(cid)]), cid)
+
+    # -- brokers -------------------------------------------------------------------------------
+
+    def register_broker(
+        self,
+        broker_id: int,
+        incarnation_id: str,
+        host: str,
+        port: int,
+        now_ms: int,
+        *,
+        rack: str | None = None,
+        cluster_id: str | None = None,
+    ) -> ControllerResult[RegistrationResponse]:
+        image = self._image
+        if cluster_id and image.cluster_id and cluster_id != image.cluster_id:
+            return ControllerResult(
+                [],
+                RegistrationResponse(
+                    ErrorCode.INCONSISTENT_CLUSTER_ID,
+                    f"broker {broker_id} belongs to cluster {cluster_id}, "
+                    f"this quorum is cluster {image.cluster_id}",
+                ),
+            )
+        if broker_id < 0:
+            return ControllerResult(
+                [], RegistrationResponse(ErrorCode.INVALID_REQUEST, "negative broker id")
+            )
+        old = image.brokers.get(broker_id)
+        self._last_heartbeat[broker_id] = now_ms
+        if old is not None and old.incarnation_id == incarnation_id:
+            return ControllerResult([], RegistrationResponse(broker_epoch=old.broker_epoch))
+        epoch = old.broker_epoch + 1 if old is not None else 1
+        records: list[Record] = [RegisterBroker(broker_id, epoch, incarnation_id, host, port, rack)]
+        if old is not None and not old.fenced:
+            # A new incarnation lost the old one's in-memory state: treat as fenced.
+            records += self._moves_away_from(broker_id)
+        return ControllerResult(self._commit(records), RegistrationResponse(broker_epoch=epoch))
+
+    def heartbeat(
+        self,
+        broker_id: int,
+        broker_epoch: int,
+        now_ms: int,
+        *,
+        caught_up: bool = False,
+        want_fence: bool = False,
+        want_shutdown: bool = False,
+    ) -> ControllerResult[HeartbeatResponse]:
+        """``caught_up``: the broker has applied the metadata log up to its registration."""
+        reg = self._image.brokers.get(broker_id)
+        if reg is None:
+            return ControllerResult(
+                [], HeartbeatResponse(ErrorCode.BROKER_ID_NOT_REGISTERED, f"broker {broker_id}")
+            )
+        if reg.broker_epoch != broker_epoch:
+            return ControllerResult(
+                [],
+                HeartbeatResponse(
+                    ErrorCode.STALE_BROKER_EPOCH,
+                    f"broker {broker_id} epoch {broker_epoch}, registered {reg.broker_epoch}",
+                ),
+            )
+        self._last_heartbeat[broker_id] = now_ms
+        if want_fence or want_shutdown:
+            records = self._fence(broker_id) if not reg.fenced else []
+            return ControllerResult(records, HeartbeatResponse(should_shutdown=want_shutdown))
+        if reg.fenced and caught_up:
+            records = self._unfence(broker_id)
+            return ControllerResult(records, HeartbeatResponse(fenced=False))
+        return ControllerResult([], HeartbeatResponse(fenced=reg.fenced))
+
+    def tick(self, now_ms: int) -> ControllerResult[None]:
+        """Fence brokers whose session expired; periodically restore preferred leaders."""
+        records: list[Record] = []
+        timeout = self.config.session_timeout_ms
+        for b, reg in sorted(self._image.brokers.items()):
+            last = self._last_heartbeat.setdefault(b, now_ms)
+            if not reg.fenced and now_ms - last > timeout:
+                records += self._fence(b)
+        if self.config.auto_leader_rebalance and now_ms >= self._next_rebalance_ms:
+            self._next_rebalance_ms = now_ms + self.config.leader_rebalance_interval_ms
+            records += self.elect_leaders(None).records
+        return ControllerResult(records, None)
+
+    def _fence(self, broker_id: int) -> list[Record]:
+        reg = self._image.brokers[broker_id]
+        records: list[Record] = [BrokerFenced(broker_id, reg.broker_epoch)]
+        records += self._moves_away_from(broker_id)
+        return self._commit(records)
+
+    def _moves_away_from(self, broker_id: int) -> list[Record]:
+        """Changes that take ``broker_id`` out of ISRs and leaderships (not committed)."""
+
+        def active(b: int) -> bool:
+            return b != broker_id and self._image.is_active(b)
+
+        out: list[Record] = []
+        for part in self._image.partitions():
+            if broker_id not in part.replicas:
+                continue
+            # KIP-841: the last ISR member stays, so the ISR keeps naming the holder.
+            isr = tuple(r for r in part.isr if r != broker_id) or part.isr
+            leader = part.leader
+            if leader in (broker_id, NO_LEADER):
+                leader, isr = self._elect(part, isr, active)
+            change = _change(part, leader, isr, elected=part.leader == broker_id)
+            if change is not None:
+                out.append(change)
+        return out
+
+    def _unfence(self, broker_id: int) -> list[Record]:
+        reg = self._image.brokers[broker_id]
+        records: list[Record] = [BrokerUnfenced(broker_id, reg.broker_epoch)]
+
+        def active(b: int) -> bool:
+            return b == broker_id or self._image.is_active(b)
+
+        for part in self._image.partitions():
+            if part.has_leader or broker_id not in part.replicas:
+                continue
+            leader, isr = self._elect(part, part.isr, active)
+            change = _change(part, leader, isr, elected=False)
+            if change is not None:
+                records.append(change)
+        return self._commit(records)
+
+    # -- elections -----------------------------------------------------------------------------
+
+    def _unclean_allowed(self, topic: str) -> bool:
+        value = self._image.topic_config(topic).get(UNCLEAN_KEY, "false")
+        return value.strip().lower() == "true"
+
+    def _elect(
+        self,
+        part: PartitionRegistration,
+        isr: tuple[int, ...],
+        active: Callable[[int], bool],
+        *,
+        unclean: bool | None = None,
+    ) -> tuple[int, tuple[int, ...]]:
+        """(leader, ISR) after electing from ``isr``; NO_LEADER if nobody may lead."""
+        for r in part.replicas:
+            if r in isr and active(r):
+                return r, isr
+        if unclean if unclean is not None else self._unclean_allowed(part.topic):
+            for r in part.replicas:
+                if active(r):
+                    return r, (r,)
+        return NO_LEADER, isr
+
+    def elect_leaders(
+        self, partitions: Iterable[TopicPartition] | None, *, unclean: bool = False
+    ) -> ControllerResult[dict[TopicPartition, ApiResult]]:
+        """Preferred-leader election (or, with ``unclean``, elect leaderless partitions)."""
+        image = self._image
+        explicit = partitions is not None
+        keys = list(partitions) if explicit else [p.key for p in image.partitions()]
+        records: list[Record] = []
+        results: dict[TopicPartition, ApiResult] = {}
+        for key in keys:
+            part = image.partition(*key)
+            if part is None:
+                results[key] = ApiResult(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"{key}")
+                continue
+            if unclean:
+                if part.has_leader:
+                    results[key] = ApiResult(ErrorCode.ELECTION_NOT_NEEDED, "has a leader")
+                    continue
+                leader, isr = self._elect(part, part.isr, image.is_active, unclean=True)
+                if leader == NO_LEADER:
+                    results[key] = ApiResult(
+                        ErrorCode.ELIGIBLE_LEADERS_NOT_AVAILABLE, "no replica is available"
+                    )
+                    continue
+            else:
+                preferred = part.replicas[0]
+                if part.leader == preferred:
+                    results[key] = ApiResult(ErrorCode.ELECTION_NOT_NEEDED, "already preferred")
+                    continue
+                if preferred not in part.isr or not image.is_active(preferred):
+                    results[key] = ApiResult(
+                        ErrorCode.PREFERRED_LEADER_NOT_AVAILABLE,
+                        f"broker {preferred} is not an available in-sync replica",
+                    )
+                    continue
+                leader, isr = preferred, part.isr
+            records.append(
+                PartitionChange(part.topic, part.partition, leader=leader, isr=_or(isr, part.isr))
+            )
+            results[key] = OK
+        if not explicit:
+            results = {k: v for k, v in results.items() if v.ok}
+        return ControllerResult(self._commit(records), results)
+
+    # -- topics --------------------------------------------------------------------------------
+
+    def create_topics(
+        self, topics: Sequence[NewTopic], *, validate_only: bool = False
+    ) -> ControllerResult[dict[str, CreateTopicResult]]:
+        results: dict[str, CreateTopicResult] = {}
+        records: list[Record] = []
+        names = [t.name for t in topics]
+        for spec in topics:
+            if names.count(spec.name) > 1:
+                results[spec.name] = CreateTopicResult(
+                    ErrorCode.INVALID_REQUEST, "topic named more than once in the request"
+                )
+                continue
+            result, topic_records = self._create_topic(spec)
+            results[spec.name] = result
+            if result.error is ErrorCode.NONE and not validate_only:
+                records += self._commit(topic_records)
+        return ControllerResult(records, results)
+
+    def _create_topic(self, spec: NewTopic) -> tuple[CreateTopicResult, list[Record]]:
+        image = self._image
+        problem = topic_name_error(spec.name)
+        if problem:
+            return CreateTopicResult(ErrorCode.INVALID_TOPIC_EXCEPTION, problem), []
+        if spec.name in image.topics:
+            return CreateTopicResult(
+                ErrorCode.TOPIC_ALREADY_EXISTS, f"topic {spec.name!r} already exists"
+            ), []
+        try:
+            LogConfig.from_dict(dict(spec.configs))
+        except InvalidConfigError as err:
+            return CreateTopicResult(ErrorCode.INVALID_CONFIG, str(err)), []
+        active = image.active_brokers()
+        if spec.assignments is not None:
+            assignment, error = self._check_assignment(spec)
+            if error is not None:
+                return error, []
+        else:
+            count = (
+                spec.num_partitions if spec.num_partitions != -1 else self.config.default_partitions
+            )
+            rf = (
+                spec.replication_factor
+                if spec.replication_factor != -1
+                else self.config.default_replication_factor
+            )
+            if count < 1:
+                return CreateTopicResult(
+                    ErrorCode.INVALID_PARTITIONS, f"number of partitions must be >= 1, got {count}"
+                ), []
+            if rf < 1:
+                return CreateTopicResult(
+                    ErrorCode.INVALID_REPLICATION_FACTOR,
+                    f"replication factor must be >= 1, got {rf}",
+                ), []
+            if rf > len(active):
+                return CreateTopicResult(
+                    ErrorCode.INVALID_REPLICATION_FACTOR,
+                    f"replication factor {rf} is larger than the {len(active)} available "
+                    f"broker(s) {active}",
+                ), []
+            start = self._placement_cursor % len(active)
+            self._placement_cursor += count
+            assignment = place_replicas(active, count, rf, start)
+        topic_id = self._new_id()
+        records: list[Record] = [TopicRecord(spec.name, topic_id)]
+        partitions = []
+        for p, replicas in enumerate(assignment):
+            live = [r for r in replicas if image.is_active(r)]
+            # A new partition is empty everywhere: every replica is in sync.
+            part = PartitionRegistration(
+                spec.name, p, replicas, replicas, live[0] if live else NO_LEADER, 0, 0
+            )
+            partitions.append(part)
+            records.append(part.to_record())
+        records += [ConfigRecord(TOPIC, spec.name, k, v) for k, v in sorted(spec.configs.items())]
+        return CreateTopicResult(topic_id=topic_id, partitions=tuple(partitions)), records
+
+    def _check_assignment(
+        self, spec: NewTopic
+    ) -> tuple[list[tuple[int, ...]], CreateTopicResult | None]:
+        assert spec.assignments is not None
+        bad = ErrorCode.INVALID_REPLICA_ASSIGNMENT
+        if spec.num_partitions != -1 or spec.replication_factor != -1:
+            return [], CreateTopicResult(
+                ErrorCode.INVALID_REQUEST,
+                "give either replica assignments or partitions/replication factor",
+            )
+        if sorted(spec.assignments) != list(range(len(spec.assignments))) or not spec.assignments:
+            return [], CreateTopicResult(bad, "assignments must cover partitions 0..n-1")
+        out = [tuple(spec.assignments[p]) for p in range(len(spec.assignments))]
+        sizes = {len(r) for r in out}
+        for replicas in out:
+            if not replicas or len(set(replicas)) != len(replicas):
+                return [], CreateTopicResult(bad, f"bad replica list {list(replicas)}")
+            unknown = [r for r in replicas if r not in self._image.brokers]
+            if unknown:
+                return [], CreateTopicResult(bad, f"unregistered broker(s) {unknown}")
+        if len(sizes) != 1:
+            return [], CreateTopicResult(bad, "every partition needs the same replication factor")
+        return out, None
+
+    def create_partitions(
+        self, topic: str, count: int, *, validate_only: bool = False
+    ) -> ControllerResult[ApiResult]:
+        """Grow ``topic`` to ``count`` partitions, placed like new ones with the same RF."""
+        t = self._image.topics.get(topic)
+        if t is None:
+            return ControllerResult(
+                [], ApiResult(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"no topic {topic!r}")
+            )
+        old = len(t.partitions)
+        if count <= old:
+            return ControllerResult(
+                [],
+                ApiResult(
+                    ErrorCode.INVALID_PARTITIONS,
+                    f"topic {topic!r} has {old} partition(s); the new count must be larger "
+                    f"(partitions can be added, never removed), got {count}",
+                ),
+            )
+        rf = len(t.partitions[0].replicas) if t.partitions else 1
+        active = self._image.active_brokers()
+        if rf > len(active):
+            return ControllerResult(
+                [],
+                ApiResult(
+                    ErrorCode.INVALID_REPLICATION_FACTOR,
+                    f"replication factor {rf} is larger than the {len(active)} available "
+                    f"broker(s) {active}",
+                ),
+            )
+        if validate_only:
+            return ControllerResult([], OK)
+        start = self._placement_cursor % len(active)
+        self._placement_cursor += count - old
+        placed = place_replicas(active, count - old, rf, start)
+        records: list[Record] = []
+        for p, replicas in enumerate(placed, start=old):
+            part = PartitionRegistration(topic, p, replicas, replicas, replicas[0], 0, 0)
+            records.append(part.to_record())
+        return ControllerResult(self._commit(records), OK)
+
+    def delete_topics(self, names: Iterable[str]) -> ControllerResult[dict[str, ApiResult]]:
+        results: dict[str, ApiResult] = {}
+        records: list[Record] = []
+        for name in dict.fromkeys(names):
+            topic = self._image.topics.get(name)
+            if topic is None:
+                results[name] = ApiResult(
+                    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"no topic {name!r}"
+                )
+                continue
+            records += self._commit([RemoveTopic(name, topic.topic_id)])
+            results[name] = OK
+        return ControllerResult(records, results)
+
+    def alter_configs(
+        self, topic: str, changes: Mapping[str, str | None], *, validate_only: bool = False
+    ) -> ControllerResult[ApiResult]:
+        """Set (string) or delete (None) topic config keys, validated as a whole."""
+        if topic not in self._image.topics:
+            return ControllerResult(
+                [], ApiResult(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"no topic {topic!r}")
+            )
+        current = dict(self._image.topic_config(topic))
+        merged = dict(current)
+        for key, value in changes.items():
+            if value is None:
+                merged.pop(key, None)
+            else:
+                merged[key] = value
+        try:
+            LogConfig.from_dict(merged)
+        except InvalidConfigError as err:
+            return ControllerResult([], ApiResult(ErrorCode.INVALID_CONFIG, str(err)))
+        records: list[Record] = [
+            ConfigRecord(TOPIC, topic, k, merged.get(k))
+            for k in sorted(changes)
+            if merged.get(k) != current.get(k)
+        ]
+        if validate_only:
+            return ControllerResult([], OK)
+        self._commit(records)
+        if self._unclean_allowed(topic):
+            # Turning unclean election on revives partitions that had nobody to elect.
+            leaderless = [
+                p.key for p in self._image.topics[topic].partitions.values() if not p.has_leader
+            ]
+            for key in leaderless:
+                part = self._image.partition(*key)
+                assert part is not None
+                leader, isr = self._elect(part, part.isr, self._image.is_active)
+                change = _change(part, leader, isr, elected=False)
+                if change is not None:
+                    records += self._commit([change])
+        return ControllerResult(records, OK)
+
+    # -- ISR changes from leaders --------------------------------------------------------------
+
+    def alter_partition(
+        self, req: AlterPartitionRequest
+    ) -> ControllerResult[AlterPartitionResponse]:
+        image = self._image
+
+        def refuse(code: ErrorCode, message: str) -> ControllerResult[AlterPartitionResponse]:
+            return ControllerResult(
+                [], AlterPartitionResponse(code, message, image.partition(req.topic, req.partition))
+            )
+
+        reg = image.brokers.get(req.broker_id)
+        if reg is None or reg.broker_epoch != req.broker_epoch:
+            return refuse(ErrorCode.STALE_BROKER_EPOCH, f"broker {req.broker_id} epoch is stale")
+        part = image.partition(req.topic, req.partition)
+        if part is None:
+            return refuse(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"{req.topic}-{req.partition}")
+        if req.leader_epoch < part.leader_epoch:
+            return refuse(
+                ErrorCode.FENCED_LEADER_EPOCH,
+                f"leader epoch {req.leader_epoch} < current {part.leader_epoch}",
+            )
+        if req.leader_epoch > part.leader_epoch:
+            return refuse(ErrorCode.UNKNOWN_LEADER_EPOCH, f"leader epoch {req.leader_epoch}")
+        if part.leader != req.broker_id:
+            return refuse(ErrorCode.NOT_LEADER_OR_FOLLOWER, f"broker {req.broker_id} does not lead")
+        if req.partition_epoch != part.partition_epoch:
+            return refuse(
+                ErrorCode.INVALID_UPDATE_VERSION,
+                f"partition epoch {req.partition_epoch}, current {part.partition_epoch}",
+            )
+        new_isr = tuple(req.new_isr)
+        if (
+            req.broker_id not in new_isr
+            or len(set(new_isr)) != len(new_isr)
+            or not set(new_isr) <= set(part.replicas)
+        ):
+            return refuse(
+                ErrorCode.INVALID_REQUEST,
+                f"ISR {list(new_isr)} must hold the leader and only replicas {list(part.replicas)}",
+            )
+        joining = [r for r in new_isr if r not in part.isr and not image.is_active(r)]
+        if joining:
+            return refuse(
+                ErrorCode.INELIGIBLE_REPLICA, f"broker(s) {joining} are fenced or unregistered"
+            )
+        # Recorded even when the ISR is unchanged: moving the partition epoch voids every
+        # other request the leader made at the old one (copies, retries), which it counts
+        # until then (partition_replica.py, maximal ISR).
+        records = self._commit([PartitionChange(req.topic, req.partition, isr=new_isr)])
+        return ControllerResult(
+            records,
+            AlterPartitionResponse(partition=self._image.partition(req.topic, req.partition)),
+        )
+
+
+def _or(new: tuple[int, ...], old: tuple[int, ...]) -> tuple[int, ...] | None:
+    return None if new == old else new
+
+
+def _change(
+    part: PartitionRegistration, leader: int, isr: tuple[int, ...], *, elected: bool
+) -> PartitionChange | None:
+    """The PartitionChange taking ``part`` to (leader, isr), or None if nothing changes."""
+    if leader == part.leader and isr == part.isr and not elected:
+        return None
+    return PartitionChange(
+        part.topic,
+        part.partition,
+        leader=leader if (elected or leader != part.leader) else None,
+        isr=_or(isr, part.isr),
+    )

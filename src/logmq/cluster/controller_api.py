@@ -1,0 +1,97 @@
+"""What the controller is asked and what it answers (the shell maps these to the wire).
+
+Plain frozen dataclasses, so the broker's request handlers and the tests build them
+without touching the controller's state.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Generic, TypeVar
+
+from logmq.cluster.metadata_image import PartitionRegistration
+from logmq.cluster.metadata_records import Record
+from logmq.errors import ErrorCode
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class ControllerConfig:
+    session_timeout_ms: int = 9_000
+    default_partitions: int = 1
+    default_replication_factor: int = 1
+    auto_leader_rebalance: bool = True
+    leader_rebalance_interval_ms: int = 300_000
+
+
+@dataclass(frozen=True, slots=True)
+class ApiResult:
+    error: ErrorCode = ErrorCode.NONE
+    message: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.error is ErrorCode.NONE
+
+
+OK = ApiResult()
+
+
+@dataclass(slots=True)
+class ControllerResult(Generic[T]):
+    """Records to propose (one atomic batch) and the response to send once committed."""
+
+    records: list[Record]
+    response: T
+
+
+@dataclass(frozen=True, slots=True)
+class NewTopic:
+    name: str
+    num_partitions: int = -1  # -1: the controller's default
+    replication_factor: int = -1
+    assignments: Mapping[int, Sequence[int]] | None = None  # partition -> replicas
+    configs: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class CreateTopicResult:
+    error: ErrorCode = ErrorCode.NONE
+    message: str = ""
+    topic_id: str | None = None
+    partitions: tuple[PartitionRegistration, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class RegistrationResponse:
+    error: ErrorCode = ErrorCode.NONE
+    message: str = ""
+    broker_epoch: int = -1
+
+
+@dataclass(frozen=True, slots=True)
+class HeartbeatResponse:
+    error: ErrorCode = ErrorCode.NONE
+    message: str = ""
+    fenced: bool = True
+    should_shutdown: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class AlterPartitionRequest:
+    broker_id: int
+    broker_epoch: int
+    topic: str
+    partition: int
+    leader_epoch: int
+    partition_epoch: int
+    new_isr: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class AlterPartitionResponse:
+    error: ErrorCode = ErrorCode.NONE
+    message: str = ""
+    partition: PartitionRegistration | None = None  # the state after the change

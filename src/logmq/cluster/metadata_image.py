@@ -1,0 +1,402 @@
+"""The cluster as every broker sees it: an immutable image built from metadata records.
+
+``MetadataImage`` is never modified: a ``MetadataDelta`` replays a batch of records on top
+of an image and produces the next one, sharing every topic it did not touch. Readers (the
+broker's request handlers, the controller) can hold an image for as long as they like
+without locks. The delta also says what changed for one broker (``local_changes``): which
+partitions it now leads, which it follows, which it must stop serving; that is what drives
+the replica manager.
+
+A snapshot is simply the records that rebuild the image from empty (``to_records``), so
+one codec and one replay path serve both the log and snapshots.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from types import MappingProxyType
+
+from logmq.cluster.metadata_records import (
+    NO_LEADER,
+    BrokerFenced,
+    BrokerUnfenced,
+    ClusterIdRecord,
+    ConfigRecord,
+    PartitionChange,
+    PartitionRecord,
+    Record,
+    RegisterBroker,
+    RemoveTopic,
+    TopicRecord,
+    decode_records,
+    encode_records,
+)
+
+TOPIC = "topic"
+TopicPartition = tuple[str, int]
+
+
+class MetadataError(ValueError):
+    """A record that cannot apply to the image (the batch is rejected as a whole)."""
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerRegistration:
+    broker_id: int
+    broker_epoch: int
+    incarnation_id: str
+    host: str
+    port: int
+    rack: str | None = None
+    fenced: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionRegistration:
+    topic: str
+    partition: int
+    replicas: tuple[int, ...]
+    isr: tuple[int, ...]
+    leader: int
+    leader_epoch: int
+    partition_epoch: int
+    adding_replicas: tuple[int, ...] = ()
+    removing_replicas: tuple[int, ...] = ()
+
+    @property
+    def key(self) -> TopicPartition:
+        return (self.topic, self.partition)
+
+    @property
+    def has_leader(self) -> bool:
+        return self.leader != NO_LEADER
+
+    def changed(self, change: PartitionChange) -> PartitionRegistration:
+        """This partition after ``change``, with its epochs bumped."""
+        return PartitionRegistration(
+            topic=self.topic,
+            partition=self.partition,
+            replicas=self.replicas if change.replicas is None else change.replicas,
+            isr=self.isr if change.isr is None else change.isr,
+            leader=self.leader if change.leader is None else change.leader,
+            leader_epoch=self.leader_epoch + (change.leader is not None),
+            partition_epoch=self.partition_epoch + 1,
+            adding_replicas=(
+                self.adding_replicas if change.adding_replicas is None else change.adding_replicas
+            ),
+            removing_replicas=(
+                self.removing_replicas
+                if change.removing_replicas is None
+                else change.removing_replicas
+            ),
+        )
+
+    def to_record(self) -> PartitionRecord:
+        return PartitionRecord(
+            self.topic,
+            self.partition,
+            self.replicas,
+            self.isr,
+            self.leader,
+            self.leader_epoch,
+            self.partition_epoch,
+            self.adding_replicas,
+            self.removing_replicas,
+        )
+
+    @classmethod
+    def from_record(cls, r: PartitionRecord) -> PartitionRegistration:
+        return cls(
+            r.topic,
+            r.partition,
+            r.replicas,
+            r.isr,
+            r.leader,
+            r.leader_epoch,
+            r.partition_epoch,
+            r.adding_replicas,
+            r.removing_replicas,
+        )
+
+
+_EMPTY: Mapping = MappingProxyType({})
+
+
+@dataclass(frozen=True, slots=True)
+class TopicImage:
+    name: str
+    topic_id: str
+    partitions: Mapping[int, PartitionRegistration] = field(default_factory=lambda: _EMPTY)
+
+
+@dataclass(frozen=True)
+class MetadataImage:
+    cluster_id: str | None = None
+    brokers: Mapping[int, BrokerRegistration] = field(default_factory=lambda: _EMPTY)
+    topics: Mapping[str, TopicImage] = field(default_factory=lambda: _EMPTY)
+    configs: Mapping[tuple[str, str], Mapping[str, str]] = field(default_factory=lambda: _EMPTY)
+    offset: int = 0  # the Raft index of the last batch applied
+
+    # -- queries -----------------------------------------------------------------------------
+
+    def partition(self, topic: str, partition: int) -> PartitionRegistration | None:
+        t = self.topics.get(topic)
+        return t.partitions.get(partition) if t is not None else None
+
+    def partitions(self) -> Iterable[PartitionRegistration]:
+        for t in self.topics.values():
+            yield from t.partitions.values()
+
+    def topic_config(self, topic: str) -> Mapping[str, str]:
+        return self.configs.get((TOPIC, topic), _EMPTY)
+
+    def is_active(self, broker_id: int) -> bool:
+        """Registered and not fenced: may lead and may join an ISR."""
+        b = self.brokers.get(broker_id)
+        return b is not None and not b.fenced
+
+    def active_brokers(self) -> list[int]:
+        return sorted(b for b, reg in self.brokers.items() if not reg.fenced)
+
+    # -- changes -----------------------------------------------------------------------------
+
+    def apply(self, records: Iterable[Record], offset: int | None = None) -> MetadataImage:
+        delta = MetadataDelta(self)
+        for record in records:
+            delta.replay(record)
+        return delta.apply(offset)
+
+    # -- snapshots ---------------------------------------------------------------------------
+
+    def to_records(self) -> list[Record]:
+        """Records that rebuild this image from an empty one."""
+        out: list[Record] = []
+        if self.cluster_id is not None:
+            out.append(ClusterIdRecord(self.cluster_id))
+        for b in sorted(self.brokers.values(), key=lambda b: b.broker_id):
+            out.append(
+                RegisterBroker(
+                    b.broker_id, b.broker_epoch, b.incarnation_id, b.host, b.port, b.rack
+                )
+            )
+            if not b.fenced:
+                out.append(BrokerUnfenced(b.broker_id, b.broker_epoch))
+        for name in sorted(self.topics):
+            t = self.topics[name]
+            out.append(TopicRecord(t.name, t.topic_id))
+            out.extend(t.partitions[p].to_record() for p in sorted(t.partitions))
+        for (rtype, rname), values in sorted(self.configs.items()):
+            out.extend(ConfigRecord(rtype, rname, k, v) for k, v in sorted(values.items()))
+        return out
+
+    def to_bytes(self) -> bytes:
+        return encode_records(self.to_records())
+
+    @classmethod
+    def from_bytes(cls, data: bytes, offset: int = 0) -> MetadataImage:
+        return EMPTY_IMAGE.apply(decode_records(data), offset) if data else EMPTY_IMAGE
+
+
+EMPTY_IMAGE = MetadataImage()
+
+
+@dataclass(frozen=True, slots=True)
+class LocalReplicaChanges:
+    """What a metadata delta means for one broker's replicas."""
+
+    leaders: dict[TopicPartition, PartitionRegistration]  # lead (new epoch or new ISR)
+    followers: dict[TopicPartition, PartitionRegistration]  # follow (new leader or epoch)
+    deleted: set[TopicPartition]  # no longer a replica here: stop serving and delete
+
+    def __bool__(self) -> bool:
+        return bool(self.leaders or self.followers or self.deleted)
+
+
+class MetadataDelta:
+    """Records replayed on top of an image; ``apply`` gives the next image."""
+
+    def __init__(self, image: MetadataImage) -> None:
+        self.image = image
+        self._cluster_id = image.cluster_id
+        self._brokers: dict[int, BrokerRegistration] = {}
+        self._topics: dict[str, TopicImage | None] = {}  # None: removed
+        self._partitions: dict[TopicPartition, PartitionRegistration] = {}
+        self._configs: dict[tuple[str, str], dict[str, str] | None] = {}
+        self.removed_topics: dict[str, TopicImage] = {}
+
+    # -- reading through the delta ---------------------------------------------------------
+
+    def broker(self, broker_id: int) -> BrokerRegistration | None:
+        if broker_id in self._brokers:
+            return self._brokers[broker_id]
+        return self.image.brokers.get(broker_id)
+
+    def topic(self, name: str) -> TopicImage | None:
+        if name in self._topics:
+            return self._topics[name]
+        return self.image.topics.get(name)
+
+    def partition(self, topic: str, partition: int) -> PartitionRegistration | None:
+        key = (topic, partition)
+        if key in self._partitions:
+            return self._partitions[key]
+        t = self.topic(topic)
+        return t.partitions.get(partition) if t is not None else None
+
+    @property
+    def changed_partitions(self) -> dict[TopicPartition, PartitionRegistration]:
+        return dict(self._partitions)
+
+    # -- replay --------------------------------------------------------------------------------
+
+    def replay(self, record: Record) -> None:
+        match record:
+            case ClusterIdRecord(cluster_id=cid):
+                if self._cluster_id is not None and self._cluster_id != cid:
+                    raise MetadataError(f"cluster id is {self._cluster_id}, record says {cid}")
+                self._cluster_id = cid
+            case RegisterBroker():
+                old = self.broker(record.broker_id)
+                if old is not None and record.broker_epoch <= old.broker_epoch:
+                    raise MetadataError(
+                        f"broker {record.broker_id} epoch {record.broker_epoch} "
+                        f"is not newer than {old.broker_epoch}"
+                    )
+                self._brokers[record.broker_id] = BrokerRegistration(
+                    record.broker_id,
+                    record.broker_epoch,
+                    record.incarnation_id,
+                    record.host,
+                    record.port,
+                    record.rack,
+                    fenced=True,
+                )
+            case BrokerFenced() | BrokerUnfenced():
+                old = self.broker(record.broker_id)
+                if old is None or old.broker_epoch != record.broker_epoch:
+                    raise MetadataError(f"{record} does not match registration {old}")
+                fenced = isinstance(record, BrokerFenced)
+                self._brokers[record.broker_id] = replace(old, fenced=fenced)
+            case TopicRecord(name=name, topic_id=tid):
+                if self.topic(name) is not None:
+                    raise MetadataError(f"topic {name!r} already exists")
+                self._topics[name] = TopicImage(name, tid)
+            case PartitionRecord():
+                if self.topic(record.topic) is None:
+                    raise MetadataError(f"partition of unknown topic {record.topic!r}")
+                _check_partition(record)
+                key = (record.topic, record.partition)
+                self._partitions[key] = PartitionRegistration.from_record(record)
+            case PartitionChange():
+                old_part = self.partition(record.topic, record.partition)
+                if old_part is None:
+                    raise MetadataError(
+                        f"change of unknown partition {record.topic}-{record.partition}"
+                    )
+                new_part = old_part.changed(record)
+                _check_partition(new_part)
+                self._partitions[new_part.key] = new_part
+            case ConfigRecord():
+                key = (record.resource_type, record.resource_name)
+                if record.resource_type == TOPIC and self.topic(record.resource_name) is None:
+                    raise MetadataError(f"config for unknown topic {record.resource_name!r}")
+                if key in self._configs:
+                    values = self._configs[key]
+                    if values is None:  # the topic was removed (and recreated) in this delta
+                        values = self._configs[key] = {}
+                else:
+                    values = self._configs[key] = dict(self.image.configs.get(key, {}))
+                if record.value is None:
+                    values.pop(record.name, None)
+                else:
+                    values[record.name] = record.value
+            case RemoveTopic(name=name, topic_id=tid):
+                t = self.topic(name)
+                if t is None or t.topic_id != tid:
+                    raise MetadataError(f"no topic {name!r} with id {tid}")
+                self._topics[name] = None
+                if name in self.image.topics:
+                    self.removed_topics[name] = self.image.topics[name]
+                for key in [k for k in self._partitions if k[0] == name]:
+                    del self._partitions[key]
+                self._configs[(TOPIC, name)] = None
+            case _:
+                raise MetadataError(f"unknown record {record!r}")
+
+    # -- results -------------------------------------------------------------------------------
+
+    def apply(self, offset: int | None = None) -> MetadataImage:
+        image = self.image
+        brokers = image.brokers
+        if self._brokers:
+            brokers = MappingProxyType({**image.brokers, **self._brokers})
+        topics = image.topics
+        if self._topics or self._partitions:
+            merged: dict[str, TopicImage] = dict(image.topics)
+            for name, t in self._topics.items():
+                if t is None:
+                    merged.pop(name, None)
+                else:
+                    merged[name] = t
+            by_topic: dict[str, dict[int, PartitionRegistration]] = {}
+            for (name, p), part in self._partitions.items():
+                by_topic.setdefault(name, {})[p] = part
+            for name, parts in by_topic.items():
+                t = merged[name]
+                merged[name] = replace(t, partitions=MappingProxyType({**t.partitions, **parts}))
+            topics = MappingProxyType(merged)
+        configs = image.configs
+        if self._configs:
+            new_configs = dict(image.configs)
+            for key, values in self._configs.items():
+                if values:
+                    new_configs[key] = MappingProxyType(dict(values))
+                else:
+                    new_configs.pop(key, None)
+            configs = MappingProxyType(new_configs)
+        return MetadataImage(
+            cluster_id=self._cluster_id,
+            brokers=brokers,
+            topics=topics,
+            configs=configs,
+            offset=image.offset if offset is None else offset,
+        )
+
+    def local_changes(self, broker_id: int) -> LocalReplicaChanges:
+        """Partitions ``broker_id`` now leads or follows (with new state), or must drop."""
+        leaders: dict[TopicPartition, PartitionRegistration] = {}
+        followers: dict[TopicPartition, PartitionRegistration] = {}
+        deleted: set[TopicPartition] = set()
+        for name, t in self.removed_topics.items():
+            for p, part in t.partitions.items():
+                if broker_id in part.replicas:
+                    deleted.add((name, p))
+        for key, new in self._partitions.items():
+            old = self.image.partition(*key)
+            if self._topics.get(key[0], True) is None:
+                continue
+            if broker_id not in new.replicas:
+                if old is not None and broker_id in old.replicas:
+                    deleted.add(key)
+                continue
+            if new.leader == broker_id:
+                leaders[key] = new
+            elif (
+                old is None
+                or old.leader != new.leader
+                or old.leader_epoch != new.leader_epoch
+                or broker_id not in old.replicas
+            ):
+                followers[key] = new
+        return LocalReplicaChanges(leaders, followers, deleted)
+
+
+def _check_partition(p: PartitionRecord | PartitionRegistration) -> None:
+    """Structural rules every partition state obeys, whoever wrote the record."""
+    if p.partition < 0 or not p.replicas or len(set(p.replicas)) != len(p.replicas):
+        raise MetadataError(f"{p.topic}-{p.partition}: bad replicas {p.replicas}")
+    if not p.isr or not set(p.isr) <= set(p.replicas) or len(set(p.isr)) != len(p.isr):
+        raise MetadataError(f"{p.topic}-{p.partition}: ISR {p.isr} not within {p.replicas}")
+    if p.leader != NO_LEADER and p.leader not in p.isr:
+        raise MetadataError(f"{p.topic}-{p.partition}: leader {p.leader} outside ISR {p.isr}")

@@ -1,0 +1,257 @@
+"""The records of the cluster-metadata log, and their msgpack bytes.
+
+Every change to the cluster (a broker registering, a topic created, a leader elected, an
+ISR shrinking, a config set) is one of these records. The controller produces them, the
+metadata quorum replicates them, and every broker applies them in log order to its
+MetadataImage. A Raft entry holds a *batch* of records that is applied atomically (a
+topic and all its partitions appear together, or not at all).
+
+Records state facts, not requests. A PartitionRecord is the full state of a partition; a
+PartitionChange is a delta whose epochs are derived when applied (any change bumps the
+partition epoch; a leader election, even re-electing the same broker, bumps the leader
+epoch), so no record can carry an epoch that disagrees with the log.
+
+Bytes: a batch is ``[version, [record, ...]]`` and a record ``[type, *fields]`` in
+dataclass order. Decoding checks every type; a record with *more* fields than we know
+(written by a newer version) keeps the ones we know, and missing trailing fields take
+their defaults, so fields can be appended without breaking older brokers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import MISSING, dataclass, fields
+from functools import cache
+from typing import Any
+
+import msgpack
+
+NO_LEADER = -1
+BATCH_VERSION = 1
+
+
+class MetadataCodecError(ValueError):
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterIdRecord:
+    """The cluster's id, chosen once by the first controller (see meta_properties.py)."""
+
+    cluster_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class RegisterBroker:
+    """A broker incarnation joined; it stays fenced until it has caught up with the log.
+
+    ``broker_epoch`` grows with every registration of the same id, so requests from a
+    previous incarnation (a restarted process) are recognisable and refused.
+    """
+
+    broker_id: int
+    broker_epoch: int
+    incarnation_id: str
+    host: str
+    port: int
+    rack: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerFenced:
+    """The broker may not lead or be added to an ISR (missed heartbeats, or shut down)."""
+
+    broker_id: int
+    broker_epoch: int
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerUnfenced:
+    broker_id: int
+    broker_epoch: int
+
+
+@dataclass(frozen=True, slots=True)
+class TopicRecord:
+    name: str
+    topic_id: str  # tells a recreated topic from the deleted one of the same name
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionRecord:
+    """The full state of one partition (at creation, and in snapshots).
+
+    ``adding_replicas``/``removing_replicas`` are reserved for reassignment: replicas
+    being copied onto new brokers and those leaving once the copies are in the ISR.
+    """
+
+    topic: str
+    partition: int
+    replicas: tuple[int, ...]
+    isr: tuple[int, ...]
+    leader: int
+    leader_epoch: int
+    partition_epoch: int
+    adding_replicas: tuple[int, ...] = ()
+    removing_replicas: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionChange:
+    """A change of one partition; ``None`` fields are unchanged.
+
+    Setting ``leader`` records an election (it may be NO_LEADER) and bumps the leader
+    epoch; every PartitionChange bumps the partition epoch.
+    """
+
+    topic: str
+    partition: int
+    leader: int | None = None
+    isr: tuple[int, ...] | None = None
+    replicas: tuple[int, ...] | None = None
+    adding_replicas: tuple[int, ...] | None = None
+    removing_replicas: tuple[int, ...] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigRecord:
+    """Set (``value`` is a string) or delete (``value is None``) one config key."""
+
+    resource_type: str  # "topic" (or "broker", reserved)
+    resource_name: str
+    name: str
+    value: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class RemoveTopic:
+    name: str
+    topic_id: str
+
+
+Record = (
+    ClusterIdRecord
+    | RegisterBroker
+    | BrokerFenced
+    | BrokerUnfenced
+    | TopicRecord
+    | PartitionRecord
+    | PartitionChange
+    | ConfigRecord
+    | RemoveTopic
+)
+
+# Type codes are part of the log format: append only, never renumber.
+_TYPES: dict[int, type] = {
+    1: ClusterIdRecord,
+    2: RegisterBroker,
+    3: BrokerFenced,
+    4: BrokerUnfenced,
+    5: TopicRecord,
+    6: PartitionRecord,
+    7: PartitionChange,
+    8: ConfigRecord,
+    9: RemoveTopic,
+}
+_CODES = {cls: code for code, cls in _TYPES.items()}
+
+# Field kinds: i int, s str, I int tuple; a trailing "?" allows None.
+_KINDS: dict[type, str] = {
+    ClusterIdRecord: "s",
+    RegisterBroker: "i i s s i s?",
+    BrokerFenced: "i i",
+    BrokerUnfenced: "i i",
+    TopicRecord: "s s",
+    PartitionRecord: "s i I I i i i I I",
+    PartitionChange: "s i i? I? I? I? I?",
+    ConfigRecord: "s s s s?",
+    RemoveTopic: "s s",
+}
+
+
+def encode_record(record: Record) -> list[Any]:
+    out: list[Any] = [_CODES[type(record)]]
+    for name in _names(type(record)):
+        value = getattr(record, name)
+        out.append(list(value) if isinstance(value, tuple) else value)
+    return out
+
+
+def decode_record(raw: Any) -> Record:
+    if not (isinstance(raw, list) and raw and type(raw[0]) is int):
+        raise MetadataCodecError(f"a metadata record is an array [type, ...], got {raw!r:.60}")
+    cls = _TYPES.get(raw[0])
+    if cls is None:
+        raise MetadataCodecError(f"unknown metadata record type {raw[0]}")
+    kinds = _KINDS[cls].split()
+    values = raw[1 : 1 + len(kinds)]
+    required = sum(1 for f in _fields(cls) if f[1])
+    if len(values) < required:
+        raise MetadataCodecError(f"{cls.__name__} needs {required} fields, got {len(values)}")
+    try:
+        decoded = [_DECODE[kind](value) for kind, value in zip(kinds, values, strict=False)]
+    except MetadataCodecError as err:
+        raise MetadataCodecError(f"{cls.__name__}: {err}") from None
+    return cls(*decoded)
+
+
+def encode_records(records: Iterable[Record]) -> bytes:
+    """One Raft entry: a batch applied atomically."""
+    return msgpack.packb([BATCH_VERSION, [encode_record(r) for r in records]], use_bin_type=True)
+
+
+def decode_records(data: bytes | bytearray | memoryview) -> list[Record]:
+    try:
+        raw = msgpack.unpackb(data, raw=False, strict_map_key=True)
+    except (ValueError, TypeError, msgpack.UnpackException) as err:
+        raise MetadataCodecError(f"not a metadata record batch: {err}")
+    if not (isinstance(raw, list) and len(raw) == 2 and isinstance(raw[1], list)):
+        raise MetadataCodecError("a metadata batch is [version, [records]]")
+    if raw[0] != BATCH_VERSION:
+        raise MetadataCodecError(f"unknown metadata batch version {raw[0]!r}")
+    return [decode_record(r) for r in raw[1]]
+
+
+@cache
+def _names(cls: type) -> tuple[str, ...]:
+    return tuple(f.name for f in fields(cls))
+
+
+@cache
+def _fields(cls: type) -> tuple[tuple[str, bool], ...]:
+    """(name, required) per field."""
+    return tuple(
+        (f.name, f.default is MISSING and f.default_factory is MISSING) for f in fields(cls)
+    )
+
+
+def _int(value: Any) -> int:
+    if type(value) is not int:
+        raise MetadataCodecError(f"expected an integer, got {value!r:.40}")
+    return value
+
+
+def _str(value: Any) -> str:
+    if type(value) is not str:
+        raise MetadataCodecError(f"expected a string, got {value!r:.40}")
+    return value
+
+
+def _ints(value: Any) -> tuple[int, ...]:
+    if not isinstance(value, list):
+        raise MetadataCodecError(f"expected an array of integers, got {value!r:.40}")
+    return tuple(_int(v) for v in value)
+
+
+def _optional(decode: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    return lambda value: None if value is None else decode(value)
+
+
+_DECODE: dict[str, Callable[[Any], Any]] = {
+    "i": _int,
+    "s": _str,
+    "I": _ints,
+    "i?": _optional(_int),
+    "s?": _optional(_str),
+    "I?": _optional(_ints),
+}

@@ -1,0 +1,303 @@
+"""Raft messages between quorum members over TCP: small frames, best effort, bounded.
+
+Each member listens on its quorum address and dials every peer it sends to, so a pair of
+members uses two connections, each carrying one direction: no races deciding which of two
+simultaneous dials survives. A frame is ``[u32 length][payload]``. The dialer's first frame
+is a hello (msgpack map: magic, version, node id, cluster id, voter ids) and the listener
+answers with its own hello or ``{"error": ...}``; members that disagree on the cluster id
+or on the voter set refuse each other with a clear message instead of forming a quorum.
+
+Sending never blocks the Raft loop: each peer has a bounded queue drained by its own
+task, which reconnects with exponential backoff. When the queue is full the oldest message
+is dropped: Raft retransmits what matters (heartbeats every tick, probes after a loss).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import socket
+import struct
+from collections import deque
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import msgpack
+
+from logmq.replication.raft_service import RaftTransport
+
+log = logging.getLogger("logmq.raft.transport")
+
+MAGIC = "logmq-raft"
+VERSION = 1
+_LEN = struct.Struct(">I")
+HANDSHAKE_TIMEOUT = 5.0
+
+
+class FrameError(Exception):
+    """The peer sent something that is not a frame of this protocol."""
+
+
+async def read_frame(reader: asyncio.StreamReader, max_bytes: int) -> bytes:
+    (length,) = _LEN.unpack(await reader.readexactly(_LEN.size))
+    if length > max_bytes:
+        raise FrameError(f"frame of {length} bytes exceeds the limit of {max_bytes}")
+    return await reader.readexactly(length)
+
+
+def frame(payload: bytes) -> bytes:
+    return _LEN.pack(len(payload)) + payload
+
+
+class _Peer:
+    """The outbound side towards one member: a bounded queue and the task that drains it."""
+
+    def __init__(self, transport: TcpTransport, node_id: int, host: str, port: int) -> None:
+        self.transport = transport
+        self.node_id = node_id
+        self.address = (host, port)
+        self.queue: deque[bytes] = deque(maxlen=transport.max_queue)
+        self.wakeup = asyncio.Event()
+        self.connected = False
+        self.dropped = 0
+        self.task: asyncio.Task[None] | None = None
+
+    def put(self, data: bytes) -> None:
+        if len(self.queue) == self.queue.maxlen:
+            self.dropped += 1  # deque drops the oldest on append
+        self.queue.append(data)
+        self.wakeup.set()
+
+    async def run(self) -> None:
+        t = self.transport
+        delay = t.backoff_initial
+        while True:
+            writer: asyncio.StreamWriter | None = None
+            eof: asyncio.Task[bytes] | None = None
+            try:
+                reader, writer = await asyncio.wait_for(
+                    asyncio.open_connection(*self.address), HANDSHAKE_TIMEOUT
+                )
+                _tune(writer)
+                writer.write(frame(t.hello()))
+                reply = await asyncio.wait_for(read_frame(reader, 1 << 16), HANDSHAKE_TIMEOUT)
+                problem = t.check_hello(reply, expect=self.node_id)
+                if problem:
+                    t.report(self.node_id, problem)
+                    raise FrameError(problem)
+                self.connected, delay = True, t.backoff_initial
+                eof = asyncio.create_task(reader.read(1))  # the listener never sends more
+                await self._pump(writer, eof)
+            except (OSError, EOFError, TimeoutError, FrameError, asyncio.IncompleteReadError) as e:
+                log.debug("raft transport %d -> %d: %s", t.node_id, self.node_id, e)
+            finally:
+                self.connected = False
+                if eof is not None:
+                    eof.cancel()
+                if writer is not None:
+                    writer.close()
+                    with contextlib.suppress(Exception):
+                        await writer.wait_closed()
+            await asyncio.sleep(delay)  # reconnect backoff, not synchronisation
+            delay = min(delay * 2, t.backoff_max)
+
+    async def _pump(self, writer: asyncio.StreamWriter, eof: asyncio.Task[bytes]) -> None:
+        while True:
+            while not self.queue:
+                self.wakeup.clear()
+                waiter = asyncio.create_task(self.wakeup.wait())
+                try:
+                    await asyncio.wait({waiter, eof}, return_when=asyncio.FIRST_COMPLETED)
+                finally:
+                    waiter.cancel()
+                if eof.done():
+                    raise EOFError("peer closed the connection")
+            batch = [frame(self.queue.popleft()) for _ in range(len(self.queue))]
+            writer.writelines(batch)
+            await writer.drain()
+
+
+class TcpTransport(RaftTransport):
+    def __init__(
+        self,
+        node_id: int,
+        listen: tuple[str, int],
+        peers: dict[int, tuple[str, int]],
+        *,
+        cluster_id: str | None = None,
+        voters: Iterable[int] = (),
+        max_queue: int = 1024,
+        max_frame_bytes: int = 64 << 20,
+        backoff_initial: float = 0.05,
+        backoff_max: float = 1.0,
+        on_config_error: Callable[[int, str], None] | None = None,
+    ) -> None:
+        self.node_id = node_id
+        self.listen = listen
+        self.cluster_id = cluster_id
+        self.voters = sorted(set(voters))
+        self.max_queue = max_queue
+        self.max_frame_bytes = max_frame_bytes
+        self.backoff_initial = backoff_initial
+        self.backoff_max = backoff_max
+        self.on_config_error = on_config_error
+        self.config_errors: dict[int, str] = {}
+        self._addresses = {n: a for n, a in peers.items() if n != node_id}
+        self._peers: dict[int, _Peer] = {}
+        self._on_message: Callable[[bytes], None] | None = None
+        self._server: asyncio.Server | None = None
+        self._inbound: dict[asyncio.Task[None], asyncio.StreamWriter] = {}
+        self.port: int | None = None
+
+    # -- RaftTransport -----------------------------------------------------------------------
+
+    async def start(self, on_message: Callable[[bytes], None]) -> None:
+        self._on_message = on_message
+        self._server = await asyncio.start_server(self._accept, *self.listen)
+        self.port = self._server.sockets[0].getsockname()[1]
+        for node_id, (host, port) in self._addresses.items():
+            self._start_peer(node_id, host, port)
+
+    def send(self, to_node: int, data: bytes) -> None:
+        peer = self._peers.get(to_node)
+        if peer is None:
+            log.debug("raft transport %d: no address for node %d", self.node_id, to_node)
+            return
+        peer.put(data)
+
+    async def stop(self) -> None:
+        if self._server is not None:
+            self._server.close()
+        outbound = [p.task for p in self._peers.values() if p.task]
+        for task in outbound:
+            task.cancel()
+        # Inbound handlers belong to the server's streams: end them by closing their
+        # connections (cancelling them would be reported as an error by asyncio).
+        inbound = list(self._inbound.items())
+        for _, writer in inbound:
+            writer.close()
+        for task in outbound + [t for t, _ in inbound]:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        if self._server is not None:
+            await self._server.wait_closed()
+            self._server = None
+        self._peers.clear()
+
+    # -- membership ----------------------------------------------------------------------------
+
+    def add_peer(self, node_id: int, host: str, port: int) -> None:
+        """Learn (or change) a member's address, e.g. an observer that just registered."""
+        if node_id == self.node_id or self._addresses.get(node_id) == (host, port):
+            return
+        self._addresses[node_id] = (host, port)
+        old = self._peers.pop(node_id, None)
+        if old is not None and old.task is not None:
+            old.task.cancel()
+        if self._server is not None:
+            self._start_peer(node_id, host, port)
+
+    def peer_stats(self) -> dict[int, dict[str, Any]]:
+        return {
+            n: {"connected": p.connected, "queued": len(p.queue), "dropped": p.dropped}
+            for n, p in self._peers.items()
+        }
+
+    def _start_peer(self, node_id: int, host: str, port: int) -> None:
+        peer = _Peer(self, node_id, host, port)
+        peer.task = asyncio.create_task(peer.run(), name=f"raft-{self.node_id}-to-{node_id}")
+        self._peers[node_id] = peer
+
+    # -- handshake -----------------------------------------------------------------------------
+
+    def hello(self) -> bytes:
+        return msgpack.packb(
+            {
+                "magic": MAGIC,
+                "version": VERSION,
+                "node_id": self.node_id,
+                "cluster_id": self.cluster_id,
+                "voters": self.voters,
+            }
+        )
+
+    def check_hello(self, data: bytes, *, expect: int | None = None) -> str | None:
+        """Why this peer must not join our quorum traffic, or None."""
+        try:
+            hello = msgpack.unpackb(data, raw=False)
+        except (ValueError, msgpack.UnpackException):
+            return "the peer does not speak the logmq quorum protocol"
+        if not isinstance(hello, dict) or hello.get("magic") != MAGIC:
+            return "the peer does not speak the logmq quorum protocol"
+        if "error" in hello:
+            return f"the peer refused us: {hello['error']}"
+        if hello.get("version") != VERSION:
+            return f"quorum protocol version {hello.get('version')!r}, we speak {VERSION}"
+        node_id, cluster_id, voters = (
+            hello.get("node_id"),
+            hello.get("cluster_id"),
+            hello.get("voters"),
+        )
+        if type(node_id) is not int or (expect is not None and node_id != expect):
+            return f"expected node {expect} at this address, found node {node_id!r}"
+        if cluster_id and self.cluster_id and cluster_id != self.cluster_id:
+            return (
+                f"node {node_id} belongs to cluster {cluster_id}, this node to cluster "
+                f"{self.cluster_id}: check the data directories and --quorum-voters"
+            )
+        if voters and self.voters and sorted(voters) != self.voters:
+            return (
+                f"node {node_id} has quorum voters {sorted(voters)}, this node has "
+                f"{self.voters}: every member must be started with the same --quorum-voters"
+            )
+        return None
+
+    def report(self, node_id: int, problem: str) -> None:
+        if self.config_errors.get(node_id) != problem:
+            log.error("raft transport %d: refusing node %s: %s", self.node_id, node_id, problem)
+        self.config_errors[node_id] = problem
+        if self.on_config_error is not None:
+            self.on_config_error(node_id, problem)
+
+    # -- inbound -------------------------------------------------------------------------------
+
+    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._inbound[task] = writer
+        peer: Any = "?"
+        try:
+            _tune(writer)
+            data = await asyncio.wait_for(read_frame(reader, 1 << 16), HANDSHAKE_TIMEOUT)
+            problem = self.check_hello(data)
+            with contextlib.suppress(Exception):
+                peer = msgpack.unpackb(data, raw=False).get("node_id", "?")
+            if problem:
+                self.report(peer if isinstance(peer, int) else -1, problem)
+                writer.write(frame(msgpack.packb({"magic": MAGIC, "error": problem})))
+                await writer.drain()
+                return
+            writer.write(frame(self.hello()))
+            await writer.drain()
+            while True:
+                payload = await read_frame(reader, self.max_frame_bytes)
+                if self._on_message is not None:
+                    try:
+                        self._on_message(payload)
+                    except Exception:
+                        log.exception("raft transport %d: message handler failed", self.node_id)
+        except (OSError, TimeoutError, FrameError, asyncio.IncompleteReadError) as e:
+            log.debug("raft transport %d <- %s: %s", self.node_id, peer, e)
+        finally:
+            self._inbound.pop(task, None)
+            writer.close()
+            with contextlib.suppress(Exception):
+                await writer.wait_closed()
+
+
+def _tune(writer: asyncio.StreamWriter) -> None:
+    sock = writer.get_extra_info("socket")
+    if sock is not None:
+        with contextlib.suppress(OSError):
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
