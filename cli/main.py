@@ -8,8 +8,10 @@ from __future__ import annotations
 import click
 
 from logmq_cli.bench import bench
+from logmq_cli.cluster import cluster
 from logmq_cli.common import DEFAULT_BOOTSTRAP, CliContext
 from logmq_cli.consume import consume
+from logmq_cli.dev import dev
 from logmq_cli.group import group
 from logmq_cli.produce import produce
 from logmq_cli.topic import topic
@@ -39,7 +41,7 @@ def cli(ctx: click.Context, bootstrap: str, request_timeout: float) -> None:
     ctx.obj = CliContext(bootstrap=bootstrap, request_timeout_ms=int(request_timeout * 1000))
 
 
-for _command in (topic, group, produce, consume, bench):
+for _command in (topic, group, produce, consume, bench, cluster, dev):
     cli.add_command(_command)
 
 if __name__ == "__main__":  # pragma: no cover

@@ -23,6 +23,7 @@ import uvloop
 from logmq.broker.broker import Broker
 from logmq.broker.config import BrokerConfig
 from logmq.broker.metadata_store import NodeIdMismatchError
+from logmq.cluster.meta_properties import ClusterIdentityError
 from logmq.errors import LogMQError
 
 READY_PREFIX = "logmq-server ready"
@@ -140,6 +141,32 @@ async def serve(config: BrokerConfig) -> None:
 @click.option("--offset-metadata-max-bytes", type=click.IntRange(0), default=4096)
 @click.option("--offset-commit-max-bytes", type=click.IntRange(4096), default=1 << 20)
 @click.option(
+    "--quorum-voters",
+    default=None,
+    metavar="ID@HOST:PORT,...",
+    help="The metadata quorum: each voter's node id and Raft listener address "
+    "(one port per voter, apart from --port). Unset: a quorum of this node alone.",
+)
+@click.option(
+    "--default-replication-factor",
+    type=click.IntRange(1),
+    default=1,
+    help="Replication factor of topics created without one.",
+)
+@click.option(
+    "--broker-session-timeout-ms",
+    type=click.IntRange(1),
+    default=9_000,
+    help="The controller fences a broker that has not heartbeaten for this long.",
+)
+@click.option("--broker-heartbeat-interval-ms", type=click.IntRange(1), default=1_000)
+@click.option(
+    "--replica-lag-time-max-ms",
+    type=click.IntRange(1),
+    default=30_000,
+    help="A follower not caught up for this long leaves the ISR.",
+)
+@click.option(
     "--topic-config",
     multiple=True,
     metavar="KEY=VALUE",
@@ -162,8 +189,8 @@ def main(log_level: str, max_in_flight: int, topic_config: tuple[str, ...], **op
         raise click.UsageError(str(e)) from None
     try:
         uvloop.run(serve(config))
-    except NodeIdMismatchError as e:
-        click.echo(f"logmq-server: {e}", err=True)
+    except (NodeIdMismatchError, ClusterIdentityError) as e:
+        click.echo(f"logmq-server: refusing to start: {e}", err=True)
         sys.exit(2)
     except LogMQError as e:
         click.echo(f"logmq-server: {e}", err=True)

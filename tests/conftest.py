@@ -10,6 +10,22 @@ import pytest
 from tests.harness import BrokerProcess, inprocess_broker
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--soak", action="store_true", default=False, help="run tests marked soak (long)"
+    )
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Tests marked ``soak`` run only with ``--soak``."""
+    if config.getoption("--soak"):
+        return
+    skip = pytest.mark.skip(reason="soak test: run with --soak")
+    for item in items:
+        if "soak" in item.keywords:
+            item.add_marker(skip)
+
+
 @pytest.fixture
 def broker_factory(tmp_path_factory) -> Iterator[Callable[..., BrokerProcess]]:
     """Start extra brokers: ``broker_factory(extra_args=["--auto-create-topics"])``.

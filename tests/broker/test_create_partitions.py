@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 from collections.abc import AsyncIterator, Iterator
 
 import pytest
@@ -176,8 +177,6 @@ async def test_a_restart_keeps_the_count_and_the_records(broker):
         assert (await c.create_topic("durable", 1, {"retention.ms": "3600000"}))["error"] == 0
         assert (await grow(c, {"durable": 3}))[0]["error"] == 0
         assert (await c.produce("durable", 2, values_batch(5, b"r")))["error"] == 0
-    stored = json.loads((broker.data_dir / "topics.json").read_text())["topics"]
-    assert [(t["name"], t["partitions"]) for t in stored] == [("durable", 3)]
 
     broker.restart()
     async with await RawClient.connect(broker.port) as c:
@@ -193,34 +192,38 @@ async def test_a_restart_keeps_the_count_and_the_records(broker):
         assert (await c.produce("durable", 3, values_batch(1, b"x")))["error"] == 0
 
 
-async def test_a_failed_log_creation_leaves_the_old_count(tmp_path, monkeypatch):
-    async with inprocess_broker(tmp_path / "data") as br, await RawClient.connect(br.port) as c:
-        assert (await c.create_topic("t", 1))["error"] == 0
-        create_log = br.logs.create_log
+async def test_a_single_node_topics_json_is_imported_once(tmp_path):
+    """Data dirs from before the metadata quorum keep their topics and records."""
+    data = tmp_path / "data"
+    async with inprocess_broker(data) as br, await RawClient.connect(br.port) as c:
+        assert (await c.create_topic("old", 2, {"retention.ms": "60000"}))["error"] == 0
+        assert (await c.produce("old", 1, values_batch(3, b"o")))["error"] == 0
+        topic_id = br.image.topics["old"].topic_id
+    # what an older release leaves: topics.json and the logs, no metadata log
+    shutil.rmtree(data / "__cluster_metadata")
+    doc = {
+        "version": 1,
+        "topics": [
+            {"name": "old", "id": topic_id, "partitions": 2, "configs": {"retention.ms": "60000"}}
+        ],
+    }
+    (data / "topics.json").write_text(json.dumps(doc))
+    async with inprocess_broker(data) as br, await RawClient.connect(br.port) as c:
+        assert await partition_count(c, "old") == 2
+        assert br.logs.get_log("old", 1).config.retention_ms == 60000
+        _meta, tail = await c.fetch("old", 1, 0)
+        assert fetched_values(tail) == [b"o%d" % i for i in range(3)]
+    assert not (data / "topics.json").exists() and (data / "topics.json.imported").exists()
 
-        def failing(topic, partition, overrides=None):
-            if partition == 2:
-                raise OSError(28, "No space left on device")
-            return create_log(topic, partition, overrides)
 
-        monkeypatch.setattr(br.logs, "create_log", failing)
-        [entry] = await grow(c, {"t": 4})
-        assert entry["error"] == E.STORAGE_ERROR and "t-2" in entry["message"]
-        assert await partition_count(c, "t") == 1
-        assert br.logs.get_log("t", 1) is None  # the one created was removed
-        monkeypatch.undo()
-        assert (await grow(c, {"t": 4}))[0]["error"] == 0
-        assert await partition_count(c, "t") == 4
-
-
-async def test_a_crash_before_the_new_logs_exist_is_completed_at_start(tmp_path):
+async def test_a_log_missing_on_disk_is_recreated_from_the_image(tmp_path):
     data = tmp_path / "data"
     async with inprocess_broker(data) as br, await RawClient.connect(br.port) as c:
         assert (await c.create_topic("t", 1, {"retention.ms": "60000"}))["error"] == 0
-    # what a crash right after persisting the new count leaves: topics.json ahead of the logs
-    doc = json.loads((data / "topics.json").read_text())
-    doc["topics"][0]["partitions"] = 3
-    (data / "topics.json").write_text(json.dumps(doc))
+    # a log lost on disk (or a crash before it was created): the image still has it
+    shutil.rmtree(data / "t-0")
+    async with inprocess_broker(data) as br, await RawClient.connect(br.port) as c:
+        assert (await grow(c, {"t": 3}))[0]["error"] == 0
     async with inprocess_broker(data) as br:
         for p in range(3):
             assert br.logs.get_log("t", p).config.retention_ms == 60000

@@ -46,13 +46,20 @@ async def test_wake_all_releases_and_never_parks_again():
     assert w.closed
 
 
-def test_producer_ids_persist_blocks(tmp_path):
-    ids = ProducerIdManager(tmp_path, block_size=3)
-    first = [ids.next_id() for _ in range(4)]
-    assert first == [0, 1, 2, 3]
-    again = ProducerIdManager(tmp_path, block_size=3)
-    assert again.next_id() == 6  # the rest of the reserved block is skipped, never reused
-    assert again.was_issued(5) and not again.was_issued(7)
+async def test_producer_ids_come_in_allocated_blocks():
+    allocated = [0]  # what the metadata log says is taken
+
+    async def allocate(count: int) -> int:
+        start = allocated[0]
+        allocated[0] += count
+        return start
+
+    ids = ProducerIdManager(allocate, lambda: allocated[0], block_size=3)
+    first = [await ids.next_id() for _ in range(4)]
+    assert first == [0, 1, 2, 3] and allocated[0] == 6
+    again = ProducerIdManager(allocate, lambda: allocated[0], block_size=3)  # a restart
+    assert await again.next_id() == 6  # the rest of the old block is skipped, never reused
+    assert again.was_issued(5) and not again.was_issued(9)
 
 
 def test_meta_properties(tmp_path):

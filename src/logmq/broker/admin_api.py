@@ -3,6 +3,11 @@
 ApiVersions, Metadata, CreateTopics, CreatePartitions, DeleteTopics, DescribeConfigs,
 AlterConfigs and InitProducerId. Body schemas are in docs/protocol.md; per-entry
 failures are answered per entry so one bad topic never fails its neighbours.
+
+Metadata is answered from this broker's metadata image. The handlers that change it
+(CreateTopics, CreatePartitions, DeleteTopics, AlterConfigs) run on the controller
+(Broker forwards them there) and answer once the change is committed, with the metadata
+offset a forwarding broker waits for before it answers its client.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from logmq.broker.request_fields import (
     req_str,
     req_str_map,
 )
+from logmq.cluster.controller_api import NewTopic
 from logmq.errors import ErrorCode, InvalidConfigError, LogMQError
 from logmq.group import OFFSETS_TOPIC
 from logmq.net.codec import Request
@@ -53,41 +59,45 @@ class AdminApi:
         return Reply({"error": 0, "apis": self.api_list()})
 
     # -- Metadata ---------------------------------------------------------------------
-    def _topic_metadata(self, info: TopicInfo) -> dict[str, Any]:
-        node = self.b.config.node_id
-        return {
-            "topic": info.name,
-            "error": 0,
-            "internal": info.internal,
-            "partitions": [
+    def _topic_metadata(self, name: str) -> dict[str, Any]:
+        t = self.b.image.topics[name]
+        partitions = []
+        for p in sorted(t.partitions):
+            part = t.partitions[p]
+            code = ErrorCode.NONE if part.has_leader else ErrorCode.LEADER_NOT_AVAILABLE
+            partitions.append(
                 {
                     "partition": p,
-                    "error": 0,
-                    "leader": node,
-                    "leader_epoch": 0,
-                    "replicas": [node],
-                    "isr": [node],
+                    "error": int(code),
+                    "leader": part.leader,
+                    "leader_epoch": part.leader_epoch,
+                    "replicas": list(part.replicas),
+                    "isr": list(part.isr),
                 }
-                for p in range(info.partitions)
-            ],
-        }
+            )
+        return {"topic": name, "error": 0, "internal": is_internal(name), "partitions": partitions}
+
+    def live_brokers(self) -> list[dict[str, Any]]:
+        """Registered, unfenced brokers as clients reach them."""
+        return [
+            {"node_id": reg.broker_id, "host": reg.host, "port": reg.port}
+            for _, reg in sorted(self.b.image.brokers.items())
+            if not reg.fenced
+        ]
 
     async def metadata(self, req: Request) -> Reply:
-        store = self.b.topics
-        assert store is not None
         names = req_field(req.body, "topics", list, None)
         auto = req_field(req.body, "allow_auto_create", bool, False)
         topics = []
         if names is None:
-            topics = [self._topic_metadata(t) for t in store.all()]
+            topics = [self._topic_metadata(n) for n in sorted(self.b.image.topics)]
         else:
             for name in names:
                 if not isinstance(name, str):
                     raise InvalidRequestError("topic names must be strings")
-                info = store.get(name)
-                if info is None and auto:
-                    info = self.b.maybe_auto_create(name)
-                if info is None:
+                if name not in self.b.image.topics and auto:
+                    await self.b.auto_create(name)
+                if name not in self.b.image.topics:
                     code = (
                         ErrorCode.INVALID_TOPIC_EXCEPTION
                         if topic_name_error(name)
@@ -97,106 +107,83 @@ class AdminApi:
                         {"topic": name, "error": int(code), "internal": False, "partitions": []}
                     )
                 else:
-                    topics.append(self._topic_metadata(info))
-        cfg = self.b.config
+                    topics.append(self._topic_metadata(name))
+        controller = self.b.quorum.controller_id
         return Reply(
             {
                 "cluster_id": self.b.cluster_id,
-                "controller_id": cfg.node_id,
-                "brokers": [{"node_id": cfg.node_id, "host": cfg.advertised, "port": self.b.port}],
+                "controller_id": controller if controller is not None else -1,
+                "brokers": self.live_brokers(),
                 "topics": topics,
             }
         )
 
-    # -- CreateTopics / DeleteTopics --------------------------------------------------
-    def _check_new_topic(self, spec: Any) -> TopicInfo:
+    def _done(self, req: Request, body: dict[str, Any]) -> Reply:
+        """A controller answer; a forwarding broker also gets the metadata offset to await."""
+        if req.body.get("forwarded_by") is not None:
+            body["metadata_offset"] = self.b.image.offset
+        return Reply(body)
+
+    # -- CreateTopics / DeleteTopics (on the controller) ------------------------------
+    def _new_topic(self, spec: Any) -> NewTopic:
         name = req_str(spec, "topic")
         problem = topic_name_error(name)
         if problem:
             raise LogMQError(problem, ErrorCode.INVALID_TOPIC_EXCEPTION)
-        if is_internal(name):
+        if is_internal(name) and not (req_field(spec, "internal", bool, False)):
             raise LogMQError(
                 f"names starting with '__' are reserved for internal topics: {name!r}",
                 ErrorCode.INVALID_TOPIC_EXCEPTION,
             )
         partitions = req_int(spec, "partitions", -1)
-        if partitions == -1:
-            partitions = self.b.config.default_partitions
-        if not 1 <= partitions <= MAX_PARTITIONS_PER_TOPIC:
+        if partitions != -1 and not 1 <= partitions <= MAX_PARTITIONS_PER_TOPIC:
             raise LogMQError(
                 f"partitions must be 1..{MAX_PARTITIONS_PER_TOPIC}, got {partitions}",
                 ErrorCode.INVALID_PARTITIONS,
             )
         rf = req_int(spec, "replication_factor", -1)
-        if rf not in (1, -1):
+        if rf != -1 and rf < 1:
             raise LogMQError(
-                f"replication factor {rf} is not possible: this broker runs a single node "
-                "(use 1 or -1 for the default)",
+                f"replication factor must be >= 1 (or -1 for the default), got {rf}",
                 ErrorCode.INVALID_REPLICATION_FACTOR,
             )
         configs = req_str_map(spec, "configs")
         LogConfig.from_dict(dict(configs))  # raises InvalidConfigError naming the key
-        assert self.b.topics is not None
-        if name in self.b.topics:
-            raise LogMQError(f"topic {name!r} already exists", ErrorCode.TOPIC_ALREADY_EXISTS)
-        return TopicInfo(name, partitions, dict(configs))
+        return NewTopic(name, partitions, rf, None, dict(configs))
 
     async def create_topics(self, req: Request) -> Reply:
         specs = req_list(req.body, "topics")
         validate_only = req_field(req.body, "validate_only", bool, False)
-        out = []
+        results: dict[int, dict] = {}
+        wanted: list[tuple[int, NewTopic]] = []
         seen: set[str] = set()
-        for spec in specs:
+        for i, spec in enumerate(specs):
             name = spec.get("topic") if isinstance(spec, dict) else None
             name = name if isinstance(name, str) else ""
             try:
                 if name in seen:
                     raise InvalidRequestError(f"topic {name!r} appears twice in the request")
                 seen.add(name)
-                info = self._check_new_topic(spec)
-                if not validate_only:
-                    self.b.create_topic(info)
-                out.append(_entry(name))
+                wanted.append((i, self._new_topic(spec)))
             except LogMQError as e:
                 self.b.metrics.error(req.api_key, e.code)
-                out.append(_entry(name, e.code, str(e)))
-        return Reply({"topics": out})
+                results[i] = _entry(name, e.code, str(e))
+        if wanted:
+            topics = [t for _, t in wanted]
+            created = await self.b.quorum.submit(
+                lambda c: c.create_topics(topics, validate_only=validate_only)
+            )
+            for i, t in wanted:
+                r = created[t.name]
+                if r.error is not ErrorCode.NONE:
+                    self.b.metrics.error(req.api_key, r.error)
+                results[i] = _entry(t.name, r.error, r.message or None)
+        return self._done(req, {"topics": [results[i] for i in sorted(results)]})
 
     # -- CreatePartitions -------------------------------------------------------------
-    def _check_new_count(self, spec: Any) -> tuple[str, int]:
-        """The topic and its new total partition count, if the request may grow it."""
-        name = req_str(spec, "topic")
-        count = req_int(spec, "count")
-        assert self.b.topics is not None
-        info = self.b.topics.get(name)
-        if info is None:
-            problem = topic_name_error(name)
-            if problem:
-                raise LogMQError(problem, ErrorCode.INVALID_TOPIC_EXCEPTION)
-            raise LogMQError(f"unknown topic {name!r}", ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
-        if info.internal:
-            # the coordinator of a group is xxh32(group) % partitions: another count would
-            # move every group away from the partition that holds its state
-            raise LogMQError(
-                f"{name!r} is an internal topic: its partition count cannot be changed",
-                ErrorCode.INVALID_TOPIC_EXCEPTION,
-            )
-        if count <= info.partitions:
-            raise LogMQError(
-                f"topic {name!r} has {info.partitions} partition(s); the new count must be "
-                f"larger (partitions can be added, never removed), got {count}",
-                ErrorCode.INVALID_PARTITIONS,
-            )
-        if count > MAX_PARTITIONS_PER_TOPIC:
-            raise LogMQError(
-                f"a topic may have at most {MAX_PARTITIONS_PER_TOPIC} partitions, got {count}",
-                ErrorCode.INVALID_PARTITIONS,
-            )
-        return name, count
-
     async def create_partitions(self, req: Request) -> Reply:
         specs = req_list(req.body, "topics")
-        req_int(req.body, "timeout_ms", 0)  # a single node finishes before it answers
+        req_int(req.body, "timeout_ms", 0)  # answered once committed
         validate_only = req_field(req.body, "validate_only", bool, False)
         out = []
         seen: set[str] = set()
@@ -207,24 +194,45 @@ class AdminApi:
                 if name and name in seen:
                     raise InvalidRequestError(f"topic {name!r} appears twice in the request")
                 seen.add(name)
-                name, count = self._check_new_count(spec)
-                if not validate_only:
-                    self.b.add_partitions(name, count)
+                name = req_str(spec, "topic")
+                count = req_int(spec, "count")
+                if name not in self.b.image.topics:
+                    problem = topic_name_error(name)
+                    if problem:
+                        raise LogMQError(problem, ErrorCode.INVALID_TOPIC_EXCEPTION)
+                elif is_internal(name):
+                    # the coordinator of a group is xxh32(group) % partitions: another
+                    # count would move every group away from the partition holding it
+                    raise LogMQError(
+                        f"{name!r} is an internal topic: its partition count cannot be changed",
+                        ErrorCode.INVALID_TOPIC_EXCEPTION,
+                    )
+                if count > MAX_PARTITIONS_PER_TOPIC:
+                    raise LogMQError(
+                        f"a topic may have at most {MAX_PARTITIONS_PER_TOPIC} partitions, "
+                        f"got {count}",
+                        ErrorCode.INVALID_PARTITIONS,
+                    )
+                result = await self.b.quorum.submit(
+                    lambda c, n=name, k=count: c.create_partitions(
+                        n, k, validate_only=validate_only
+                    )
+                )
+                if not result.ok:
+                    raise LogMQError(result.message, result.error)
                 out.append(_entry(name))
             except LogMQError as e:
                 self.b.metrics.error(req.api_key, e.code)
                 out.append(_entry(name, e.code, str(e)))
-        return Reply({"topics": out})
+        return self._done(req, {"topics": out})
 
     async def delete_topics(self, req: Request) -> Reply:
         names = req_list(req.body, "topics")
-        store = self.b.topics
-        assert store is not None
         out = []
         for name in names:
             if not isinstance(name, str):
                 raise InvalidRequestError("topic names must be strings")
-            if name not in store:
+            if name not in self.b.image.topics:
                 out.append(
                     _entry(name, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"unknown topic {name!r}")
                 )
@@ -233,9 +241,10 @@ class AdminApi:
                 message = f"{name!r} is an internal topic and cannot be deleted"
                 out.append(_entry(name, ErrorCode.INVALID_TOPIC_EXCEPTION, message))
                 continue
-            self.b.delete_topic(name)
-            out.append(_entry(name))
-        return Reply({"topics": out})
+            results = await self.b.quorum.submit(lambda c, n=name: c.delete_topics([n]))
+            r = results[name]
+            out.append(_entry(name, r.error, r.message or None))
+        return self._done(req, {"topics": out})
 
     # -- Configs ----------------------------------------------------------------------
     def _topic_configs(self, info: TopicInfo) -> list[dict]:
@@ -309,7 +318,7 @@ class AdminApi:
         resources = req_list(req.body, "resources")
         validate_only = req_field(req.body, "validate_only", bool, False)
         store = self.b.topics
-        assert store is not None and self.b.logs is not None
+        assert store is not None
         out = []
         for res in resources:
             rtype = req_str(res, "type")
@@ -323,22 +332,26 @@ class AdminApi:
                     raise LogMQError(
                         f"unknown topic {name!r}", ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
                     )
-                new = dict(info.configs)
-                new.update(req_str_map(res, "set"))
+                changes: dict[str, str | None] = dict(req_str_map(res, "set"))
                 for key in req_list(res, "delete", []):
                     if not isinstance(key, str):
                         raise InvalidRequestError("'delete' must list config names")
-                    new.pop(key, None)
+                    changes[key] = None
+                new = {k: v for k, v in {**info.configs, **changes}.items() if v is not None}
                 LogConfig.from_dict(dict(new))
                 if name == OFFSETS_TOPIC:
                     _check_offsets_configs(info.configs, new)
-                if not validate_only:
-                    store.set_configs(name, new)
-                    self.b.logs.set_topic_config(name, dict(new))
+                result = await self.b.quorum.submit(
+                    lambda c, n=name, ch=changes: c.alter_configs(
+                        n, ch, validate_only=validate_only
+                    )
+                )
+                if not result.ok:
+                    raise LogMQError(result.message, result.error)
             except LogMQError as e:
                 entry["error"], entry["message"] = int(e.code), str(e)
             out.append(entry)
-        return Reply({"resources": out})
+        return self._done(req, {"resources": out})
 
     # -- InitProducerId ---------------------------------------------------------------
     async def init_producer_id(self, req: Request) -> Reply:
@@ -351,7 +364,7 @@ class AdminApi:
         assert ids is not None
         if pid >= 0 and 0 <= epoch < MAX_PRODUCER_EPOCH and ids.was_issued(pid):
             return Reply({"error": 0, "producer_id": pid, "producer_epoch": epoch + 1})
-        return Reply({"error": 0, "producer_id": ids.next_id(), "producer_epoch": 0})
+        return Reply({"error": 0, "producer_id": await ids.next_id(), "producer_epoch": 0})
 
 
 def _check_offsets_configs(old: dict[str, str], new: dict[str, str]) -> None:

@@ -50,6 +50,13 @@ class BrokerConfig:
     group_rebalance_timeout_ms: int = 300_000  # for members that do not send their own
     offset_metadata_max_bytes: int = 4096
     offset_commit_max_bytes: int = 1 << 20  # records of one OffsetCommit
+    # metadata quorum and controller (docs/replication.md); None = a quorum of one
+    quorum_voters: str | None = None  # "1@host:raftport,2@host:raftport,..."
+    default_replication_factor: int = 1
+    broker_session_timeout_ms: int = 9_000  # the controller fences a silent broker after
+    broker_heartbeat_interval_ms: int = 1_000
+    # replication (broker/replica_manager.py): a follower not caught up this long leaves the ISR
+    replica_lag_time_max_ms: int = 30_000
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "data_dir", Path(self.data_dir))
@@ -80,12 +87,22 @@ class BrokerConfig:
             ),
             "group_rebalance_timeout_ms": self.group_rebalance_timeout_ms >= 1,
             "offset_metadata_max_bytes": self.offset_metadata_max_bytes >= 0,
+            "default_replication_factor": self.default_replication_factor >= 1,
+            "broker_session_timeout_ms": self.broker_session_timeout_ms >= 1,
+            "replica_lag_time_max_ms": self.replica_lag_time_max_ms > 500,
+            "broker_heartbeat_interval_ms": (
+                1 <= self.broker_heartbeat_interval_ms < self.broker_session_timeout_ms
+            ),
             "offset_commit_max_bytes": (
                 4096 <= self.offset_commit_max_bytes <= OFFSETS_MAX_COMMIT_LIMIT
             ),
         }
         if self.metrics_port is not None:
             checks["metrics_port"] = 0 <= self.metrics_port <= 65535
+        if self.quorum_voters:
+            from logmq.broker.controller_service import parse_voters
+
+            parse_voters(self.quorum_voters)  # ValueError says what is wrong
         bad = [name for name, ok in checks.items() if not ok]
         if bad:
             raise ValueError(

@@ -5,6 +5,11 @@ sliced into per-partition memoryviews and handed to the storage, which validates
 stamps batches from their headers; a fetch answers with file regions that the server
 sends with ``os.sendfile``. On a single node the high watermark is the log end offset,
 set after every append.
+
+Replicated partitions (those the replica manager holds, ``self.replicas``) differ: only
+the leader appends, stamping its leader epoch; the replica manager moves the HW;
+acks=all waits until the HW passes the batch; fetches with ``replica_id >= 0`` come from
+followers, whose fetch offset is their log end offset, and may read up to the leader's.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from logmq.storage import batch as b
 
 if TYPE_CHECKING:
     from logmq.broker.broker import Broker
+    from logmq.broker.replica_manager import ReplicaManager
     from logmq.storage.partition_log import PartitionLog
 
 log = logging.getLogger("logmq.broker")
@@ -76,6 +82,8 @@ class DataApi:
     def __init__(self, broker: Broker):
         self.b = broker
         self._event_loop: asyncio.AbstractEventLoop | None = None
+        # Set by the broker in cluster mode; None: every partition is a single replica.
+        self.replicas: ReplicaManager | None = None
 
     def _loop(self) -> asyncio.AbstractEventLoop:
         """The running loop, looked up once (on 3.11 each lookup is a getpid() syscall)."""
@@ -101,10 +109,16 @@ class DataApi:
             )
         return plog
 
+    def _local_log(self, topic: str, partition: int) -> PartitionLog | None:
+        """This broker's replica, whatever its role (the replica manager checked it)."""
+        logs = self.b.logs
+        return logs.get_log(topic, partition) if logs is not None else None
+
     # -- Produce ----------------------------------------------------------------------
     async def produce(self, req: Request) -> Reply | None:
         body = req.body
         acks = req_int(body, "acks")
+        timeout_ms = req_int(body, "timeout_ms", 30_000)
         topics = req_list(body, "topics")
         # Slice the tail first: sizes that do not add up make the whole request invalid.
         work: list[tuple[str, list[tuple[int, memoryview]]]] = []
@@ -143,7 +157,7 @@ class DataApi:
         # one coroutine directly would let it overtake an earlier request's tasks.)
         loop = self._loop()
         tasks = [
-            loop.create_task(self._append(req.api_key, name, partition, data))
+            loop.create_task(self._append(req.api_key, name, partition, data, acks, timeout_ms))
             for name, parts in work
             for partition, data in parts
         ]
@@ -157,21 +171,36 @@ class DataApi:
             return None
         return Reply({"topics": out})
 
-    async def _append(self, api_key: int, topic: str, partition: int, data: memoryview) -> dict:
+    async def _append(
+        self,
+        api_key: int,
+        topic: str,
+        partition: int,
+        data: memoryview,
+        acks: int = 1,
+        timeout_ms: int = 30_000,
+    ) -> dict:
         try:
             if is_internal(topic):  # only the broker itself writes __consumer_offsets
                 raise LogMQError(
                     f"{topic!r} is an internal topic: clients cannot produce to it",
                     ErrorCode.INVALID_TOPIC_EXCEPTION,
                 )
-            plog = self._log_for(topic, partition, auto_create=True)
+            if topic not in self.b.image.topics:  # auto-create runs on the controller
+                await self.b.auto_create(topic)
+            plog = self._log_for(topic, partition)
             if not data:
                 raise LogMQError("empty record set", ErrorCode.CORRUPT_MESSAGE)
             assert self.b.logs is not None
-            info = await self.b.logs.append(plog, data, leader_epoch=LEADER_EPOCH)
-            plog.high_watermark = plog.log_end_offset
-            if not info.duplicate:
-                self.b.waiters.notify((topic, partition))
+            rm = self.replicas
+            key = (topic, partition)
+            if rm is not None and key in rm.replicas:
+                info = await self._append_replicated(rm, key, plog, data, acks, timeout_ms)
+            else:
+                info = await self.b.logs.append(plog, data, leader_epoch=LEADER_EPOCH)
+                plog.high_watermark = plog.log_end_offset
+                if not info.duplicate:
+                    self.b.waiters.notify(key)
             append_time = (
                 info.max_timestamp if plog.config.message_timestamp_type == "LogAppendTime" else -1
             )
@@ -198,6 +227,35 @@ class DataApi:
                 log_append_time=-1,
                 log_start_offset=-1,
             )
+
+    async def _append_replicated(
+        self,
+        rm: ReplicaManager,
+        key: tuple[str, int],
+        plog: PartitionLog,
+        data: memoryview,
+        acks: int,
+        timeout_ms: int,
+    ):
+        """Leader append: min.insync.replicas first, then (acks=all) wait for the HW."""
+        error, epoch = rm.check_append(key, acks, plog.config.min_insync_replicas)
+        if error is not ErrorCode.NONE:
+            raise LogMQError(f"cannot append to {key[0]}-{key[1]}: {error.name}", error)
+        assert self.b.logs is not None
+        info = await self.b.logs.append(plog, data, leader_epoch=epoch)
+        if not info.duplicate:
+            rm.on_append(key, plog.log_end_offset)
+            self.b.waiters.notify(key)
+        if acks == -1:
+            # A retried duplicate waits too: its first attempt may not be replicated yet.
+            error = await rm.wait_replicated(key, info.last_offset + 1, timeout_ms)
+            if error is not ErrorCode.NONE:
+                raise LogMQError(
+                    f"{key[0]}-{key[1]} offsets {info.first_offset}..{info.last_offset}: "
+                    f"{error.name}",
+                    error,
+                )
+        return info
 
     # -- Fetch ------------------------------------------------------------------------
     async def fetch(self, req: Request) -> Reply:
@@ -226,6 +284,9 @@ class DataApi:
                 )
             wanted.append((req_str(t, "topic"), parts))
 
+        replica_id = req_int(body, "replica_id", -1)
+        if replica_id >= 0:
+            return await self._follower_fetch(replica_id, wanted, max_wait_ms, min_bytes, max_bytes)
         loop = self._loop()
         deadline = loop.time() + max_wait_ms / 1000
         tps = [(name, p[0]) for name, parts in wanted for p in parts]
@@ -250,16 +311,16 @@ class DataApi:
             for partition, offset, pmax, epoch in parts:
                 try:
                     plog = self._log_for(name, partition)
-                    if epoch > LEADER_EPOCH:
-                        raise LogMQError(
-                            f"leader epoch {epoch} is newer than {LEADER_EPOCH}",
-                            ErrorCode.UNKNOWN_LEADER_EPOCH,
-                        )
+                    self._check_leader(name, partition, epoch)
                     hw = plog.high_watermark
                     start = plog.log_start_offset
-                    if not start <= offset <= hw:
+                    # Valid up to the log end (as Kafka does): a new leader's HW may lag
+                    # what its predecessor exposed, and a consumer there must wait, not
+                    # reset. It reads only below the HW.
+                    if not start <= offset <= plog.log_end_offset:
                         raise LogMQError(
-                            f"offset {offset} is outside [{start}, {hw}] of {name}-{partition}",
+                            f"offset {offset} is outside [{start}, {plog.log_end_offset}] "
+                            f"of {name}-{partition}",
                             ErrorCode.OFFSET_OUT_OF_RANGE,
                         )
                     size = 0
@@ -295,6 +356,156 @@ class DataApi:
             topics.append({"topic": name, "partitions": results})
         return topics, tail, total, any_error
 
+    def _check_leader(self, topic: str, partition: int, epoch: int) -> None:
+        """Consumers read from the leader only, fenced by their view of its epoch."""
+        rm = self.replicas
+        replica = rm.replicas.get((topic, partition)) if rm is not None else None
+        if replica is None:  # no replica manager: the metadata image knows the epoch
+            part = self.b.image.partition(topic, partition)
+            current = part.leader_epoch if part is not None else LEADER_EPOCH
+        elif not replica.is_leader:
+            raise LogMQError(
+                f"broker {rm.broker_id} is not the leader of {topic}-{partition}",  # type: ignore[union-attr]
+                ErrorCode.NOT_LEADER_OR_FOLLOWER,
+            )
+        else:
+            current = replica.leader_epoch
+        if epoch > current:
+            raise LogMQError(
+                f"leader epoch {epoch} is newer than {current}", ErrorCode.UNKNOWN_LEADER_EPOCH
+            )
+        if 0 <= epoch < current:
+            raise LogMQError(
+                f"leader epoch {epoch} is older than {current}", ErrorCode.FENCED_LEADER_EPOCH
+            )
+
+    async def _follower_fetch(
+        self, replica_id: int, wanted, max_wait_ms: int, min_bytes: int, max_bytes: int
+    ) -> Reply:
+        """A follower's fetch: record its LEO once, then long-poll on appends and HW moves.
+
+        It reads up to the leader's log end offset (not the HW) and learns the HW from the
+        answer, so the response also returns early when an HW it would carry changes.
+        """
+        rm = self.replicas
+        errors: dict[tuple[str, int], ErrorCode] = {}
+        moved = False  # this very fetch moved an HW: answer at once so it travels
+        for name, parts in wanted:
+            for partition, offset, _, epoch in parts:
+                key = (name, partition)
+                plog = self._local_log(name, partition)
+                if rm is None:
+                    errors[key] = ErrorCode.NOT_LEADER_OR_FOLLOWER
+                elif plog is not None and offset < plog.log_start_offset:
+                    errors[key] = ErrorCode.OFFSET_OUT_OF_RANGE
+                else:
+                    hw_before = plog.high_watermark if plog is not None else -1
+                    error = rm.follower_fetch(key, replica_id, offset, epoch)
+                    if error is not ErrorCode.NONE:
+                        errors[key] = error
+                    elif plog is not None and plog.high_watermark != hw_before:
+                        moved = True
+        loop = self._loop()
+        deadline = loop.time() + max_wait_ms / 1000
+        tps = [(name, p[0]) for name, parts in wanted for p in parts]
+        first_hws: dict[tuple[str, int], int] | None = None
+        while True:
+            topics, tail, total, hws = self._read_for_follower(wanted, max_bytes, errors)
+            if first_hws is None:
+                first_hws = hws
+            remaining = deadline - loop.time()
+            if total >= min_bytes or errors or moved or remaining <= 0 or hws != first_hws:
+                return Reply({"error": 0, "topics": topics}, tail)
+            if not await self.b.waiters.wait(tps, remaining):
+                topics, tail, _, _ = self._read_for_follower(wanted, max_bytes, errors)
+                return Reply({"error": 0, "topics": topics}, tail)
+
+    def _read_for_follower(self, wanted, max_bytes: int, errors: dict) -> tuple:
+        topics = []
+        tail: list[Any] = []
+        total = 0
+        budget = max_bytes
+        hws: dict[tuple[str, int], int] = {}
+        for name, parts in wanted:
+            results = []
+            for partition, offset, pmax, _ in parts:
+                plog = self._local_log(name, partition)
+                error = errors.get((name, partition))
+                if error is None and plog is None:
+                    error = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                if error is not None:
+                    results.append(
+                        {
+                            "partition": partition,
+                            "error": int(error),
+                            "message": error.name,
+                            "high_watermark": -1,
+                            "log_start_offset": plog.log_start_offset if plog else -1,
+                            "size": 0,
+                        }
+                    )
+                    continue
+                assert plog is not None
+                hw = hws[(name, partition)] = plog.high_watermark
+                size = 0
+                limit = min(pmax, budget)
+                if offset < plog.log_end_offset and (limit > 0 or total == 0):
+                    region = plog.read(offset, max(limit, 1))
+                    if region is not None and region.length > 0:
+                        size = region.length
+                        tail.append(region)
+                        total += size
+                        budget = max(0, budget - size)
+                results.append(
+                    {
+                        "partition": partition,
+                        "error": 0,
+                        "high_watermark": hw,
+                        "log_start_offset": plog.log_start_offset,
+                        "size": size,
+                    }
+                )
+            topics.append({"topic": name, "partitions": results})
+        return topics, tail, total, hws
+
+    # -- OffsetsForLeaderEpoch ----------------------------------------------------------
+    async def offsets_for_leader_epoch(self, req: Request) -> Reply:
+        """Where does ``leader_epoch`` end in the leader's log (KIP-101/279)?
+
+        Followers ask this before fetching under a new leader epoch and truncate there.
+        A partition without replication answers from its own epoch history as leader 0.
+        """
+        rm = self.replicas
+        out = []
+        for t in req_list(req.body, "topics"):
+            name = req_str(t, "topic")
+            results = []
+            for p in req_list(t, "partitions"):
+                partition = req_int(p, "partition")
+                current = req_int(p, "current_leader_epoch", -1)
+                epoch = req_int(p, "leader_epoch")
+                key = (name, partition)
+                plog = self._local_log(name, partition)
+                if rm is not None and key in rm.replicas:
+                    error, found, end = rm.end_offset_for_epoch(key, current, epoch)
+                elif plog is None:
+                    error, found, end = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, -1, -1
+                elif current > LEADER_EPOCH:
+                    error, found, end = ErrorCode.UNKNOWN_LEADER_EPOCH, -1, -1
+                else:
+                    error = ErrorCode.NONE
+                    found, end = plog.leader_epochs.end_offset_for_epoch(epoch, plog.log_end_offset)
+                results.append(
+                    {
+                        "partition": partition,
+                        "error": int(error),
+                        "leader_epoch": found,
+                        "end_offset": end,
+                    }
+                )
+            out.append({"topic": name, "partitions": results})
+        return Reply({"topics": out})
+
     # -- ListOffsets ------------------------------------------------------------------
     async def list_offsets(self, req: Request) -> Reply:
         out = []
@@ -305,6 +516,7 @@ class DataApi:
                 partition, ts = req_int(p, "partition"), req_int(p, "timestamp")
                 try:
                     plog = self._log_for(name, partition)
+                    self._check_leader(name, partition, -1)
                     if ts == EARLIEST:
                         offset, found_ts = plog.log_start_offset, -1
                     elif ts == LATEST:

@@ -126,7 +126,6 @@ class GroupApi:
         keys = req_list(req.body, "keys")
         if not all(isinstance(k, str) for k in keys):
             raise InvalidRequestError("'keys' must be group ids (strings)")
-        cfg = self.b.config
         out = []
         for key in keys:
             entry: dict[str, Any] = {
@@ -146,8 +145,8 @@ class GroupApi:
                     )
                 if problem:
                     raise LogMQError(problem, ErrorCode.INVALID_GROUP_ID)
-                self.groups.shard_for(key)  # creates the offsets topic on first use
-                entry.update(node_id=cfg.node_id, host=cfg.advertised, port=self.b.port)
+                node, host, port = await self.groups.find_coordinator(key)
+                entry.update(node_id=node, host=host, port=port)
             except LogMQError as exc:
                 self.b.metrics.error(req.api_key, exc.code)
                 entry.update(error=int(exc.code), message=str(exc))

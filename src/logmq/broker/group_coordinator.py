@@ -3,22 +3,27 @@
 Groups live in the internal compacted topic ``__consumer_offsets``; a group's
 coordinator is the leader of partition ``xxh32(group_id) % N``. This service creates the
 topic on first use, runs one :class:`~logmq.broker.group_shard.GroupShard` per partition
-this broker leads (``on_became_leader`` / ``on_resigned``: on a single node it leads
-them all; replication calls the same two methods on leadership changes), routes a
-group id to its shard and tells every shard when topics come, go or grow.
+this broker leads (``on_became_leader`` / ``on_resigned``, driven by the metadata image
+through ``on_partitions_changed``: a shard loads when this broker becomes the leader of
+its partition and unloads when it stops), routes a group id to its shard and tells every
+shard when topics come, go or grow.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from logmq.broker.group_shard import CoordinatorError, GroupShard
 from logmq.errors import ErrorCode, LogMQError
 from logmq.group import OFFSETS_TOPIC, GroupConfig, coordinator_partition
+from logmq.net.codec import ApiKey
 
 if TYPE_CHECKING:
     from logmq.broker.broker import Broker
+    from logmq.broker.metadata_publisher import PartitionChanges
+    from logmq.cluster.metadata_image import MetadataImage
 
 log = logging.getLogger("logmq.group")
 
@@ -52,28 +57,84 @@ class GroupCoordinatorService:
         self.partition_count = 0  # of __consumer_offsets; 0 until it exists
         self._shards: dict[int, GroupShard] = {}
         self._topic_counts: dict[str, int] = {}
+        self._previous_counts: dict[str, int] = {}
         self._started = False
+        self._unloading: set[asyncio.Task[Any]] = set()
 
     # -- lifecycle ----------------------------------------------------------------------
     def start(self) -> None:
-        """Take over the partitions of an existing offsets topic (loading runs async)."""
+        """Accept leaderships from now on (the metadata image hands them out)."""
         self._started = True
         self._refresh_topic_counts()
-        assert self._b.topics is not None
-        info = self._b.topics.get(OFFSETS_TOPIC)
-        if info is not None:
-            self._lead_all(info.partitions)
 
     async def stop(self) -> None:
         self._started = False
         for partition in list(self._shards):
             await self.on_resigned(partition)
+        for task in list(self._unloading):
+            await task
 
-    def _lead_all(self, partitions: int) -> None:
-        """A single node leads every partition of the offsets topic."""
-        self.partition_count = partitions
-        for partition in range(partitions):
-            self.on_became_leader(partition)
+    # -- following the metadata image ----------------------------------------------------
+    def on_partitions_changed(self, image: MetadataImage, changes: PartitionChanges) -> None:
+        """Load shards of offsets partitions we now lead, unload those we no longer do."""
+        offsets = image.topics.get(OFFSETS_TOPIC)
+        self.partition_count = len(offsets.partitions) if offsets is not None else 0
+        self._refresh_topic_counts()
+        if self._topic_counts != self._previous_counts:
+            deleted = tuple(sorted(set(self._previous_counts) - set(self._topic_counts)))
+            for shard in self._shards.values():
+                shard.metadata_changed(deleted)
+        if not self._started:
+            return
+        for (topic, partition), part in changes.leaders.items():
+            if topic == OFFSETS_TOPIC:
+                self.on_became_leader(partition, part.leader_epoch)
+        gone = [k for k in (*changes.followers, *changes.deleted) if k[0] == OFFSETS_TOPIC]
+        for _, partition in gone:
+            if partition in self._shards:
+                task = asyncio.get_running_loop().create_task(self.on_resigned(partition))
+                self._unloading.add(task)
+                task.add_done_callback(self._unloading.discard)
+
+    async def find_coordinator(self, group_id: str) -> tuple[int, str, int]:
+        """``coordinator_for``, first creating ``__consumer_offsets`` if need be."""
+        await self.create_offsets_topic()
+        return self.coordinator_for(group_id)
+
+    async def create_offsets_topic(self) -> None:
+        """Create ``__consumer_offsets`` through the controller on first use (a no-op after).
+
+        The broker awaits this before the first group request, so that request finds
+        the topic in the image (and its shards loading) instead of a retriable error.
+        """
+        if self.partition_count or not self._started:
+            return
+        b = self._b
+        rf = max(1, min(3, len(b.image.active_brokers())))
+        body = {
+            "topic": OFFSETS_TOPIC,
+            "partitions": b.config.offsets_topic_partitions,
+            "replication_factor": rf,
+            "configs": OFFSETS_TOPIC_CONFIGS,
+            "internal": True,
+        }
+        try:
+            await b.run_on_controller(ApiKey.CREATE_TOPICS, {"topics": [body]})
+        except LogMQError as exc:
+            log.warning("cannot create %s: %s", OFFSETS_TOPIC, exc)
+
+    def coordinator_for(self, group_id: str) -> tuple[int, str, int]:
+        """(node id, host, port) of the broker leading ``group_id``'s offsets partition."""
+        partition = self.partition_for(group_id)
+        image = self._b.image
+        part = image.partition(OFFSETS_TOPIC, partition)
+        reg = image.brokers.get(part.leader) if part is not None else None
+        if reg is None or reg.fenced:
+            raise CoordinatorError(
+                f"{OFFSETS_TOPIC}-{partition} has no available leader",
+                ErrorCode.COORDINATOR_NOT_AVAILABLE,
+            )
+        return reg.broker_id, reg.host, reg.port
 
     # -- leadership ---------------------------------------------------------------------
     def on_became_leader(self, partition: int, leader_epoch: int = 0) -> None:
@@ -87,7 +148,7 @@ class GroupCoordinatorService:
             partition,
             self.partition_count,
             b.logs,
-            lambda: b.get_log(OFFSETS_TOPIC, partition),
+            lambda: b.local_log(OFFSETS_TOPIC, partition),
             self.config,
             lambda: self._topic_counts,
             leader_epoch=leader_epoch,
@@ -104,22 +165,26 @@ class GroupCoordinatorService:
 
     # -- routing ------------------------------------------------------------------------
     def ensure_offsets_topic(self) -> int:
-        """Create ``__consumer_offsets`` on first use; returns its partition count."""
+        """The partition count of ``__consumer_offsets``, asking for it on first use.
+
+        Creating it goes through the controller, so the first callers get the retriable
+        COORDINATOR_NOT_AVAILABLE until the topic is in the metadata image (as in Kafka).
+        """
         if self.partition_count:
             return self.partition_count
         if not self._started:
             raise CoordinatorError("the broker is stopping", ErrorCode.COORDINATOR_NOT_AVAILABLE)
         partitions = self._b.config.offsets_topic_partitions
         try:
-            info = self._b.create_internal_topic(OFFSETS_TOPIC, partitions, OFFSETS_TOPIC_CONFIGS)
+            self._b.create_internal_topic_soon(OFFSETS_TOPIC, partitions, OFFSETS_TOPIC_CONFIGS)
         except (LogMQError, OSError) as exc:
             log.error("cannot create %s: %s", OFFSETS_TOPIC, exc)
             raise CoordinatorError(
                 f"cannot create {OFFSETS_TOPIC}: {exc}", ErrorCode.COORDINATOR_NOT_AVAILABLE
             ) from exc
-        log.info("created %s with %d partitions", OFFSETS_TOPIC, info.partitions)
-        self._lead_all(info.partitions)
-        return self.partition_count
+        raise CoordinatorError(
+            f"{OFFSETS_TOPIC} is being created", ErrorCode.COORDINATOR_NOT_AVAILABLE
+        )
 
     def partition_for(self, group_id: str) -> int:
         return coordinator_partition(group_id, self.ensure_offsets_topic())
@@ -148,9 +213,10 @@ class GroupCoordinatorService:
             shard.metadata_changed(deleted)
 
     def _refresh_topic_counts(self) -> None:
-        assert self._b.topics is not None
+        image = self._b.image
         # a new dict each time: shards and groups may hold on to the previous one
-        self._topic_counts = {info.name: info.partitions for info in self._b.topics.all()}
+        self._previous_counts = self._topic_counts
+        self._topic_counts = {name: len(t.partitions) for name, t in image.topics.items()}
 
     # -- metrics ------------------------------------------------------------------------
     def stats(self) -> tuple[int, int]:

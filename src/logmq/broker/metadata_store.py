@@ -2,7 +2,9 @@
 
 Two files: ``meta.properties`` (node id, cluster id, format version; written once, checked
 on every start so a data dir is never served under the wrong identity) and
-``topics.json`` (topic name -> partition count and config overrides). Every write goes
+``topics.json`` (topic name -> partition count and config overrides; read once, to
+import a single-node data dir into the metadata log: topics now live there, seen
+through :class:`ImageTopics`). Every write goes
 through :func:`atomic_write`: temp file, fsync, rename, fsync the directory, so a crash
 leaves either the old or the new file, never a torn one.
 """
@@ -13,10 +15,15 @@ import json
 import os
 import re
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from logmq.errors import ErrorCode, LogMQError
+
+if TYPE_CHECKING:
+    from logmq.cluster.metadata_image import MetadataImage
 
 META_PROPERTIES = "meta.properties"
 TOPICS_FILE = "topics.json"
@@ -103,6 +110,24 @@ def load_or_create_meta(data_dir: Path, node_id: int) -> MetaProperties:
     meta = MetaProperties(node_id, uuid.uuid4().hex)
     atomic_write(path, meta.encode())
     return meta
+
+
+def check_node_id(data_dir: Path, node_id: int) -> None:
+    """Refuse a data dir whose meta.properties names another node (or a newer format)."""
+    path = data_dir / META_PROPERTIES
+    if not path.exists():
+        return
+    meta = MetaProperties.parse(path.read_text())
+    if meta.node_id != node_id:
+        raise NodeIdMismatchError(
+            f"{path} says node.id={meta.node_id} but the broker was started with "
+            f"--node-id {node_id}; use the matching node id or another data dir"
+        )
+    if meta.format_version > FORMAT_VERSION:
+        raise NodeIdMismatchError(
+            f"{path} has format.version={meta.format_version}; this broker reads "
+            f"up to {FORMAT_VERSION}"
+        )
 
 
 def topic_name_error(name: object) -> str | None:
@@ -192,3 +217,36 @@ class TopicStore:
             ],
         }
         atomic_write(self._path, json.dumps(doc, indent=1, sort_keys=True).encode())
+
+
+class ImageTopics:
+    """The topics of the current metadata image, read through the TopicStore interface.
+
+    Topics live in the metadata log (cluster/metadata_image.py); this view lets the
+    request handlers and the group coordinator ask "which topics, how many partitions,
+    which configs" without knowing about images. Read-only: changes go to the controller.
+    """
+
+    def __init__(self, image: Callable[[], MetadataImage]):
+        self._image = image
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._image().topics
+
+    def get(self, name: str) -> TopicInfo | None:
+        image = self._image()
+        t = image.topics.get(name)
+        if t is None:
+            return None
+        return TopicInfo(name, len(t.partitions), dict(image.topic_config(name)), t.topic_id)
+
+    def names(self) -> list[str]:
+        return sorted(self._image().topics)
+
+    def all(self) -> list[TopicInfo]:
+        out = []
+        for name in self.names():
+            info = self.get(name)
+            if info is not None:
+                out.append(info)
+        return out

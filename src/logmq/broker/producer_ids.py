@@ -1,49 +1,59 @@
-"""Hands out idempotent-producer ids that are never reused, even across crashes.
+"""Hands out idempotent-producer ids that are never reused, cluster-wide, even across crashes.
 
-Ids are reserved in blocks: the end of the current block is persisted (atomically)
-before any id from it is handed out, so after a restart, crash or not, the broker starts
-from a fresh block. At most one block of ids is skipped per restart; that is the price of
-one fsync per ``block_size`` producers instead of one per producer.
+Ids come in blocks allocated by the controller through the metadata log
+(ProducerIdsBlock: every id below the image's ``next_producer_id`` is taken), so two
+brokers never hand out the same id and a restarted broker never hands out one again. A
+broker asks for a new block only when its current one is used up: one metadata commit per
+``block_size`` producers. At most one block of ids is skipped per restart.
 """
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
-from logmq.broker.metadata_store import atomic_write
+PRODUCER_ID_FILE = "producer-id-block"  # the single-node store, read once for migration
 
-PRODUCER_ID_FILE = "producer-id-block"
+Allocate = Callable[[int], Awaitable[int]]  # count -> first id of a fresh block
+
+
+def legacy_next_id(data_dir: Path) -> int:
+    """The end of the last block a pre-quorum single-node broker reserved (0 if none)."""
+    path = data_dir / PRODUCER_ID_FILE
+    if not path.exists():
+        return 0
+    text = path.read_text().strip()
+    try:
+        return int(text)
+    except ValueError:
+        raise ValueError(f"malformed {path}: {text!r}") from None
 
 
 class ProducerIdManager:
-    def __init__(self, data_dir: Path, block_size: int = 1000):
+    def __init__(self, allocate: Allocate, issued_below: Callable[[], int], block_size: int = 1000):
         if block_size < 1:
             raise ValueError("block_size must be >= 1")
-        self._path = data_dir / PRODUCER_ID_FILE
+        self._allocate = allocate
+        self._issued_below = issued_below
         self._block_size = block_size
-        start = 0
-        if self._path.exists():
-            text = self._path.read_text().strip()
-            try:
-                start = int(text)
-            except ValueError:
-                raise ValueError(f"malformed {self._path}: {text!r}") from None
-        self._next = start
-        self._block_end = start  # empty block: the first allocation reserves one
+        self._next = 0
+        self._block_end = 0  # empty block: the first id asks for one
+        self._lock = asyncio.Lock()
 
-    def next_id(self) -> int:
-        if self._next >= self._block_end:
-            end = self._next + self._block_size
-            atomic_write(self._path, f"{end}\n".encode())
-            self._block_end = end
-        pid = self._next
-        self._next += 1
-        return pid
+    async def next_id(self) -> int:
+        async with self._lock:  # one allocation at a time; the others wait for its block
+            if self._next >= self._block_end:
+                start = await self._allocate(self._block_size)
+                self._next, self._block_end = start, start + self._block_size
+            pid = self._next
+            self._next += 1
+            return pid
 
     def was_issued(self, producer_id: int) -> bool:
-        """True for ids this broker may have handed out (all below the next id).
+        """True for ids some broker may have handed out (all below the allocated end).
 
         Ids skipped at a restart also count: they are never handed out again, so
         letting a client bump the epoch of one cannot collide with anyone.
         """
-        return 0 <= producer_id < self._next
+        return 0 <= producer_id < self._issued_below()

@@ -106,6 +106,17 @@ class AsyncAdmin:
                 await self._cluster.refresh_metadata()
         return await self._cluster.request_any(api_key, body)
 
+    # -- cluster ------------------------------------------------------------------
+    async def describe_cluster(self) -> dict[str, Any]:
+        """Brokers (with fenced state), controller, under-replicated and offline partitions."""
+        resp = await self._cluster.request_any(ApiKey.DESCRIBE_CLUSTER, {})
+        return dict(resp.body)
+
+    async def describe_quorum(self) -> dict[str, Any]:
+        """The metadata quorum as the answering broker sees it (leader, epoch, voters)."""
+        resp = await self._controller_request(ApiKey.DESCRIBE_QUORUM, {})
+        return dict(resp.body)
+
     # -- topics -------------------------------------------------------------------
     async def create_topics(
         self, topics: Iterable[NewTopic], *, validate_only: bool = False

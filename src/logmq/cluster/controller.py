@@ -40,6 +40,7 @@ from logmq.cluster.controller_api import (
     CreateTopicResult,
     HeartbeatResponse,
     NewTopic,
+    ProducerIdsResponse,
     RegistrationResponse,
 )
 from logmq.cluster.metadata_image import (
@@ -55,6 +56,7 @@ from logmq.cluster.metadata_records import (
     ClusterIdRecord,
     ConfigRecord,
     PartitionChange,
+    ProducerIdsBlock,
     Record,
     RegisterBroker,
     RemoveTopic,
@@ -496,6 +498,26 @@ class Controller:
                 if change is not None:
                     records += self._commit([change])
         return ControllerResult(records, OK)
+
+    # -- producer ids --------------------------------------------------------------------------
+
+    def allocate_producer_ids(
+        self, broker_id: int, broker_epoch: int, count: int
+    ) -> ControllerResult[ProducerIdsResponse]:
+        """A block of ``count`` idempotent-producer ids no other broker ever gets."""
+        reg = self._image.brokers.get(broker_id)
+        if reg is None or reg.broker_epoch != broker_epoch:
+            return ControllerResult(
+                [],
+                ProducerIdsResponse(ErrorCode.STALE_BROKER_EPOCH, f"broker {broker_id} is stale"),
+            )
+        if count < 1:
+            return ControllerResult(
+                [], ProducerIdsResponse(ErrorCode.INVALID_REQUEST, "count must be >= 1")
+            )
+        start = self._image.next_producer_id
+        records = self._commit([ProducerIdsBlock(broker_id, start + count)])
+        return ControllerResult(records, ProducerIdsResponse(start=start, count=count))
 
     # -- ISR changes from leaders --------------------------------------------------------------
 

@@ -95,3 +95,11 @@ class AlterPartitionResponse:
     error: ErrorCode = ErrorCode.NONE
     message: str = ""
     partition: PartitionRegistration | None = None  # the state after the change
+
+
+@dataclass(frozen=True, slots=True)
+class ProducerIdsResponse:
+    error: ErrorCode = ErrorCode.NONE
+    message: str = ""
+    start: int = -1  # ids start .. start+count-1 are this broker's
+    count: int = 0

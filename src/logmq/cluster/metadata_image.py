@@ -25,6 +25,7 @@ from logmq.cluster.metadata_records import (
     ConfigRecord,
     PartitionChange,
     PartitionRecord,
+    ProducerIdsBlock,
     Record,
     RegisterBroker,
     RemoveTopic,
@@ -137,6 +138,7 @@ class MetadataImage:
     topics: Mapping[str, TopicImage] = field(default_factory=lambda: _EMPTY)
     configs: Mapping[tuple[str, str], Mapping[str, str]] = field(default_factory=lambda: _EMPTY)
     offset: int = 0  # the Raft index of the last batch applied
+    next_producer_id: int = 0  # ids below were allocated to brokers (ProducerIdsBlock)
 
     # -- queries -----------------------------------------------------------------------------
 
@@ -174,6 +176,8 @@ class MetadataImage:
         out: list[Record] = []
         if self.cluster_id is not None:
             out.append(ClusterIdRecord(self.cluster_id))
+        if self.next_producer_id:
+            out.append(ProducerIdsBlock(-1, self.next_producer_id))
         for b in sorted(self.brokers.values(), key=lambda b: b.broker_id):
             out.append(
                 RegisterBroker(
@@ -219,6 +223,7 @@ class MetadataDelta:
     def __init__(self, image: MetadataImage) -> None:
         self.image = image
         self._cluster_id = image.cluster_id
+        self._next_producer_id = image.next_producer_id
         self._brokers: dict[int, BrokerRegistration] = {}
         self._topics: dict[str, TopicImage | None] = {}  # None: removed
         self._partitions: dict[TopicPartition, PartitionRegistration] = {}
@@ -311,6 +316,12 @@ class MetadataDelta:
                     values.pop(record.name, None)
                 else:
                     values[record.name] = record.value
+            case ProducerIdsBlock(next_producer_id=next_id):
+                if next_id < self._next_producer_id:
+                    raise MetadataError(
+                        f"producer id block ends at {next_id}, before {self._next_producer_id}"
+                    )
+                self._next_producer_id = next_id
             case RemoveTopic(name=name, topic_id=tid):
                 t = self.topic(name)
                 if t is None or t.topic_id != tid:
@@ -357,6 +368,7 @@ class MetadataDelta:
             configs = MappingProxyType(new_configs)
         return MetadataImage(
             cluster_id=self._cluster_id,
+            next_producer_id=self._next_producer_id,
             brokers=brokers,
             topics=topics,
             configs=configs,

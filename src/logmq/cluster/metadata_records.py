@@ -129,6 +129,18 @@ class RemoveTopic:
     topic_id: str
 
 
+@dataclass(frozen=True, slots=True)
+class ProducerIdsBlock:
+    """Producer ids below ``next_producer_id`` are taken (a block went to ``broker_id``).
+
+    Brokers hand out idempotent-producer ids from blocks the controller allocates here,
+    so no two brokers ever give out the same id, across restarts and failovers.
+    """
+
+    broker_id: int
+    next_producer_id: int
+
+
 Record = (
     ClusterIdRecord
     | RegisterBroker
@@ -139,6 +151,7 @@ Record = (
     | PartitionChange
     | ConfigRecord
     | RemoveTopic
+    | ProducerIdsBlock
 )
 
 # Type codes are part of the log format: append only, never renumber.
@@ -152,6 +165,7 @@ _TYPES: dict[int, type] = {
     7: PartitionChange,
     8: ConfigRecord,
     9: RemoveTopic,
+    10: ProducerIdsBlock,
 }
 _CODES = {cls: code for code, cls in _TYPES.items()}
 
@@ -166,6 +180,7 @@ _KINDS: dict[type, str] = {
     PartitionChange: "s i i? I? I? I? I?",
     ConfigRecord: "s s s s?",
     RemoveTopic: "s s",
+    ProducerIdsBlock: "i i",
 }
 
 

@@ -53,6 +53,12 @@ class ApiKey(IntEnum):
     CREATE_PARTITIONS = 37
     DELETE_GROUPS = 42
     OFFSET_DELETE = 47
+    DESCRIBE_QUORUM = 55
+    ALTER_PARTITION = 56  # partition leader -> controller: ISR changes (cluster_api)
+    DESCRIBE_CLUSTER = 60
+    BROKER_REGISTRATION = 62  # broker -> controller (cluster_api)
+    BROKER_HEARTBEAT = 63  # broker -> controller (cluster_api)
+    ALLOCATE_PRODUCER_IDS = 67  # broker -> controller (cluster_api)
     CONSUMER_GROUP_HEARTBEAT = 68
     CONSUMER_GROUP_DESCRIBE = 69
 

@@ -3,9 +3,11 @@
 Each member listens on its quorum address and dials every peer it sends to, so a pair of
 members uses two connections, each carrying one direction: no races deciding which of two
 simultaneous dials survives. A frame is ``[u32 length][payload]``. The dialer's first frame
-is a hello (msgpack map: magic, version, node id, cluster id, voter ids) and the listener
-answers with its own hello or ``{"error": ...}``; members that disagree on the cluster id
-or on the voter set refuse each other with a clear message instead of forming a quorum.
+is a hello (msgpack map: magic, version, node id, cluster id, voter ids, listen address)
+and the listener answers with its own hello or ``{"error": ...}``; members that disagree
+on the cluster id or on the voter set refuse each other with a clear message instead of
+forming a quorum. The listen address tells the listener where to reach a dialer it has
+no address for (an observer: ``on_peer_hello``).
 
 Sending never blocks the Raft loop: each peer has a bounded queue drained by its own
 task, which reconnects with exponential backoff. When the queue is full the oldest message
@@ -132,6 +134,7 @@ class TcpTransport(RaftTransport):
         backoff_initial: float = 0.05,
         backoff_max: float = 1.0,
         on_config_error: Callable[[int, str], None] | None = None,
+        on_peer_hello: Callable[[int, tuple[str, int]], None] | None = None,
     ) -> None:
         self.node_id = node_id
         self.listen = listen
@@ -142,6 +145,9 @@ class TcpTransport(RaftTransport):
         self.backoff_initial = backoff_initial
         self.backoff_max = backoff_max
         self.on_config_error = on_config_error
+        # a member that dialled us, with the address it listens on (how a quorum leader
+        # learns where an observer, absent from --quorum-voters, can be reached)
+        self.on_peer_hello = on_peer_hello
         self.config_errors: dict[int, str] = {}
         self._addresses = {n: a for n, a in peers.items() if n != node_id}
         self._peers: dict[int, _Peer] = {}
@@ -219,6 +225,7 @@ class TcpTransport(RaftTransport):
                 "node_id": self.node_id,
                 "cluster_id": self.cluster_id,
                 "voters": self.voters,
+                "listen": [self.listen[0], self.port] if self.port else None,
             }
         )
 
@@ -253,6 +260,21 @@ class TcpTransport(RaftTransport):
             )
         return None
 
+    def _announce(self, data: bytes) -> None:
+        if self.on_peer_hello is None:
+            return
+        hello = msgpack.unpackb(data, raw=False)
+        listen = hello.get("listen")
+        node_id = hello.get("node_id")
+        if (
+            isinstance(listen, list)
+            and len(listen) == 2
+            and isinstance(listen[0], str)
+            and type(listen[1]) is int
+            and type(node_id) is int
+        ):
+            self.on_peer_hello(node_id, (listen[0], listen[1]))
+
     def report(self, node_id: int, problem: str) -> None:
         if self.config_errors.get(node_id) != problem:
             log.error("raft transport %d: refusing node %s: %s", self.node_id, node_id, problem)
@@ -280,6 +302,7 @@ class TcpTransport(RaftTransport):
                 return
             writer.write(frame(self.hello()))
             await writer.drain()
+            self._announce(data)
             while True:
                 payload = await read_frame(reader, self.max_frame_bytes)
                 if self._on_message is not None:

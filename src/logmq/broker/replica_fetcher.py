@@ -1,0 +1,241 @@
+"""Follower fetching: one task and one connection per source broker (the leader).
+
+A fetcher serves every partition this broker follows from one leader. A partition is
+first in the "ask" state (OffsetsForLeaderEpoch, KIP-101/279, answered to the
+replica manager, which truncates), then in the "fetch" state: one Fetch request per
+round carries all of them with this broker's replica id and the current leader epoch,
+and the batches that come back are appended as they are. Partitions whose leader
+refused (NOT_LEADER, FENCED/UNKNOWN_LEADER_EPOCH) back off until the metadata moves
+them; a lost connection is reopened after a backoff.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from logmq.client.connection import BrokerConnection
+from logmq.errors import ErrorCode, LogMQError
+from logmq.net.codec import ApiKey
+
+if TYPE_CHECKING:
+    from logmq.broker.replica_manager import ReplicaManager
+
+log = logging.getLogger("logmq.replication")
+
+TopicPartition = tuple[str, int]
+
+
+@dataclass(frozen=True, slots=True)
+class FetcherConfig:
+    max_wait_ms: int = 500  # long poll at the leader
+    max_bytes: int = 32 << 20
+    partition_max_bytes: int = 8 << 20
+    backoff_ms: int = 100  # after an error, before asking that leader again
+    request_timeout_ms: int = 30_000  # on top of max_wait_ms
+
+
+@dataclass(slots=True)
+class _Partition:
+    leader_epoch: int
+    offset: int = -1  # next offset to fetch ("fetch" state)
+    ask_epoch: int | None = None  # epoch to ask the end of ("ask" state)
+    retry_at: float = 0.0  # loop time before which it is left alone
+
+
+class ReplicaFetcher:
+    def __init__(self, manager: ReplicaManager, leader: int, config: FetcherConfig) -> None:
+        self.manager = manager
+        self.leader = leader
+        self.config = config
+        self.partitions: dict[TopicPartition, _Partition] = {}
+        self._wake = asyncio.Event()
+        self._conn: BrokerConnection | None = None
+        self._task: asyncio.Task | None = None
+
+    # -- what the replica manager tells it ---------------------------------------------
+
+    def ask_epoch(self, key: TopicPartition, leader_epoch: int, epoch: int) -> None:
+        self.partitions[key] = _Partition(leader_epoch, ask_epoch=epoch)
+        self._wake.set()
+
+    def fetch_from(self, key: TopicPartition, leader_epoch: int, offset: int) -> None:
+        self.partitions[key] = _Partition(leader_epoch, offset)
+        self._wake.set()
+
+    def remove(self, key: TopicPartition) -> None:
+        self.partitions.pop(key, None)
+
+    # -- lifecycle ---------------------------------------------------------------------
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._run())
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+            self._task = None
+        self._close()
+
+    def _close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+    async def _idle(self, timeout: float | None) -> None:
+        """Wait for a change of partitions, at most ``timeout`` seconds."""
+        self._wake.clear()
+        try:
+            async with asyncio.timeout(timeout):
+                await self._wake.wait()
+        except TimeoutError:
+            pass
+
+    async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
+        backoff = self.config.backoff_ms / 1000
+        while True:
+            if not self.partitions:
+                await self._idle(None)
+                continue
+            try:
+                conn = await self._connect()
+                if conn is None:
+                    await self._idle(backoff)
+                    continue
+                now = loop.time()
+                asks = {
+                    k: p
+                    for k, p in self.partitions.items()
+                    if p.ask_epoch is not None and p.retry_at <= now
+                }
+                if asks:
+                    await self._ask(conn, asks)
+                fetches = {
+                    k: p
+                    for k, p in self.partitions.items()
+                    if p.ask_epoch is None and p.offset >= 0 and p.retry_at <= loop.time()
+                }
+                if fetches:
+                    await self._fetch(conn, fetches)
+                elif not asks:
+                    later = [p.retry_at for p in self.partitions.values() if p.retry_at > now]
+                    await self._idle(max(min(later) - now, 0.001) if later else backoff)
+            except asyncio.CancelledError:
+                raise
+            except (LogMQError, OSError) as e:
+                log.info("replica fetcher for broker %d: %s", self.leader, e)
+                self._close()
+                await self._idle(backoff)
+            except Exception:
+                log.exception("replica fetcher for broker %d failed", self.leader)
+                self._close()
+                await self._idle(backoff)
+
+    async def _connect(self) -> BrokerConnection | None:
+        conn = self._conn
+        if conn is not None and conn.is_open:
+            return conn
+        self._close()
+        address = self.manager.broker_address(self.leader)
+        if address is None:
+            return None
+        self._conn = await BrokerConnection.open(
+            *address, client_id=f"replica-{self.manager.broker_id}", node_id=self.leader
+        )
+        return self._conn
+
+    # -- rounds ------------------------------------------------------------------------
+
+    async def _ask(self, conn: BrokerConnection, asks: dict[TopicPartition, _Partition]) -> None:
+        body = {"replica_id": self.manager.broker_id, "topics": _by_topic(asks, _ask_entry)}
+        # Asked again after a backoff unless an answer moves it on (the replica replaces
+        # its entry): errors, odd answers and partitions missing from the response alike.
+        retry_at = asyncio.get_running_loop().time() + self.config.backoff_ms / 1000
+        for p in asks.values():
+            p.retry_at = retry_at
+        resp = await conn.request(
+            ApiKey.OFFSET_FOR_LEADER_EPOCH, body, timeout=self.config.request_timeout_ms / 1000
+        )
+        for t in resp.body.get("topics", []):
+            for r in t.get("partitions", []):
+                key = (t["topic"], r["partition"])
+                p = asks.get(key)
+                if p is None or self.partitions.get(key) is not p:
+                    continue  # moved on while we waited
+                self.manager.on_leader_epoch_answer(
+                    key,
+                    ErrorCode(r.get("error", 0)),
+                    r.get("leader_epoch", -1),
+                    r.get("end_offset", -1),
+                )
+
+    async def _fetch(
+        self, conn: BrokerConnection, fetches: dict[TopicPartition, _Partition]
+    ) -> None:
+        cfg = self.config
+        body = {
+            "replica_id": self.manager.broker_id,
+            "max_wait_ms": cfg.max_wait_ms,
+            "min_bytes": 1,
+            "max_bytes": cfg.max_bytes,
+            "isolation_level": 0,
+            "topics": _by_topic(fetches, self._fetch_entry),
+        }
+        resp = await conn.request(
+            ApiKey.FETCH, body, timeout=(cfg.max_wait_ms + cfg.request_timeout_ms) / 1000
+        )
+        tail = resp.tail
+        pos = 0
+        retry_at = asyncio.get_running_loop().time() + cfg.backoff_ms / 1000
+        for t in resp.body.get("topics", []):
+            for r in t.get("partitions", []):
+                size = r.get("size", 0)
+                data = tail[pos : pos + size]
+                pos += size
+                key = (t["topic"], r["partition"])
+                p = fetches.get(key)
+                if p is None or self.partitions.get(key) is not p:
+                    continue
+                error = ErrorCode(r.get("error", 0))
+                if error is ErrorCode.NONE:
+                    offset = p.offset
+                    leo = await self.manager.on_fetched(key, data, r.get("high_watermark", -1))
+                    if leo is not None and self.partitions.get(key) is p and p.offset == offset:
+                        p.offset = leo
+                elif error is ErrorCode.OFFSET_OUT_OF_RANGE:
+                    if not self.manager.on_out_of_range(
+                        key, p.offset, r.get("log_start_offset", -1)
+                    ):
+                        p.retry_at = retry_at
+                else:
+                    # NOT_LEADER_OR_FOLLOWER, FENCED/UNKNOWN_LEADER_EPOCH, unknown
+                    # partition: the metadata is about to move it; try again later.
+                    log.debug("fetch %s-%d from %d: %s", *key, self.leader, error.name)
+                    p.retry_at = retry_at
+
+    def _fetch_entry(self, partition: int, p: _Partition) -> dict:
+        return {
+            "partition": partition,
+            "fetch_offset": p.offset,
+            "partition_max_bytes": self.config.partition_max_bytes,
+            "current_leader_epoch": p.leader_epoch,
+        }
+
+
+def _ask_entry(partition: int, p: _Partition) -> dict:
+    return {
+        "partition": partition,
+        "current_leader_epoch": p.leader_epoch,
+        "leader_epoch": p.ask_epoch,
+    }
+
+
+def _by_topic(parts: dict[TopicPartition, _Partition], entry) -> list[dict]:
+    topics: dict[str, list[dict]] = {}
+    for (topic, partition), p in parts.items():
+        topics.setdefault(topic, []).append(entry(partition, p))
+    return [{"topic": t, "partitions": ps} for t, ps in topics.items()]

@@ -1,0 +1,470 @@
+"""The broker's shell around the partition replicas: it carries out their decisions.
+
+The metadata layer tells it which local partitions now lead, follow or are gone
+(``apply_changes``); the data path asks it before appending, after appending, and on
+every follower fetch; follower fetchers (replica_fetcher.py) hand it the leader's
+batches. Each partition's decisions come from its sans-IO ``PartitionReplica``; this
+module only performs the returned actions (set the HW, wake fetches, truncate, ask the
+controller for an ISR change, complete acks=all waiters) and owns the tick task and the
+fetchers. It never decodes records.
+
+Wiring into a broker: create it after the LogManager with ``alter_partition`` (sends an
+``AlterPartitionRequest`` to the controller and returns its ``AlterPartitionResponse``),
+``broker_address`` (node id -> (host, port) from the image's registrations) and
+``broker_epoch``; ``await start()``; register ``on_partitions_changed`` with the
+MetadataPublisher after the listener that creates logs; set ``DataApi.replicas`` to it;
+``await stop()`` before the server drains, so parked acks=all requests answer at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import itertools
+import logging
+import time
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal
+
+from logmq.broker.replica_fetcher import FetcherConfig, ReplicaFetcher
+from logmq.cluster.controller_api import AlterPartitionRequest, AlterPartitionResponse
+from logmq.errors import ErrorCode, LogMQError
+from logmq.replication.partition_replica import (
+    AlterIsr,
+    AskLeaderEpoch,
+    HighWatermarkChanged,
+    PartitionReplica,
+    ProduceCompleted,
+    ReplicaConfig,
+    ResetTo,
+    StartFetching,
+    TruncateTo,
+)
+from logmq.storage import batch as b
+
+if TYPE_CHECKING:
+    from logmq.broker.fetch_waiter import FetchWaiters
+    from logmq.cluster.metadata_image import LocalReplicaChanges
+    from logmq.storage.log_manager import LogManager
+    from logmq.storage.partition_log import PartitionLog
+
+log = logging.getLogger("logmq.replication")
+
+TopicPartition = tuple[str, int]
+AlterPartition = Callable[[AlterPartitionRequest], Awaitable[AlterPartitionResponse]]
+Role = Literal["leader", "follower", "removed"]
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionChange:
+    """One local partition's new role, as the metadata image decided it.
+
+    It carries the fields of ``PartitionState`` (partition_replica.py), so it is what
+    the replica is told directly.
+    """
+
+    topic: str
+    partition: int
+    role: Role
+    leader: int = -1
+    leader_epoch: int = -1
+    partition_epoch: int = -1
+    replicas: tuple[int, ...] = ()
+    isr: tuple[int, ...] = ()
+
+    @property
+    def key(self) -> TopicPartition:
+        return (self.topic, self.partition)
+
+
+def changes_from_local(local: LocalReplicaChanges) -> list[PartitionChange]:
+    """Adapt ``MetadataDelta.local_changes`` (cluster/metadata_image.py) to changes."""
+    out = [PartitionChange(t, p, "removed") for t, p in sorted(local.deleted)]
+    for role, regs in (("leader", local.leaders), ("follower", local.followers)):
+        for reg in regs.values():
+            out.append(
+                PartitionChange(
+                    reg.topic,
+                    reg.partition,
+                    role,  # type: ignore[arg-type]
+                    reg.leader,
+                    reg.leader_epoch,
+                    reg.partition_epoch,
+                    tuple(reg.replicas),
+                    tuple(reg.isr),
+                )
+            )
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicationConfig:
+    replica_lag_time_max_ms: int = 30_000
+    tick_ms: int = 100  # ISR checks and acks=all deadlines run this often
+    alter_isr_retry_ms: int = 5_000
+    fetcher: FetcherConfig = dataclasses.field(default_factory=FetcherConfig)
+
+    def __post_init__(self) -> None:
+        # A follower parked in a long poll is not fetching: a lag time shorter than the
+        # poll would drop idle, caught-up followers from the ISR (Kafka has the same rule).
+        if self.fetcher.max_wait_ms >= self.replica_lag_time_max_ms:
+            raise ValueError(
+                f"replica fetch max wait ({self.fetcher.max_wait_ms} ms) must be below "
+                f"replica.lag.time.max.ms ({self.replica_lag_time_max_ms} ms)"
+            )
+        if self.tick_ms < 1:
+            raise ValueError(f"tick_ms must be >= 1, got {self.tick_ms}")
+
+
+def _now_ms() -> int:
+    return int(time.monotonic() * 1000)
+
+
+class ReplicaManager:
+    def __init__(
+        self,
+        broker_id: int,
+        logs: LogManager,
+        waiters: FetchWaiters,
+        *,
+        alter_partition: AlterPartition,
+        broker_address: Callable[[int], tuple[str, int] | None],
+        broker_epoch: Callable[[], int] = lambda: -1,
+        config: ReplicationConfig | None = None,
+        clock: Callable[[], int] = _now_ms,
+    ) -> None:
+        self.broker_id = broker_id
+        self.logs = logs
+        self.waiters = waiters
+        self.alter_partition = alter_partition
+        self.broker_address = broker_address
+        self.broker_epoch = broker_epoch
+        self.config = config or ReplicationConfig()
+        self.clock = clock
+        self.replicas: dict[TopicPartition, PartitionReplica] = {}
+        self.fetchers: dict[int, ReplicaFetcher] = {}
+        self._following: dict[TopicPartition, int] = {}  # tp -> leader we fetch from
+        self._acks: dict[int, asyncio.Future[ErrorCode]] = {}
+        self._ack_keys = itertools.count()
+        self._tasks: set[asyncio.Task] = set()
+        self._tick_task: asyncio.Task | None = None
+        self._stopped = False
+
+    # -- lifecycle ---------------------------------------------------------------------
+
+    @property
+    def stopped(self) -> bool:
+        return self._stopped
+
+    async def start(self) -> None:
+        self._tick_task = asyncio.get_running_loop().create_task(self._tick_loop())
+
+    async def stop(self) -> None:
+        """Stop ticking and fetching; fail parked acks=all requests (not leader any more)."""
+        self._stopped = True
+        if self._tick_task is not None:
+            self._tick_task.cancel()
+            await asyncio.gather(self._tick_task, return_exceptions=True)
+        for fetcher in list(self.fetchers.values()):
+            await fetcher.stop()
+        self.fetchers.clear()
+        for t in list(self._tasks):
+            t.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        for key, replica in list(self.replicas.items()):
+            self._run(key, replica.stop())
+
+    async def _tick_loop(self) -> None:
+        interval = self.config.tick_ms / 1000
+        while True:
+            await asyncio.sleep(interval)
+            now = self.clock()
+            for key, replica in list(self.replicas.items()):
+                try:
+                    self._run(key, replica.tick(now))
+                except Exception:
+                    log.exception("replica tick of %s-%d failed", *key)
+
+    # -- metadata ----------------------------------------------------------------------
+
+    async def apply_changes(self, changes: Iterable[PartitionChange]) -> None:
+        """Become leader/follower of, or drop, local partitions (logs must exist)."""
+        for change in changes:
+            try:
+                self._apply(change)
+            except Exception:
+                log.exception("applying %s to %s-%d failed", change.role, *change.key)
+
+    def on_partitions_changed(self, image: object, changes: LocalReplicaChanges) -> None:
+        """The MetadataPublisher listener (broker/metadata_publisher.py); after the logs'."""
+        for change in changes_from_local(changes):
+            try:
+                self._apply(change)
+            except Exception:
+                log.exception("applying %s to %s-%d failed", change.role, *change.key)
+
+    def _apply(self, change: PartitionChange) -> None:
+        key = change.key
+        if change.role == "removed":
+            self._stop_following(key)
+            replica = self.replicas.pop(key, None)
+            if replica is not None:
+                self._run(key, replica.stop())
+            return
+        plog = self.logs.get_log(*key)
+        if plog is None:
+            raise LogMQError(
+                f"no local log for {key[0]}-{key[1]}", ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+            )
+        replica = self.replicas.get(key)
+        if replica is None:
+            plog.auto_high_watermark = False  # the replica decides the HW now
+            replica = PartitionReplica(
+                self.broker_id,
+                plog.leader_epochs,
+                log_end_offset=plog.log_end_offset,
+                high_watermark=plog.high_watermark,
+                config=self._replica_config(plog),
+            )
+            self.replicas[key] = replica
+        else:
+            replica.config = self._replica_config(plog)
+        if change.role == "leader":
+            self._stop_following(key)
+            if change.leader_epoch > plog.leader_epochs.latest_epoch:
+                # The checkpoint records where this epoch starts before any append, so
+                # OffsetsForLeaderEpoch answers right even for an epoch with no records.
+                plog.leader_epochs.assign(change.leader_epoch, plog.log_end_offset)
+            replica.leo = plog.log_end_offset
+            actions = replica.become_leader(change, self.clock())
+            self.waiters.notify(key)  # parked fetches re-check leadership
+        else:
+            if change.leader != self._following.get(key) or (
+                replica.leader_epoch != change.leader_epoch
+            ):
+                self._stop_following(key)
+            actions = replica.become_follower(change)
+        self._run(key, actions)
+
+    def _replica_config(self, plog: PartitionLog) -> ReplicaConfig:
+        return ReplicaConfig(
+            replica_lag_time_max_ms=self.config.replica_lag_time_max_ms,
+            min_insync_replicas=plog.config.min_insync_replicas,
+            alter_isr_retry_ms=self.config.alter_isr_retry_ms,
+        )
+
+    # -- carrying out actions ----------------------------------------------------------
+
+    def _run(self, key: TopicPartition, actions: list) -> None:
+        for action in actions:
+            if isinstance(action, HighWatermarkChanged):
+                plog = self.logs.get_log(*key)
+                if plog is not None:
+                    plog.high_watermark = action.high_watermark
+                self.waiters.notify(key)
+            elif isinstance(action, ProduceCompleted):
+                fut = self._acks.pop(action.key, None)  # type: ignore[arg-type]
+                if fut is not None and not fut.done():
+                    fut.set_result(action.error)
+            elif isinstance(action, AlterIsr):
+                self._spawn(self._alter_isr(key, action))
+            elif isinstance(action, AskLeaderEpoch):
+                self._fetcher(action.leader).ask_epoch(
+                    key, action.current_leader_epoch, action.epoch
+                )
+                self._following[key] = action.leader
+            elif isinstance(action, TruncateTo):
+                plog = self.logs.get_log(*key)
+                if plog is not None:
+                    log.info("truncating %s-%d to %d", key[0], key[1], action.offset)
+                    self.logs.truncate_to(plog, action.offset)
+                    self.waiters.notify(key)
+            elif isinstance(action, ResetTo):
+                plog = self.logs.get_log(*key)
+                if plog is not None:
+                    log.info("resetting %s-%d to start at %d", key[0], key[1], action.offset)
+                    plog.truncate_fully_and_start_at(action.offset)
+                    self.logs.write_checkpoints()
+                    self.waiters.notify(key)
+            elif isinstance(action, StartFetching):
+                self._fetcher(action.leader).fetch_from(key, action.leader_epoch, action.offset)
+                self._following[key] = action.leader
+
+    def _spawn(self, coro: Awaitable) -> None:
+        if self._stopped:
+            coro.close()  # type: ignore[attr-defined]
+            return
+        task = asyncio.get_running_loop().create_task(coro)  # type: ignore[arg-type]
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _alter_isr(self, key: TopicPartition, action: AlterIsr) -> None:
+        request = AlterPartitionRequest(
+            broker_id=self.broker_id,
+            broker_epoch=self.broker_epoch(),
+            topic=key[0],
+            partition=key[1],
+            leader_epoch=action.leader_epoch,
+            partition_epoch=action.partition_epoch,
+            new_isr=action.isr,
+        )
+        try:
+            response = await self.alter_partition(request)
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:
+            log.warning("AlterPartition for %s-%d failed: %s", key[0], key[1], e)
+            response = AlterPartitionResponse(ErrorCode.REQUEST_TIMED_OUT, str(e))
+        replica = self.replicas.get(key)
+        if replica is None:
+            return
+        if response.error is not ErrorCode.NONE:
+            log.info(
+                "AlterPartition %s-%d isr=%s refused: %s",
+                key[0],
+                key[1],
+                action.isr,
+                response.error.name,
+            )
+        self._run(key, replica.on_alter_isr_response(response.error, response.partition))
+
+    # -- follower side: fetchers -------------------------------------------------------
+
+    def _fetcher(self, leader: int) -> ReplicaFetcher:
+        fetcher = self.fetchers.get(leader)
+        if fetcher is None:
+            fetcher = ReplicaFetcher(self, leader, self.config.fetcher)
+            self.fetchers[leader] = fetcher
+            fetcher.start()
+        return fetcher
+
+    def _stop_following(self, key: TopicPartition) -> None:
+        leader = self._following.pop(key, None)
+        if leader is not None and leader in self.fetchers:
+            self.fetchers[leader].remove(key)
+
+    def on_leader_epoch_answer(
+        self, key: TopicPartition, error: ErrorCode, epoch: int, end_offset: int
+    ) -> None:
+        replica = self.replicas.get(key)
+        if replica is not None:
+            self._run(key, replica.on_leader_epoch_answer(error, epoch, end_offset))
+
+    async def on_fetched(self, key: TopicPartition, data: memoryview, leader_hw: int) -> int | None:
+        """Append the leader's batches as they are (offsets and epochs kept), then the HW."""
+        replica = self.replicas.get(key)
+        plog = self.logs.get_log(*key)
+        if replica is None or plog is None:
+            return None
+        leo = plog.log_end_offset
+        start = end = 0
+        for pos, h in b.iter_headers(data):  # complete batches only: the tail may be cut
+            size = h.batch_length + b.LOG_OVERHEAD
+            if h.base_offset + h.last_offset_delta < leo:
+                start = end = pos + size  # already here (the batch holding our LEO)
+            else:
+                end = pos + size
+        if end > start:
+            plog.append_as_follower(data[start:end])
+            cfg = plog.config
+            if cfg.group_commit or (
+                cfg.flush_messages is not None and plog.unflushed_messages >= cfg.flush_messages
+            ):
+                await self.logs.sync(plog)
+            replica = self.replicas.get(key)
+            if replica is None:
+                return None
+        self._run(key, replica.on_fetched(plog.log_end_offset, leader_hw))
+        return plog.log_end_offset
+
+    def on_out_of_range(
+        self, key: TopicPartition, fetch_offset: int, leader_log_start: int
+    ) -> bool:
+        """The leader refused our fetch offset; True if we reset to its log start.
+
+        Below its log start (retention deleted what we lack): start over there, as the
+        core decides. Above its end cannot follow an epoch truncation from a correct
+        leader: the fetcher just retries after a backoff.
+        """
+        replica = self.replicas.get(key)
+        if replica is None or self.logs.get_log(*key) is None:
+            return False
+        if fetch_offset >= leader_log_start >= 0:
+            return False
+        self._run(key, replica.on_out_of_range(leader_log_start))
+        return True
+
+    # -- leader side: the data path ----------------------------------------------------
+
+    def replica(self, key: TopicPartition) -> PartitionReplica | None:
+        return self.replicas.get(key)
+
+    def check_append(
+        self, key: TopicPartition, acks: int, min_insync_replicas: int
+    ) -> tuple[ErrorCode, int]:
+        """(error, leader epoch to stamp) before a produce appends.
+
+        ``min_insync_replicas`` is the topic's current setting (configs change at runtime).
+        """
+        replica = self.replicas.get(key)
+        if replica is None:
+            return ErrorCode.NOT_LEADER_OR_FOLLOWER, -1
+        if replica.config.min_insync_replicas != min_insync_replicas:
+            replica.config = dataclasses.replace(
+                replica.config, min_insync_replicas=min_insync_replicas
+            )
+        return replica.check_append(acks), replica.leader_epoch
+
+    def on_append(self, key: TopicPartition, log_end_offset: int) -> None:
+        replica = self.replicas.get(key)
+        if replica is not None:
+            self._run(key, replica.on_append(log_end_offset))
+
+    async def wait_replicated(
+        self, key: TopicPartition, required_offset: int, timeout_ms: int
+    ) -> ErrorCode:
+        """acks=all: wait until the HW reaches ``required_offset`` (or an error)."""
+        replica = self.replicas.get(key)
+        if replica is None:
+            return ErrorCode.NOT_LEADER_OR_FOLLOWER
+        ack_key = next(self._ack_keys)
+        deadline = self.clock() + max(timeout_ms, 0)
+        error = replica.await_replication(ack_key, required_offset, deadline)
+        if error is not None:
+            return error
+        fut: asyncio.Future[ErrorCode] = asyncio.get_running_loop().create_future()
+        self._acks[ack_key] = fut
+        try:
+            return await fut
+        finally:
+            self._acks.pop(ack_key, None)
+
+    def follower_fetch(
+        self, key: TopicPartition, replica_id: int, fetch_offset: int, leader_epoch: int
+    ) -> ErrorCode:
+        """A follower fetches from ``fetch_offset``: that is its LEO now."""
+        replica = self.replicas.get(key)
+        if replica is None:
+            return ErrorCode.NOT_LEADER_OR_FOLLOWER
+        plog = self.logs.get_log(*key)
+        if plog is not None and replica.is_leader and plog.log_end_offset > replica.leo:
+            # An append still waiting for its fsync has not reported yet, but followers
+            # can read it already: count it now.
+            self._run(key, replica.on_append(plog.log_end_offset))
+        error, actions = replica.on_follower_fetch(
+            replica_id, fetch_offset, leader_epoch, self.clock()
+        )
+        self._run(key, actions)
+        return error
+
+    def end_offset_for_epoch(
+        self, key: TopicPartition, current_leader_epoch: int, epoch: int
+    ) -> tuple[ErrorCode, int, int]:
+        replica = self.replicas.get(key)
+        if replica is None:
+            return ErrorCode.NOT_LEADER_OR_FOLLOWER, -1, -1
+        plog = self.logs.get_log(*key)
+        if plog is not None:
+            replica.leo = max(replica.leo, plog.log_end_offset)
+        return replica.end_offset_for_epoch(current_leader_epoch, epoch)
