@@ -8,6 +8,7 @@ requests of pre-encoded batches (100-byte records) over one connection, the same
 for every case. Usage:
 
     python benchmarks/bench_replication.py [--seconds 5] [--catch-up-mb 1024]
+    python benchmarks/bench_replication.py --failovers 5 --failover-only
 
 Cases, all in one run on this machine:
 * single broker, RF=1, acks=1 (the baseline);
@@ -256,11 +257,11 @@ async def _send(producer, topic: str, acks: list[float], stop: asyncio.Event) ->
 
 async def failover(args: argparse.Namespace) -> dict:
     """Real ``logmq-server`` processes: the gap in acks=all acks around a leader SIGKILL."""
-    from logmq import AsyncProducer
+    from logmq import AsyncAdmin, AsyncProducer
     from tests.faults.processes import Cluster
     from tests.faults.workload import ensure_topic
 
-    gaps = []
+    gaps, controller_killed = [], []
     for round_ in range(args.failovers):
         cluster = Cluster(3, proxied=False, extra_args=args.server_arg)
         await asyncio.to_thread(cluster.start)
@@ -278,6 +279,9 @@ async def failover(args: argparse.Namespace) -> dict:
                 await asyncio.sleep(0.05)  # warm-up pacing, not synchronisation
             leader = await asyncio.to_thread(cluster.leader_of, topic, 0)
             assert leader is not None
+            async with AsyncAdmin(cluster.bootstrap) as admin:
+                controller = (await admin.describe_cluster()).get("controller_id")
+            controller_killed.append(controller == leader)
             await asyncio.to_thread(cluster.kill, leader)
             killed = time.monotonic()
             deadline = killed + 60
@@ -291,7 +295,7 @@ async def failover(args: argparse.Namespace) -> dict:
             await producer.close()
         finally:
             await asyncio.to_thread(cluster.close)
-    return {"unavailability_s": gaps}
+    return {"unavailability_s": gaps, "controller_killed": controller_killed}
 
 
 def main() -> None:
@@ -323,17 +327,25 @@ def main() -> None:
         help="Also measure acks=all unavailability after SIGKILL of the leader this many "
         "times, on real logmq-server processes (needs the cluster wiring).",
     )
+    parser.add_argument(
+        "--failover-only",
+        action="store_true",
+        help="Skip the throughput and catch-up cases (with --failovers).",
+    )
     args = parser.parse_args()
     import uvloop
 
     if args.cmd == "node":
         uvloop.run(run_node(args))
         return
-    results = uvloop.run(bench(args))
+    results = {} if args.failover_only else uvloop.run(bench(args))
     if args.failovers:
         results["failover"] = uvloop.run(failover(args))
     if args.json:
         print(json.dumps(results, indent=2))
+        return
+    if args.failover_only:
+        _print_failover(results)
         return
     s, r, c = results["single_acks1"], results["rf3_acks_all"], results["catch_up"]
     print("| case | MB/s | p50 ms | p99 ms |")
@@ -346,10 +358,18 @@ def main() -> None:
         f"catch-up: {c['mb']:.0f} MB in {c['seconds']:.2f} s = {c['mb_per_sec']:.0f} MB/s "
         f"({c['with_process_start_mb_per_sec']:.0f} MB/s counting the process start)"
     )
+    _print_failover(results)
+
+
+def _print_failover(results: dict) -> None:
     if "failover" in results:
-        gaps = ", ".join(f"{g:.2f}" for g in results["failover"]["unavailability_s"])
+        out = results["failover"]
+        gaps = ", ".join(
+            f"{g:.2f}{'*' if c else ''}"
+            for g, c in zip(out["unavailability_s"], out["controller_killed"], strict=True)
+        )
         print(f"unavailability after SIGKILL of the leader (last ack before to first after): "
-              f"{gaps} s")  # fmt: skip
+              f"{gaps} s (*: the leader was also the controller)")  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -156,10 +156,17 @@ async def serve(config: BrokerConfig) -> None:
 @click.option(
     "--broker-session-timeout-ms",
     type=click.IntRange(1),
-    default=9_000,
+    default=2_000,
     help="The controller fences a broker that has not heartbeaten for this long.",
 )
-@click.option("--broker-heartbeat-interval-ms", type=click.IntRange(1), default=1_000)
+@click.option("--broker-heartbeat-interval-ms", type=click.IntRange(1), default=250)
+@click.option(
+    "--peer-addresses",
+    default=None,
+    metavar="ID@HOST:PORT,...",
+    help="Where this broker dials a peer's client port (replica fetching, the controller), "
+    "e.g. through a proxy or another interface. Unlisted peers: their advertised address.",
+)
 @click.option(
     "--replica-lag-time-max-ms",
     type=click.IntRange(1),

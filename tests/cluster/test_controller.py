@@ -146,6 +146,22 @@ def test_session_timeout_fences_and_moves_leadership_within_the_isr():
     assert after.partition_epoch == part.partition_epoch + 1
 
 
+def test_a_new_controller_dates_the_old_ones_session_from_its_raft_silence():
+    r = Recorder(brokers=3)
+    r.create("t", partitions=1, rf=3)
+    leader = r.image.partition("t", 0).leader
+    # a new controller at t=5000 that last heard from ``leader`` over Raft at t=4200
+    c = Controller(r.image, 5_000, CONFIG, new_id=lambda: "x")
+    c.last_heard(leader, 4_200)
+    assert not c.tick(5_200).records  # silent for exactly the session: still alive
+    fenced = c.tick(5_201).records
+    assert fenced and not c.image.is_active(leader)
+    assert all(c.image.is_active(b) for b in (1, 2, 3) if b != leader)  # a full session
+    assert c.image.partition("t", 0).leader not in (leader, NO_LEADER)
+    c.heartbeat(leader, r.epochs[leader], 5_300, caught_up=True)
+    assert c.image.is_active(leader)  # a live broker fenced early is back at once
+
+
 def test_last_isr_member_stays_and_gets_the_partition_back():
     r = Recorder(brokers=2)
     r.create("t", partitions=1, rf=2)

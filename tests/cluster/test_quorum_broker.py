@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from logmq.broker.config import BrokerConfig
-from logmq.broker.controller_service import parse_voters
+from logmq.broker.controller_service import MetadataQuorum, parse_voters
 from logmq.broker.metadata_publisher import MetadataPublisher
 from logmq.cluster.metadata_image import EMPTY_IMAGE, MetadataDelta
 from logmq.cluster.metadata_records import (
@@ -31,6 +31,22 @@ def test_parse_voters():
             parse_voters(bad)
     with pytest.raises(ValueError, match="listed twice"):
         BrokerConfig(quorum_voters="1@h:1,1@h:2")
+
+
+def test_peer_addresses_override_where_a_peer_is_dialled(tmp_path):
+    with pytest.raises(ValueError, match="peer address"):
+        BrokerConfig(peer_addresses="2@h:1,oops")
+    assert BrokerConfig(peer_addresses="2@h:1").peer_addresses == "2@h:1"
+    quorum = MetadataQuorum(
+        1, tmp_path, None, lambda: None, peer_addresses={2: ("127.0.0.1", 7002)}
+    )
+    assert quorum.broker_address(2) is None  # not registered: nobody to dial
+    delta = MetadataDelta(EMPTY_IMAGE)
+    for record in (RegisterBroker(2, 1, "b", "10.0.0.2", 9092), RegisterBroker(3, 1, "c", "h3", 9)):
+        delta.replay(record)
+    quorum.loader.image = delta.apply(1)
+    assert quorum.broker_address(2) == ("127.0.0.1", 7002)  # the override
+    assert quorum.broker_address(3) == ("h3", 9)  # unlisted: the registered address
 
 
 class Recorder:

@@ -46,12 +46,14 @@ def cluster_args(
     voter *ids* are always the same set. The intended CLI (issue 5):
     ``logmq-server --node-id N --port P --quorum-voters 1@127.0.0.1:9901,...``.
 
-    ``peers`` maps node ids to the broker (data) address this node should dial them at,
-    through the link proxies. The server has no option for that yet, so it is not
-    rendered; once one exists (say ``--peer-address 2@127.0.0.1:P``), render it here
-    and ``Cluster.cut`` partitions replication traffic too.
+    ``peers`` maps node ids to the broker (client port) address this node dials them at
+    for replica fetching and controller requests, through the link proxies; rendered as
+    ``--peer-addresses`` (its own entry left out), so ``Cluster.cut`` partitions
+    replication traffic too.
     """
     quorum = ",".join(f"{n}@{host}:{p}" for n, (host, p) in sorted(voters.items()))
+    others = sorted((n, a) for n, a in (peers or {}).items() if n != node_id)
+    dial = ["--peer-addresses", ",".join(f"{n}@{h}:{p}" for n, (h, p) in others)]
     return [
         "--node-id",
         str(node_id),
@@ -63,6 +65,7 @@ def cluster_args(
         str(data_dir),
         "--quorum-voters",
         quorum,
+        *(dial if others else []),
         *extra,
     ]
 
@@ -193,10 +196,9 @@ class Cluster:
     Node ids are 1..N. Each node gets a broker port and a quorum port. With
     ``proxied=True`` node i reaches node j's quorum address through the proxy
     ``links[(i, j)]`` (the address in i's ``--quorum-voters``), so ``cut(i, j)`` breaks
-    exactly that pair. Broker-to-broker *data* traffic is only proxied once the server
-    lets a node be told how to dial its peers (the ``peers`` argument of
-    ``cluster_args``; see docs/testing.md); until then, cut a node's data path with
-    ``pause`` or ``kill``.
+    exactly that pair. Broker-to-broker *data* traffic (replica fetches, requests to the
+    controller) goes through ``data_links[(i, j)]`` the same way (``--peer-addresses``),
+    so a cut or an isolation stops replication too; clients still reach every node.
     """
 
     def __init__(

@@ -21,7 +21,7 @@ import pytest
 
 from logmq import Admin
 from logmq.errors import LogMQError
-from tests.faults.nemesis import FAULTS, schedule
+from tests.faults.nemesis import FAULTS, Step, schedule
 from tests.faults.processes import (
     Cluster,
     cluster_args,
@@ -66,6 +66,10 @@ def test_cluster_args_is_the_documented_command_line(tmp_path: Path) -> None:
         "debug",
     ]
     assert "--quorum-voters" not in standalone_args(1, 9092, voters, tmp_path)
+    peers = {1: ("127.0.0.1", 9092), 3: ("127.0.0.1", 7003), 2: ("127.0.0.1", 7002)}
+    args = cluster_args(1, 9092, voters, tmp_path, peers=peers)
+    dial = args[args.index("--peer-addresses") + 1]
+    assert dial == "2@127.0.0.1:7002,3@127.0.0.1:7003"  # its own entry left out
 
 
 def test_each_node_dials_its_peers_through_its_own_link_proxies(tmp_path: Path) -> None:
@@ -155,8 +159,14 @@ def test_cluster_processes_pause_kill_restart_and_links_cut(tmp_path: Path) -> N
     assert two.returncode == 0
 
 
-async def run_replicated(tmp_path: Path, duration_s: float, **overrides) -> None:
-    """Issue 5's configuration: RF=3, min.insync.replicas=2, acks=all, idempotence."""
+async def run_replicated(
+    tmp_path: Path, duration_s: float, steps: list[Step] | None = None, **overrides
+) -> dict[str, int]:
+    """Issue 5's configuration: RF=3, min.insync.replicas=2, acks=all, idempotence.
+
+    ``steps``: an explicit fault schedule instead of one drawn from the seed. Returns
+    the bytes the data (replication) link proxies delivered, read before they close.
+    """
     if os.environ.get("LOGMQ_FAULTS_CLUSTER") == "0":
         pytest.skip("LOGMQ_FAULTS_CLUSTER=0")
     if not await asyncio.to_thread(server_supports_quorum):
@@ -175,26 +185,44 @@ async def run_replicated(tmp_path: Path, duration_s: float, **overrides) -> None
             "seed": SEED,
         }
         config = WorkloadConfig(duration_s=duration_s, **(settings | overrides))
-        steps = schedule(
-            SEED,
-            config.duration_s,
-            ["kill_leader", "kill", "pause_leader", "isolate_leader", "cut_link"],
-            fault_s=(0.5, 3.0),
-            quiet_s=(1.0, 3.0),
-        )
+        if steps is None:
+            steps = schedule(
+                SEED,
+                config.duration_s,
+                ["kill_leader", "kill", "pause_leader", "isolate_leader", "cut_link"],
+                fault_s=(0.5, 3.0),
+                quiet_s=(1.0, 3.0),
+            )
         workload = Workload(cluster, config, steps)
         await workload.run()
+        data_stats = [p.stats() for p in cluster.data_links.values()]
     finally:
         await asyncio.to_thread(cluster.close)
     result = workload.history.check()
     assert result.ok, f"{result.report()}\n{workload.describe()}"
     assert result.stats["acked"] > 0, workload.describe()
     assert result.stats["faults"] >= 2, workload.describe()
+    return {
+        "upstream": sum(s.bytes_upstream for s in data_stats),
+        "downstream": sum(s.bytes_downstream for s in data_stats),
+    }
 
 
 async def test_replicated_cluster_survives_leader_faults(tmp_path: Path) -> None:
     """No violation while leaders are killed, paused and cut off from the quorum."""
     await run_replicated(tmp_path, 15.0)
+
+
+async def test_isolated_leader_loses_replication_and_is_replaced(tmp_path: Path) -> None:
+    """Link cuts stop replication too (``--peer-addresses``): an isolated leader's
+    followers stop fetching, so its acks=all produce stalls; isolated longer than a
+    session it is fenced and replaced, and nothing acked is lost or duplicated."""
+    steps = [
+        Step(at_s=2.0, fault="isolate_leader", duration_s=4.0, pick=1, quiet_s=2.0),
+        Step(at_s=8.0, fault="cut_link", duration_s=2.0, pick=2, quiet_s=2.0),
+    ]
+    data = await run_replicated(tmp_path, 12.0, steps)
+    assert data["downstream"] > 0  # replica fetch responses went through the proxies
 
 
 @pytest.mark.soak

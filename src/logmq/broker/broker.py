@@ -22,7 +22,11 @@ from typing import Any
 from logmq.broker.admin_api import AdminApi
 from logmq.broker.cluster_api import ClusterApi, alter_partition_response
 from logmq.broker.config import BrokerConfig
-from logmq.broker.controller_service import MetadataQuorum, parse_voters
+from logmq.broker.controller_service import (
+    MetadataQuorum,
+    parse_node_addresses,
+    parse_voters,
+)
 from logmq.broker.data_api import DataApi
 from logmq.broker.fetch_waiter import FetchWaiters
 from logmq.broker.group_api import GroupApi
@@ -176,6 +180,11 @@ class Broker:
             heartbeat_ms=config.broker_heartbeat_interval_ms,
             observer_host=config.host,
             on_first_controller=self._import_legacy_topics,
+            peer_addresses=(
+                parse_node_addresses(config.peer_addresses, "peer address", "--peer-addresses")
+                if config.peer_addresses
+                else None
+            ),
         )
         self.publisher = MetadataPublisher(config.node_id)
         self.replicas: ReplicaManager | None = None  # data replication, in a cluster only
@@ -392,16 +401,12 @@ class Broker:
             return None
         assert self.logs is not None
 
-        def address(broker_id: int) -> tuple[str, int] | None:
-            reg = self.image.brokers.get(broker_id)
-            return (reg.host, reg.port) if reg is not None else None
-
         rm = ReplicaManager(
             self.config.node_id,
             self.logs,
             self.waiters,
             alter_partition=self.alter_partition,
-            broker_address=address,
+            broker_address=self.quorum.broker_address,
             broker_epoch=lambda: self.quorum.broker_epoch,
             config=ReplicationConfig(replica_lag_time_max_ms=self.config.replica_lag_time_max_ms),
         )

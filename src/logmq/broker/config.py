@@ -53,8 +53,14 @@ class BrokerConfig:
     # metadata quorum and controller (docs/replication.md); None = a quorum of one
     quorum_voters: str | None = None  # "1@host:raftport,2@host:raftport,..."
     default_replication_factor: int = 1
-    broker_session_timeout_ms: int = 9_000  # the controller fences a silent broker after
-    broker_heartbeat_interval_ms: int = 1_000
+    # The controller fences a silent broker after this: most of a leader failover's
+    # unavailability. 8 heartbeats per session ride out ~1.7 s pauses (GC, a loaded host);
+    # a broker fenced by a longer one is unfenced by its next heartbeat.
+    broker_session_timeout_ms: int = 2_000
+    broker_heartbeat_interval_ms: int = 250
+    # "2@host:port,...": where this broker dials a peer's client port (replica fetching,
+    # the controller); a peer not listed is dialled at the address it registered
+    peer_addresses: str | None = None
     # replication (broker/replica_manager.py): a follower not caught up this long leaves the ISR
     replica_lag_time_max_ms: int = 30_000
 
@@ -103,6 +109,10 @@ class BrokerConfig:
             from logmq.broker.controller_service import parse_voters
 
             parse_voters(self.quorum_voters)  # ValueError says what is wrong
+        if self.peer_addresses:
+            from logmq.broker.controller_service import parse_node_addresses
+
+            parse_node_addresses(self.peer_addresses, "peer address", "--peer-addresses")
         bad = [name for name, ok in checks.items() if not ok]
         if bad:
             raise ValueError(

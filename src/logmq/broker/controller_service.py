@@ -50,26 +50,31 @@ Address = tuple[str, int]
 
 def parse_voters(text: str) -> dict[int, Address]:
     """``1@host:port,2@host:port`` -> {1: (host, port), ...}; ValueError names the problem."""
-    voters: dict[int, Address] = {}
+    return parse_node_addresses(text, "quorum voter", "--quorum-voters")
+
+
+def parse_node_addresses(text: str, what: str, option: str) -> dict[int, Address]:
+    """``ID@HOST:PORT,...`` -> {id: (host, port)}, for voters and ``--peer-addresses``."""
+    nodes: dict[int, Address] = {}
     for item in (part.strip() for part in text.split(",")):
         if not item:
             continue
         node, sep, address = item.partition("@")
         host, colon, port = address.rpartition(":")
         if not sep or not colon or not host:
-            raise ValueError(f"quorum voter {item!r} is not ID@HOST:PORT")
+            raise ValueError(f"{what} {item!r} is not ID@HOST:PORT")
         try:
             node_id, port_no = int(node), int(port)
         except ValueError:
-            raise ValueError(f"quorum voter {item!r}: id and port must be numbers") from None
+            raise ValueError(f"{what} {item!r}: id and port must be numbers") from None
         if node_id < 0 or not 0 < port_no < 65536:
-            raise ValueError(f"quorum voter {item!r}: bad id or port")
-        if node_id in voters:
-            raise ValueError(f"quorum voter {node_id} is listed twice")
-        voters[node_id] = (host, port_no)
-    if not voters:
-        raise ValueError("--quorum-voters lists no voter")
-    return voters
+            raise ValueError(f"{what} {item!r}: bad id or port")
+        if node_id in nodes:
+            raise ValueError(f"{what} {node_id} is listed twice")
+        nodes[node_id] = (host, port_no)
+    if not nodes:
+        raise ValueError(f"{option} lists no node")
+    return nodes
 
 
 class NullTransport(RaftTransport):
@@ -98,11 +103,14 @@ class MetadataQuorum:
         raft_config: RaftConfig | None = None,
         observer_host: str = "127.0.0.1",
         on_first_controller: Callable[[Controller], list[Record]] | None = None,
+        peer_addresses: dict[int, Address] | None = None,
     ) -> None:
         self.node_id = node_id
         self.data_dir = data_dir
         self.voters = voters  # None: a quorum of one (this node), no listener
         self._advertised = advertised
+        # where this node dials a peer's client port, when not at its registered address
+        self.peer_addresses = dict(peer_addresses or {})
         self.controller_config = controller_config or ControllerConfig()
         self.heartbeat_ms = heartbeat_ms
         self._on_first_controller = on_first_controller
@@ -111,6 +119,7 @@ class MetadataQuorum:
         self.broker_epoch = -1
         self.controller: Controller | None = None
         self._controller_term = -1
+        self._followed: int | None = None  # the last other node we knew as quorum leader
         self.transport: RaftTransport
         self.raft: RaftService
         self._raft_config = raft_config
@@ -142,8 +151,14 @@ class MetadataQuorum:
     def controller_address(self) -> Address | None:
         """The client address of the quorum leader, once it has registered."""
         leader = self.controller_id
-        reg = self.image.brokers.get(leader) if leader is not None else None
-        return (reg.host, reg.port) if reg is not None else None
+        return self.broker_address(leader) if leader is not None else None
+
+    def broker_address(self, node_id: int) -> Address | None:
+        """Where this node dials a registered broker: ``--peer-addresses``, else advertised."""
+        reg = self.image.brokers.get(node_id)
+        if reg is None:
+            return None
+        return self.peer_addresses.get(node_id, (reg.host, reg.port))
 
     def quorum_state(self) -> dict[str, Any]:
         raft = self.raft
@@ -273,6 +288,8 @@ class MetadataQuorum:
         self._changed.set()
 
     def _on_leadership(self, leadership: Leadership) -> None:
+        if leadership.leader_id not in (None, self.node_id):
+            self._followed = leadership.leader_id
         if leadership.is_ready_leader:
             if self.controller is None or self._controller_term != leadership.term:
                 self._become_controller(leadership.term)
@@ -284,8 +301,17 @@ class MetadataQuorum:
 
     def _become_controller(self, term: int) -> None:
         log.info("node %d is the controller (term %d)", self.node_id, term)
-        self.controller = Controller(self.image, now_ms(), self.controller_config)
+        now = now_ms()
+        self.controller = Controller(self.image, now, self.controller_config)
         self._controller_term = term
+        old = self._followed
+        heard = self.raft.last_heard.get(old) if old is not None else None
+        if old in self.image.brokers and heard is not None:
+            # We campaigned after an election timeout (1-2 s) without a word from the old
+            # leader: its session runs from its last message, not from now, so a dead
+            # controller's partitions move after max(session, election), not the sum.
+            self.controller.last_heard(old, min(now, int(heard * 1000)))
+        self._followed = None
         records: list[Record] = []
         if self.image.cluster_id is None:
             records += self.controller.bootstrap(self.recorded_cluster_id).records
@@ -470,14 +496,19 @@ class MetadataQuorum:
                     "caught_up": caught_up,
                     "want_shutdown": want_shutdown,
                 },
-                timeout=2.0,
+                timeout=self._heartbeat_timeout(),
             )
             error = ErrorCode(body.get("error", 0))
         if error in (ErrorCode.STALE_BROKER_EPOCH, ErrorCode.BROKER_ID_NOT_REGISTERED):
             self.broker_epoch = -1  # register again
 
+    def _heartbeat_timeout(self) -> float:
+        """Half a session: a stuck connection is dropped and redialled before we expire."""
+        return max(0.2, self.controller_config.session_timeout_ms / 2000)
+
     async def _controller_ticks(self) -> None:
-        interval = min(1.0, self.controller_config.session_timeout_ms / 4000)
+        # an expired session is noticed within an eighth of it: failover is session + this
+        interval = min(1.0, max(0.05, self.controller_config.session_timeout_ms / 8000))
         while True:
             await asyncio.sleep(interval)  # the controller's clock, not synchronisation
             controller = self.controller

@@ -177,6 +177,11 @@ class Controller:
             return ControllerResult(records, HeartbeatResponse(fenced=False))
         return ControllerResult([], HeartbeatResponse(fenced=reg.fenced))
 
+    def last_heard(self, broker_id: int, at_ms: int) -> None:
+        """For a new controller: ``broker_id`` was last heard from at ``at_ms``, not now
+        (the old controller's silence over Raft is known), so its session runs from then."""
+        self._last_heartbeat[broker_id] = at_ms
+
     def tick(self, now_ms: int) -> ControllerResult[None]:
         """Fence brokers whose session expired; periodically restore preferred leaders."""
         records: list[Record] = []

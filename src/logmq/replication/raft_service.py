@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -128,6 +129,8 @@ class RaftService:
         self._stopping = False
         self.failed: BaseException | None = None
         self.dropped_messages = 0
+        # node id -> time.monotonic() of its last message here: proof it was alive then
+        self.last_heard: dict[int, float] = {}
 
     # -- read-only view ---------------------------------------------------------------------
 
@@ -252,11 +255,13 @@ class RaftService:
         if not self.running:
             return
         try:
-            self.node.step(decode_message(data))
+            msg = decode_message(data)
+            self.node.step(msg)
         except (RaftCodecError, ValueError) as err:
             self.dropped_messages += 1
             log.debug("raft %d: dropped a malformed message: %s", self.node_id, err)
             return
+        self.last_heard[msg.src] = time.monotonic()
         self._wake.set()
 
     def propose(self, data: bytes) -> asyncio.Future[Any]:
