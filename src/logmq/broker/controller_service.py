@@ -412,6 +412,7 @@ class MetadataQuorum:
 
     async def _broker_lifecycle(self) -> None:
         interval = self.heartbeat_ms / 1000
+        last_problem = ""
         while not self._stopping:
             try:
                 if self.broker_epoch < 0:
@@ -419,7 +420,12 @@ class MetadataQuorum:
                 else:
                     await self._heartbeat()
             except (LogMQError, OSError, TimeoutError) as err:
-                log.debug("broker %d: controller not reachable: %s", self.node_id, err)
+                if self.broker_epoch < 0 and str(err) != last_problem:
+                    # a broker that cannot register never becomes ready: say why, once
+                    log.info("broker %d: not registered yet: %s", self.node_id, err)
+                    last_problem = str(err)
+                else:
+                    log.debug("broker %d: controller not reachable: %s", self.node_id, err)
             except Exception:  # a bug must not silently end registration and heartbeats
                 log.exception("broker %d: registration/heartbeat failed", self.node_id)
             if self.broker_epoch >= 0:
