@@ -129,6 +129,7 @@ class MetadataQuorum:
         self._conn_target: Address | None = None
         self._submit_lock = asyncio.Lock()
         self.fatal: str | None = None  # a configuration problem that must stop the broker
+        self.ready = False  # wait_ready has returned: start-up checks are over
         self._stopping = False
         self.recorded_cluster_id: str | None = None
         self.observer_host = observer_host
@@ -237,6 +238,7 @@ class MetadataQuorum:
                 and reg.incarnation_id == self.incarnation_id
                 and not reg.fenced
             ):
+                self.ready = True
                 return
             self._changed.clear()
             await self._changed.wait()
@@ -262,7 +264,9 @@ class MetadataQuorum:
     # -- listeners -----------------------------------------------------------------------
 
     def _on_config_error(self, node_id: int, problem: str) -> None:
-        if self.broker_epoch < 0:  # still starting: refuse to join a mismatched quorum
+        # Still starting: refuse to join a mismatched quorum. (Not "not registered yet": a
+        # stray data dir can hold an old registration of this node that replays first.)
+        if not self.ready:
             self.fatal = problem
             self._changed.set()
 
