@@ -444,3 +444,47 @@ async def test_queue_to_an_unreachable_peer_is_bounded(tmp_path):
         t.send(99, b"nobody")  # unknown node: dropped quietly
     finally:
         await t.stop()
+
+
+def test_a_peer_that_resets_at_accept_does_not_end_the_link():
+    """A dial that lands on a listener that resets at once (a fault proxy whose target is
+    down, a restarting node) makes uvloop refuse the hello write with a RuntimeError; the
+    sender must keep redialling, or a leader never reaches a restarted follower again."""
+    import uvloop
+
+    async def scenario() -> None:
+        port = free_port()
+        resets = 0
+
+        def reset_at_once(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            nonlocal resets
+            resets += 1
+            sock = writer.get_extra_info("socket")
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            writer.transport.abort()
+
+        resetter = await asyncio.start_server(reset_at_once, "127.0.0.1", port)
+        a = TcpTransport(1, ("127.0.0.1", 0), {2: ("127.0.0.1", port)}, backoff_max=0.05)
+        await a.start(lambda data: None)
+        try:
+            a.send(2, b"early")
+            await wait_until(lambda: resets >= 5, 10, "dials that were reset")
+            resetter.close()
+            await resetter.wait_closed()
+            got: list[bytes] = []
+            b = TcpTransport(2, ("127.0.0.1", port), {1: ("127.0.0.1", a.port)})
+            await b.start(got.append)
+            try:
+
+                async def keep_sending() -> None:
+                    while b"hello" not in got:
+                        a.send(2, b"hello")
+                        await asyncio.sleep(0.01)  # a heartbeat-like trickle
+
+                await asyncio.wait_for(keep_sending(), 10)
+            finally:
+                await b.stop()
+        finally:
+            await a.stop()
+
+    uvloop.run(scenario())

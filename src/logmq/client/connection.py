@@ -158,6 +158,10 @@ class BrokerConnection(asyncio.BufferedProtocol):
         if self._closed_error is not None:
             raise self._closed_error
         assert self._transport is not None
+        if self._transport.is_closing():
+            # Reset by the peer, connection_lost not run yet: uvloop would raise a
+            # RuntimeError on write, which no caller expects from a lost connection.
+            raise ConnectionError_(f"connection to {self.host}:{self.port} lost")
         corr = self._next_correlation
         self._next_correlation = (corr + 1) & 0xFFFFFFFF
         frame = _encode_request(api_key, api_version, corr, self.client_id, body, tail)

@@ -93,6 +93,13 @@ class _Peer:
                 await self._pump(writer, eof)
             except (OSError, EOFError, TimeoutError, FrameError, asyncio.IncompleteReadError) as e:
                 log.debug("raft transport %d -> %d: %s", t.node_id, self.node_id, e)
+            except RuntimeError as e:
+                # uvloop refuses writes on a transport a reset already closed
+                log.debug("raft transport %d -> %d: %s", t.node_id, self.node_id, e)
+            except Exception:
+                # whatever it was, this task must go on: without it the peer never hears
+                # from us again (a leader would never reach a restarted follower)
+                log.exception("raft transport %d -> %d failed", t.node_id, self.node_id)
             finally:
                 self.connected = False
                 if eof is not None:
@@ -310,7 +317,8 @@ class TcpTransport(RaftTransport):
                         self._on_message(payload)
                     except Exception:
                         log.exception("raft transport %d: message handler failed", self.node_id)
-        except (OSError, TimeoutError, FrameError, asyncio.IncompleteReadError) as e:
+        except (OSError, TimeoutError, FrameError, asyncio.IncompleteReadError, RuntimeError) as e:
+            # (RuntimeError: uvloop refuses a write on a transport a reset closed)
             log.debug("raft transport %d <- %s: %s", self.node_id, peer, e)
         finally:
             self._inbound.pop(task, None)
