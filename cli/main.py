@@ -14,6 +14,7 @@ from logmq_cli.consume import consume
 from logmq_cli.dev import dev
 from logmq_cli.group import group
 from logmq_cli.produce import produce
+from logmq_cli.reassign import reassign
 from logmq_cli.topic import topic
 
 
@@ -41,7 +42,7 @@ def cli(ctx: click.Context, bootstrap: str, request_timeout: float) -> None:
     ctx.obj = CliContext(bootstrap=bootstrap, request_timeout_ms=int(request_timeout * 1000))
 
 
-for _command in (topic, group, produce, consume, bench, cluster, dev):
+for _command in (topic, group, produce, consume, bench, cluster, reassign, dev):
     cli.add_command(_command)
 
 if __name__ == "__main__":  # pragma: no cover

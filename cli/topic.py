@@ -170,7 +170,13 @@ def delete(ctx: CliContext, names: tuple[str, ...], as_json: bool) -> None:
 @click.pass_obj
 @client_errors
 def alter(ctx: CliContext, name: str, partitions: int, as_json: bool) -> None:
-    """Add partitions to topic NAME (configs: see alter-config)."""
+    """Add partitions to topic NAME (configs: see alter-config).
+
+    Existing records stay where they are. A keyed record goes to hash(key) % partitions,
+    so from now on most keys send their new records to another partition than their
+    older ones: per-key order holds only within one partition. Moving partitions between
+    brokers is `logmq reassign` (docs/reassignment.md).
+    """
     with open_admin(ctx) as admin:
         admin.create_partitions({name: partitions})
     if as_json:

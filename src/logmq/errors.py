@@ -53,6 +53,7 @@ class ErrorCode(IntEnum):
     INVALID_PRODUCER_EPOCH = 47
     STORAGE_ERROR = 56
     UNKNOWN_PRODUCER_ID = 59
+    REASSIGNMENT_IN_PROGRESS = 60  # the partition is already moving
     NON_EMPTY_GROUP = 68
     GROUP_ID_NOT_FOUND = 69
     FENCED_LEADER_EPOCH = 74
@@ -61,6 +62,7 @@ class ErrorCode(IntEnum):
     PREFERRED_LEADER_NOT_AVAILABLE = 80
     ELIGIBLE_LEADERS_NOT_AVAILABLE = 83
     ELECTION_NOT_NEEDED = 84
+    NO_REASSIGNMENT_IN_PROGRESS = 85  # cancel of a partition that is not moving
     INVALID_RECORD = 87
     INVALID_UPDATE_VERSION = 95
     BROKER_ID_NOT_REGISTERED = 102
@@ -222,3 +224,23 @@ class CommitFailedError(LogMQError):
 
 class NoOffsetForPartitionError(OffsetOutOfRangeError):
     """A partition has no committed offset and ``auto_offset_reset`` is ``"none"``."""
+
+
+class ReassignmentError(LogMQError):
+    """A partition reassignment request was refused as a whole: nothing started.
+
+    ``.code`` is the request's error; ``.partitions`` maps each failing
+    ``(topic, partition)`` to its ``(ErrorCode, message)``. Kept out of ``error_for``'s
+    table: its code is whichever reason the controller gave.
+    """
+
+    code = ErrorCode.INVALID_REPLICA_ASSIGNMENT
+
+    def __init__(
+        self,
+        message: str = "",
+        code: ErrorCode | int | None = None,
+        partitions: dict[tuple[str, int], tuple[ErrorCode, str]] | None = None,
+    ):
+        super().__init__(message, code)
+        self.partitions = dict(partitions or {})

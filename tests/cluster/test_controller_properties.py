@@ -3,7 +3,8 @@
 Operations: time passing (session expiry, periodic rebalance), heartbeats, crashes and
 restarts (new incarnations), controlled shutdowns, topic creation/deletion, unclean
 election toggles and explicit unclean elections, preferred elections, and AlterPartition
-requests from the real leader or from stale ones. After every operation:
+requests from the real leader or from stale ones, reassignments (with a throttle) and
+their cancellation. After every operation:
 
 * never a leader outside the ISR; a newly elected leader outside the previous ISR only if
   the topic allowed unclean election (or an operator asked for one);
@@ -11,6 +12,9 @@ requests from the real leader or from stale ones. After every operation:
   any change, and neither ever decreases;
 * the ISR is never empty and within the replicas, and only active brokers join it;
 * leaders are always active brokers;
+* a move ends only by completing (every target replica was in the ISR; the partition now
+  has exactly the target replicas) or by a cancel (exactly the original replicas, in
+  their order); the reassignment throttle is set only while something moves;
 * a follower replaying the records through the codec builds the identical image, and the
   snapshot rebuilds it too.
 
@@ -49,6 +53,12 @@ OP = st.one_of(
     st.tuples(st.just("unclean"), st.sampled_from(TOPICS), st.booleans()),
     st.tuples(st.just("unclean_elect"), st.just(0), st.just(0)),
     st.tuples(st.just("preferred"), st.just(0), st.just(0)),
+    st.tuples(
+        st.just("reassign"),
+        st.tuples(st.sampled_from(TOPICS), st.integers(0, 2)),
+        st.tuples(st.permutations(BROKERS), st.integers(1, 4), st.integers(0, 3)),
+    ),
+    st.tuples(st.just("cancel"), st.tuples(st.sampled_from(TOPICS), st.integers(0, 2)), st.just(0)),
     st.tuples(
         st.just("alter_isr"),
         st.tuples(st.sampled_from(TOPICS), st.integers(0, 2)),
@@ -98,6 +108,11 @@ class History:
             r.run(c.elect_leaders(None))
         elif kind == "alter_isr":
             self._alter_isr(*a, *b)
+        elif kind == "reassign":
+            order, size, throttle = b
+            r.run(c.alter_reassignments({a: order[:size]}, throttle=throttle * 1000 or None))
+        elif kind == "cancel":
+            r.run(c.alter_reassignments({a: None}))
         return kind
 
     def _alter_isr(self, topic: str, partition: int, mask: int, who: str) -> None:
@@ -135,6 +150,18 @@ class History:
 
 
 def check_step(before: MetadataImage, after: MetadataImage, kind: str) -> None:
+    moving = False
+    for part in after.partitions():
+        moving = moving or part.reassigning
+        old_part = before.partition(part.topic, part.partition)
+        if old_part is not None and old_part.reassigning and not part.reassigning:
+            where = f"{part.topic}-{part.partition} after {kind}"
+            if kind == "cancel" and part.replicas == old_part.original_replicas:
+                pass
+            else:
+                assert part.replicas == old_part.target_replicas, f"{where}: not the target"
+                assert set(part.replicas) <= set(old_part.isr) | set(part.isr), where
+    assert after.reassignment_throttle is None or moving, "throttle outlived the moves"
     for part in after.partitions():
         where = f"{part.topic}-{part.partition} after {kind}"
         assert part.isr and set(part.isr) <= set(part.replicas), where

@@ -199,6 +199,10 @@ class Cluster:
     exactly that pair. Broker-to-broker *data* traffic (replica fetches, requests to the
     controller) goes through ``data_links[(i, j)]`` the same way (``--peer-addresses``),
     so a cut or an isolation stops replication too; clients still reach every node.
+
+    ``voters`` (default: every node) are the metadata quorum; a node outside it runs as
+    an observer: it follows the metadata log, never votes, and listens for Raft on a
+    port of its own choosing (its ``quorum_port`` is then unused).
     """
 
     def __init__(
@@ -210,6 +214,7 @@ class Cluster:
         extra_args: Sequence[str] = (),
         proxied: bool = True,
         env: dict[str, str] | None = None,
+        voters: Sequence[int] | None = None,
     ) -> None:
         if size < 1:
             raise ValueError("a cluster needs at least one node")
@@ -219,6 +224,10 @@ class Cluster:
             base_dir = self._tmp.name
         self.base_dir = Path(base_dir)
         self.ids = list(range(1, size + 1))
+        # the metadata quorum's voters (default: every node); the others are observers
+        self.voter_ids = sorted(voters) if voters is not None else list(self.ids)
+        if not self.voter_ids or not set(self.voter_ids) <= set(self.ids):
+            raise ValueError(f"voters {voters} must be a non-empty subset of {self.ids}")
         self.proxy_loop: ProxyLoop | None = ProxyLoop("cluster-proxies") if proxied else None
         self.links: dict[tuple[int, int], FaultProxy] = {}
         self.data_links: dict[tuple[int, int], FaultProxy] = {}
@@ -235,7 +244,7 @@ class Cluster:
             raise
         self.nodes: dict[int, ClusterNode] = {}
         for n in self.ids:
-            voters = {j: self._dial(n, j, ports[j][1], self.links) for j in self.ids}
+            voters = {j: self._dial(n, j, ports[j][1], self.links) for j in self.voter_ids}
             peers = {j: self._dial(n, j, ports[j][0], self.data_links) for j in self.ids}
             self.nodes[n] = ClusterNode(
                 n,

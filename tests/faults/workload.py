@@ -7,6 +7,11 @@ carries out a fault schedule made from a seed. When the time is up the nemesis h
 everything, producers wait (bounded by their delivery timeout) for what they sent, and
 a final full read of every partition completes the history for ``History.check()``.
 Producers draw their partitions from generators seeded with the same seed.
+
+``Workload.live()`` runs the same producers and readers for as long as a test body
+takes instead (the body acts on the cluster itself, e.g. moves partitions); a
+``GroupReaders`` is a consumer group reading along into the same History, and
+``prefill`` puts recorded data into a partition beforehand.
 """
 
 from __future__ import annotations
@@ -15,11 +20,11 @@ import asyncio
 import contextlib
 import random
 import time
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from logmq import AsyncAdmin, AsyncConsumer, AsyncProducer
+from logmq import AsyncAdmin, AsyncConsumer, AsyncProducer, GroupDescription
 from logmq.errors import ErrorCode, LogMQError
 from tests.faults.history import History
 from tests.faults.nemesis import Nemesis, Step, wait_until
@@ -39,6 +44,15 @@ DEFINITE_FAILURES = frozenset(
         ErrorCode.INVALID_REQUIRED_ACKS,
     }
 )
+
+
+#: The longest a ``Workload.live()`` body may keep the producers going (a safety net:
+#: the body's own waits have tighter deadlines).
+LIVE_LIMIT_S = 600.0
+
+#: A reader task besides the workload's own consumers (e.g. ``GroupReaders.run``):
+#: it reads until the event is set.
+ExtraReader = Callable[[asyncio.Event], Awaitable[None]]
 
 
 class WorkloadError(AssertionError):
@@ -126,6 +140,54 @@ class Workload:
             self.bootstrap, cfg.topic, cfg.partitions, self.history, cfg.final_read_timeout_s
         )
         return self.history
+
+    @contextlib.asynccontextmanager
+    async def live(
+        self, extra_readers: Sequence[ExtraReader] = ()
+    ) -> AsyncIterator[Callable[[], Awaitable[None]]]:
+        """Producers and readers run for as long as the body takes, instead of for
+        ``duration_s`` with a nemesis schedule: the body acts on the cluster itself
+        (e.g. moves partitions) and waits for conditions with deadlines.
+
+        Yields ``stop_producing()``: ends the sends and waits for their outcomes, while
+        the readers go on (e.g. until a consumer group has caught up). Leaving the block
+        stops producing if the body did not, then stops the readers, leaves every node
+        running and every link healed, and does the final read into the history. If the
+        body raises, the tasks are cancelled and the error propagates (no final read).
+        """
+        cfg = self.config
+        await ensure_topic(
+            self.bootstrap, cfg.topic, cfg.partitions, cfg.replication_factor, cfg.topic_configs
+        )
+        self._t0 = time.monotonic()
+        self._deadline = self._t0 + LIVE_LIMIT_S
+        stop_reading = asyncio.Event()
+        try:
+            async with asyncio.TaskGroup() as tg:
+                readers = [
+                    tg.create_task(self._consume(f"consumer-{j}", stop_reading))
+                    for j in range(cfg.consumers)
+                ]
+                readers += [tg.create_task(read(stop_reading)) for read in extra_readers]
+                producers = [
+                    tg.create_task(self._produce(f"producer-{i}")) for i in range(cfg.producers)
+                ]
+
+                async def stop_producing() -> None:
+                    self._deadline = min(self._deadline, time.monotonic())
+                    await asyncio.gather(*producers)
+
+                yield stop_producing
+                await stop_producing()
+                stop_reading.set()
+                await asyncio.gather(*readers)
+        finally:
+            stop_reading.set()
+            self._deadline = min(self._deadline, time.monotonic())
+            await asyncio.to_thread(self._recover)
+        await final_read(
+            self.bootstrap, cfg.topic, cfg.partitions, self.history, cfg.final_read_timeout_s
+        )
 
     def _recover(self) -> None:
         """Whatever happened, leave every node running and every link healed."""
@@ -259,7 +321,208 @@ class Workload:
                     await consumer.close()
 
 
+# -- a consumer group ----------------------------------------------------------------------
+class GroupReaders:
+    """The members of one consumer group following a topic, as an application would
+    run them: subscribe, poll, auto-commit. Every record they read goes into the
+    History (reader names ``<group>-<i>``), so the checker also judges what a group saw.
+
+    A member that fails (a lost coordinator, a lost connection) is closed and replaced
+    by a new one, which resumes from the group's committed offsets; records read twice
+    that way are fine (at-least-once). ``read_until`` holds the furthest position read
+    per partition, ``errors`` counts the failures by kind.
+    """
+
+    def __init__(
+        self,
+        bootstrap: str,
+        topic: str,
+        history: History,
+        clock: Callable[[], int],
+        *,
+        group_id: str = "readers",
+        members: int = 2,
+        commit_interval_ms: int = 200,
+        request_timeout_ms: int = 3000,
+        retry_backoff_ms: int = 50,
+    ) -> None:
+        self.bootstrap = bootstrap
+        self.topic = topic
+        self.history = history
+        self.clock = clock
+        self.group_id = group_id
+        self.members = members
+        self.commit_interval_ms = commit_interval_ms
+        self.request_timeout_ms = request_timeout_ms
+        self.retry_backoff_ms = retry_backoff_ms
+        self.read_until: dict[tuple[str, int], int] = {}
+        self.last_read: dict[tuple[str, int], tuple[str, int]] = {}  # (member, at_ms)
+        self.errors: dict[str, int] = {}
+
+    @property
+    def names(self) -> list[str]:
+        return [f"{self.group_id}-{i}" for i in range(self.members)]
+
+    async def run(self, stop: asyncio.Event) -> None:
+        async with asyncio.TaskGroup() as tg:
+            for name in self.names:
+                tg.create_task(self._member(name, stop))
+
+    async def _member(self, name: str, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            consumer = AsyncConsumer(
+                self.bootstrap,
+                group_id=self.group_id,
+                topics=[self.topic],
+                client_id=name,
+                auto_offset_reset="earliest",
+                enable_auto_commit=True,
+                auto_commit_interval_ms=self.commit_interval_ms,
+                heartbeat_interval_ms=500,
+                request_timeout_ms=self.request_timeout_ms,
+                retry_backoff_ms=self.retry_backoff_ms,
+                fetch_max_wait_ms=200,
+            )
+            try:
+                await consumer.start()
+                while not stop.is_set():
+                    for b in await consumer.poll_batches(timeout=0.2):
+                        self.history.read_many(
+                            name,
+                            b.topic,
+                            b.partition,
+                            zip(b.offsets(), b.values(), strict=True),
+                            self.clock(),
+                        )
+                        tp = (b.topic, b.partition)
+                        self.read_until[tp] = max(self.read_until.get(tp, 0), b.next_offset)
+                        self.last_read[tp] = (name, self.clock())
+            except (LogMQError, OSError) as e:
+                key = f"{name}: {type(e).__name__}"
+                self.errors[key] = self.errors.get(key, 0) + 1
+                await wait_until(stop, time.monotonic() + self.retry_backoff_ms / 1000)
+            finally:
+                with contextlib.suppress(LogMQError, OSError):
+                    await consumer.close()  # commits what was polled, leaves the group
+
+    async def _count(self, admin: AsyncAdmin) -> int:
+        return len((await admin.describe_topics([self.topic]))[self.topic].partitions)
+
+    def _lag(self, desc: GroupDescription, count: int) -> dict[tuple[str, int], int | None]:
+        """The group's lag per partition of the topic (None: nothing committed there)."""
+        found = {(p.topic, p.partition): p.lag for p in desc.partitions}
+        return {(self.topic, p): found.get((self.topic, p)) for p in range(count)}
+
+    def explain(self, desc: GroupDescription | None = None) -> str:
+        """Who owns what and who read what last: for a failure message."""
+        owners = (
+            "; ".join(
+                f"{m.client_id} ({m.state}) owns {m.assignment}, revoking "
+                f"{m.pending_revocation}, target {m.target}"
+                for m in desc.members
+            )
+            if desc is not None
+            else "unknown"
+        )
+        return (
+            f"state {desc.state if desc is not None else '?'}; members: {owners}; read up to "
+            f"{self.read_until}; last reads {self.last_read}; errors {self.errors or 'none'}"
+        )
+
+    async def wait_stable(self, timeout_s: float = 30.0) -> None:
+        """Until every member has joined and owns its final share of the partitions (a
+        group still rebalancing moves partitions between members, which pauses them)."""
+        deadline = time.monotonic() + timeout_s
+        last: Any = None
+        while time.monotonic() < deadline:
+            try:
+                async with AsyncAdmin(self.bootstrap, request_timeout_ms=2000) as admin:
+                    desc = await admin.describe_group(self.group_id)
+                    count = await self._count(admin)
+            except (LogMQError, OSError, TimeoutError) as e:
+                last = e
+            else:
+                last = self.explain(desc)
+                owned = sorted(tp for m in desc.members for tp in m.assignment)
+                if (
+                    desc.state == "stable"
+                    and len(desc.members) == self.members
+                    and owned == [(self.topic, p) for p in range(count)]
+                ):
+                    return
+            await asyncio.sleep(0.1)
+        raise WorkloadError(f"group {self.group_id} not stable after {timeout_s}s: {last}")
+
+    async def wait_caught_up(self, timeout_s: float = 30.0) -> None:
+        """Until the group has committed the end of every partition (lag 0 everywhere);
+        call after the producers stopped, while the members still run."""
+        deadline = time.monotonic() + timeout_s
+        lag: dict[tuple[str, int], int | None] | BaseException = {}
+        desc: GroupDescription | None = None
+        while time.monotonic() < deadline:
+            try:
+                async with AsyncAdmin(self.bootstrap, request_timeout_ms=2000) as admin:
+                    desc = await admin.describe_group(self.group_id)
+                    lag = self._lag(desc, await self._count(admin))
+            except (LogMQError, OSError, TimeoutError) as e:
+                lag = e
+            else:
+                if lag and all(v == 0 for v in lag.values()):
+                    return
+            await asyncio.sleep(0.1)
+        raise WorkloadError(
+            f"group {self.group_id} still lagging after {timeout_s}s: {lag!r}; "
+            + self.explain(desc)
+        )
+
+
 # -- setup and the final read ------------------------------------------------------------
+async def prefill(
+    bootstrap: str,
+    topic: str,
+    partition: int,
+    history: History,
+    clock: Callable[[], int],
+    *,
+    total_bytes: int,
+    value_bytes: int = 16 << 10,
+    client: str = "prefill",
+    seed: int = 0,
+) -> int:
+    """Fill one partition with about ``total_bytes`` of unique values (acks=all,
+    idempotent), recorded in ``history`` like every other send so the checker knows
+    them; for tests that need data to move. Returns the bytes acknowledged; raises
+    WorkloadError if any send was not acknowledged."""
+    rng = random.Random(f"{seed}/{client}")
+    count = max(1, total_bytes // value_bytes)
+    sent: list[tuple[int, Any]] = []
+    async with AsyncProducer(
+        bootstrap, acks="all", enable_idempotence=True, linger_ms=5, client_id=client
+    ) as producer:
+        for i in range(count):
+            head = f"{client}-{i:08d}-".encode()
+            value = head + rng.randbytes(max(0, value_bytes - len(head)))
+            aid = history.attempt(client, topic, partition, value, clock())
+            sent.append((aid, producer.send(topic, value, partition=partition)))
+            if len(sent) % 256 == 0:  # bounded memory: let the sender catch up
+                with contextlib.suppress(LogMQError):
+                    await sent[-1][1]  # (its outcome is recorded below)
+        failures = []
+        for aid, handle in sent:
+            try:
+                md = await handle
+            except LogMQError as e:
+                history.unknown(aid, repr(e), clock())
+                failures.append(repr(e))
+            else:
+                history.acked(aid, md.offset, clock())
+    if failures:
+        raise WorkloadError(
+            f"prefill of {topic}-{partition}: {len(failures)} sends failed: {failures[:3]}"
+        )
+    return count * value_bytes
+
+
 async def ensure_topic(
     bootstrap: str,
     topic: str,

@@ -65,16 +65,18 @@ class AdminApi:
         for p in sorted(t.partitions):
             part = t.partitions[p]
             code = ErrorCode.NONE if part.has_leader else ErrorCode.LEADER_NOT_AVAILABLE
-            partitions.append(
-                {
-                    "partition": p,
-                    "error": int(code),
-                    "leader": part.leader,
-                    "leader_epoch": part.leader_epoch,
-                    "replicas": list(part.replicas),
-                    "isr": list(part.isr),
-                }
-            )
+            entry = {
+                "partition": p,
+                "error": int(code),
+                "leader": part.leader,
+                "leader_epoch": part.leader_epoch,
+                "replicas": list(part.replicas),
+                "isr": list(part.isr),
+            }
+            if part.reassigning:  # only while moving: keeps the common answer small
+                entry["adding_replicas"] = list(part.adding_replicas)
+                entry["removing_replicas"] = list(part.removing_replicas)
+            partitions.append(entry)
         return {"topic": name, "error": 0, "internal": is_internal(name), "partitions": partitions}
 
     def live_brokers(self) -> list[dict[str, Any]]:

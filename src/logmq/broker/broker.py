@@ -42,6 +42,7 @@ from logmq.broker.metadata_store import (
 )
 from logmq.broker.metrics import BrokerMetrics, MetricsServer
 from logmq.broker.producer_ids import ProducerIdManager, legacy_next_id
+from logmq.broker.reassignment_api import ReassignmentApi
 from logmq.broker.replica_manager import ReplicaManager, ReplicationConfig
 from logmq.cluster.controller import Controller
 from logmq.cluster.controller_api import (
@@ -94,6 +95,10 @@ SUPPORTED_APIS: dict[int, tuple[int, int]] = {
     ApiKey.BROKER_HEARTBEAT: (0, 0),
     ApiKey.ALLOCATE_PRODUCER_IDS: (0, 0),
     ApiKey.ALTER_PARTITION: (0, 0),
+    ApiKey.DESCRIBE_LOG_DIRS: (0, 0),
+    ApiKey.ELECT_LEADERS: (0, 0),
+    ApiKey.ALTER_PARTITION_REASSIGNMENTS: (0, 0),
+    ApiKey.LIST_PARTITION_REASSIGNMENTS: (0, 0),
 }
 
 # metadata changes: run by the controller; other brokers forward them to it
@@ -103,6 +108,8 @@ CONTROLLER_APIS = frozenset(
         ApiKey.DELETE_TOPICS,
         ApiKey.ALTER_CONFIGS,
         ApiKey.CREATE_PARTITIONS,
+        ApiKey.ELECT_LEADERS,
+        ApiKey.ALTER_PARTITION_REASSIGNMENTS,
     }
 )
 FORWARD_TIMEOUT_S = 15.0
@@ -133,6 +140,8 @@ READ_ONLY_APIS = frozenset(
         ApiKey.CONSUMER_GROUP_DESCRIBE,
         ApiKey.DESCRIBE_CLUSTER,
         ApiKey.DESCRIBE_QUORUM,
+        ApiKey.DESCRIBE_LOG_DIRS,
+        ApiKey.LIST_PARTITION_REASSIGNMENTS,
     }
 )
 
@@ -213,6 +222,7 @@ class Broker:
         self.groups = GroupCoordinatorService(self)
         self.group_api = GroupApi(self)
         self.cluster_api = ClusterApi(self)
+        self.reassignment_api = ReassignmentApi(self)
         self.metrics.register_group_stats(self.groups.stats)
         self._background: set[asyncio.Task[Any]] = set()
         self._creating: set[str] = set()
@@ -243,6 +253,14 @@ class Broker:
             ApiKey.BROKER_HEARTBEAT: self.cluster_api.broker_heartbeat,
             ApiKey.ALLOCATE_PRODUCER_IDS: self.cluster_api.allocate_producer_ids,
             ApiKey.ALTER_PARTITION: self.cluster_api.alter_partition,
+            ApiKey.DESCRIBE_LOG_DIRS: self.reassignment_api.describe_log_dirs,
+            ApiKey.ELECT_LEADERS: self.reassignment_api.elect_leaders,
+            ApiKey.ALTER_PARTITION_REASSIGNMENTS: (
+                self.reassignment_api.alter_partition_reassignments
+            ),
+            ApiKey.LIST_PARTITION_REASSIGNMENTS: (
+                self.reassignment_api.list_partition_reassignments
+            ),
         }
         self._started = False
 
@@ -411,6 +429,7 @@ class Broker:
             config=ReplicationConfig(replica_lag_time_max_ms=self.config.replica_lag_time_max_ms),
         )
         self.data.replicas = rm
+        self.metrics.register_reassignment_throttle(rm.inbound_throttle, rm.outbound_throttle)
         return rm
 
     def on_partitions_changed(self, image: MetadataImage, changes: PartitionChanges) -> None:

@@ -10,6 +10,8 @@ Replicated partitions (those the replica manager holds, ``self.replicas``) diffe
 the leader appends, stamping its leader epoch; the replica manager moves the HW;
 acks=all waits until the HW passes the batch; fetches with ``replica_id >= 0`` come from
 followers, whose fetch offset is their log end offset, and may read up to the leader's.
+A follower being added by a reassignment reads under the broker's outbound reassignment
+quota (replication/throttle.py): while it is in debt, those partitions send nothing.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from logmq.broker.request_fields import InvalidRequestError, req_int, req_list, 
 from logmq.errors import ErrorCode, LogMQError
 from logmq.net.codec import Request
 from logmq.net.server import Reply
+from logmq.replication.throttle import configured_rate
 from logmq.storage import batch as b
 
 if TYPE_CHECKING:
@@ -386,6 +389,9 @@ class DataApi:
 
         It reads up to the leader's log end offset (not the HW) and learns the HW from the
         answer, so the response also returns early when an HW it would carry changes.
+        Partitions the follower is being added to (a reassignment) are throttled: held
+        back while the outbound quota is in debt, the long poll then waking when it
+        allows more; the bytes sent for them are charged as the response goes out.
         """
         rm = self.replicas
         errors: dict[tuple[str, int], ErrorCode] = {}
@@ -408,24 +414,82 @@ class DataApi:
         loop = self._loop()
         deadline = loop.time() + max_wait_ms / 1000
         tps = [(name, p[0]) for name, parts in wanted for p in parts]
+        throttled = self._reassignment_reads(replica_id, wanted, loop.time())
         first_hws: dict[tuple[str, int], int] | None = None
         while True:
-            topics, tail, total, hws = self._read_for_follower(wanted, max_bytes, errors)
+            topics, tail, total, hws, held = self._read_for_follower(
+                wanted, max_bytes, errors, throttled
+            )
             if first_hws is None:
                 first_hws = hws
-            remaining = deadline - loop.time()
+            now = loop.time()
+            remaining = deadline - now
             if total >= min_bytes or errors or moved or remaining <= 0 or hws != first_hws:
-                return Reply({"error": 0, "topics": topics}, tail)
-            if not await self.b.waiters.wait(tps, remaining):
-                topics, tail, _, _ = self._read_for_follower(wanted, max_bytes, errors)
-                return Reply({"error": 0, "topics": topics}, tail)
+                return self._follower_reply(topics, tail, throttled, held)
+            wait = remaining
+            if held:  # the quota allows more before the deadline: read again then
+                assert rm is not None
+                wait = min(remaining, max(rm.outbound_throttle.wait_time(now), 0.001))
+            if not await self.b.waiters.wait(tps, wait) and (not held or wait >= remaining):
+                topics, tail, _, _, held = self._read_for_follower(
+                    wanted, max_bytes, errors, throttled
+                )
+                return self._follower_reply(topics, tail, throttled, held)
 
-    def _read_for_follower(self, wanted, max_bytes: int, errors: dict) -> tuple:
+    def _reassignment_reads(
+        self, replica_id: int, wanted, now: float
+    ) -> dict[tuple[str, int], int]:
+        """The partitions this follower is being added to, while a throttle is set.
+
+        Maps each to 0: ``_read_for_follower`` fills in the bytes it read for them.
+        """
+        rm = self.replicas
+        if rm is None:
+            return {}
+        image = rm.image
+        quota = rm.outbound_throttle
+        quota.set_rate(configured_rate(image), now)
+        if not quota.limited or image is None:
+            return {}
+        throttled = {}
+        for name, parts in wanted:
+            for partition, *_ in parts:
+                part = image.partition(name, partition)
+                if part is not None and replica_id in part.adding_replicas:
+                    throttled[(name, partition)] = 0
+        return throttled
+
+    def _follower_reply(
+        self, topics: list, tail: list, throttled: dict[tuple[str, int], int], held: int
+    ) -> Reply:
+        rm = self.replicas
+        if throttled and rm is not None:
+            quota = rm.outbound_throttle
+            quota.charge(sum(throttled.values()), self._loop().time())
+            if held:
+                quota.held_back(held)
+        return Reply({"error": 0, "topics": topics}, tail)
+
+    def _read_for_follower(
+        self, wanted, max_bytes: int, errors: dict, throttled: dict[tuple[str, int], int]
+    ) -> tuple:
+        """Read what the follower asked for; returns (topics, tail, total, hws, held).
+
+        Throttled partitions share the outbound quota's allowance (whole batches, so the
+        last may overdraw it); ``held`` counts those left out because nothing was left.
+        """
         topics = []
         tail: list[Any] = []
         total = 0
         budget = max_bytes
         hws: dict[tuple[str, int], int] = {}
+        held = 0
+        allowance: int | None = None
+        rm = self.replicas
+        if throttled and rm is not None:
+            for key in throttled:  # what this read sends, should it be the answer
+                throttled[key] = 0
+            allowance = rm.outbound_throttle.allowance(self._loop().time())
         for name, parts in wanted:
             results = []
             for partition, offset, pmax, _ in parts:
@@ -446,16 +510,27 @@ class DataApi:
                     )
                     continue
                 assert plog is not None
-                hw = hws[(name, partition)] = plog.high_watermark
+                key = (name, partition)
+                hw = hws[key] = plog.high_watermark
                 size = 0
                 limit = min(pmax, budget)
-                if offset < plog.log_end_offset and (limit > 0 or total == 0):
+                quota_left = allowance if key in throttled else None
+                if quota_left is not None and offset < plog.log_end_offset:
+                    if quota_left <= 0:
+                        held += 1
+                        limit = -1  # nothing this round: the HW etc. still go back
+                    else:
+                        limit = min(limit, quota_left)
+                if offset < plog.log_end_offset and (limit > 0 or (total == 0 and limit == 0)):
                     region = plog.read(offset, max(limit, 1))
                     if region is not None and region.length > 0:
                         size = region.length
                         tail.append(region)
                         total += size
                         budget = max(0, budget - size)
+                if quota_left is not None:
+                    throttled[key] = size
+                    allowance = quota_left - size
                 results.append(
                     {
                         "partition": partition,
@@ -466,7 +541,7 @@ class DataApi:
                     }
                 )
             topics.append({"topic": name, "partitions": results})
-        return topics, tail, total, hws
+        return topics, tail, total, hws, held
 
     # -- OffsetsForLeaderEpoch ----------------------------------------------------------
     async def offsets_for_leader_epoch(self, req: Request) -> Reply:

@@ -13,10 +13,11 @@ import logging
 from collections.abc import Callable, Iterable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from logmq.net.codec import ApiKey
+from logmq.replication.throttle import ReassignmentQuota
 
 log = logging.getLogger("logmq.metrics")
 
@@ -72,6 +73,37 @@ class _PartitionCollector:
         yield size
 
 
+class _ReassignmentThrottleCollector:
+    """Reads the reassignment quotas' counters at scrape time (they count, not us)."""
+
+    def __init__(self, quotas: dict[str, ReassignmentQuota]):
+        self._quotas = quotas
+
+    def collect(self):
+        moved = CounterMetricFamily(
+            "logmq_reassignment_throttled_bytes",
+            "Reassignment bytes moved under the throttle, per direction",
+            labels=["direction"],
+        )
+        delays = CounterMetricFamily(
+            "logmq_reassignment_throttle_delays",
+            "Partition fetches held back because the reassignment throttle was in debt",
+            labels=["direction"],
+        )
+        rate = GaugeMetricFamily(
+            "logmq_reassignment_throttle_rate_bytes",
+            "Reassignment throttle in bytes/s per direction (0: none)",
+            labels=["direction"],
+        )
+        for direction, quota in self._quotas.items():
+            moved.add_metric([direction], quota.bytes)
+            delays.add_metric([direction], quota.delays)
+            rate.add_metric([direction], quota.rate or 0)
+        yield moved
+        yield delays
+        yield rate
+
+
 class BrokerMetrics:
     def __init__(
         self,
@@ -121,6 +153,15 @@ class BrokerMetrics:
             "Members of the consumer groups this broker coordinates",
             registry=self.registry,
         ).set_function(lambda: stats()[1])
+
+    # -- reassignment ---------------------------------------------------------------------
+    def register_reassignment_throttle(
+        self, inbound: ReassignmentQuota, outbound: ReassignmentQuota
+    ) -> None:
+        """Counters of the replica manager's reassignment quotas (replication/throttle.py)."""
+        self.registry.register(
+            _ReassignmentThrottleCollector({"inbound": inbound, "outbound": outbound})
+        )
 
     def offsets_committed(self, partitions: int) -> None:
         self._offset_commits.inc(partitions)

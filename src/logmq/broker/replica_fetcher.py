@@ -7,18 +7,26 @@ round carries all of them with this broker's replica id and the current leader e
 and the batches that come back are appended as they are. Partitions whose leader
 refused (NOT_LEADER, FENCED/UNKNOWN_LEADER_EPOCH) back off until the metadata moves
 them; a lost connection is reopened after a backoff.
+
+Reassignment throttle: partitions this broker is being added to (``adding_replicas``
+in the latest metadata image) share the broker's inbound quota (replication/throttle.py,
+``reassignment.throttled.rate``). Each round they ask for no more than the quota allows
+and are left out while it is in debt; the bytes that arrive for them are charged after
+the response. Other partitions keep fetching at full speed in the same requests.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from logmq.client.connection import BrokerConnection
 from logmq.errors import ErrorCode, LogMQError
 from logmq.net.codec import ApiKey
+from logmq.replication.throttle import configured_rate
 
 if TYPE_CHECKING:
     from logmq.broker.replica_manager import ReplicaManager
@@ -114,16 +122,20 @@ class ReplicaFetcher:
                 }
                 if asks:
                     await self._ask(conn, asks)
+                now = loop.time()
                 fetches = {
                     k: p
                     for k, p in self.partitions.items()
-                    if p.ask_epoch is None and p.offset >= 0 and p.retry_at <= loop.time()
+                    if p.ask_epoch is None and p.offset >= 0 and p.retry_at <= now
                 }
-                if fetches:
-                    await self._fetch(conn, fetches)
+                limits, throttled, rate_wait = self._limits(fetches, now)
+                if limits:
+                    await self._fetch(conn, fetches, limits, throttled, rate_wait)
                 elif not asks:
-                    later = [p.retry_at for p in self.partitions.values() if p.retry_at > now]
-                    await self._idle(max(min(later) - now, 0.001) if later else backoff)
+                    waits = [p.retry_at - now for p in self.partitions.values() if p.retry_at > now]
+                    if rate_wait is not None:  # only throttled partitions: wait for the rate
+                        waits.append(min(rate_wait, self.config.max_wait_ms / 1000))
+                    await self._idle(max(min(waits), 0.001) if waits else backoff)
             except asyncio.CancelledError:
                 raise
             except (LogMQError, OSError) as e:
@@ -173,24 +185,76 @@ class ReplicaFetcher:
                     r.get("end_offset", -1),
                 )
 
+    def _limits(
+        self, fetches: dict[TopicPartition, _Partition], now: float
+    ) -> tuple[dict[TopicPartition, int], set[TopicPartition], float | None]:
+        """Max bytes per partition for this round, the throttled partitions among them,
+        and (when some were left out for the inbound quota) how long until it allows more.
+        """
+        pmax = self.config.partition_max_bytes
+        quota = self.manager.inbound_throttle
+        image = self.manager.image
+        quota.set_rate(configured_rate(image), now)
+        if not quota.limited or not fetches or image is None:
+            return dict.fromkeys(fetches, pmax), set(), None
+        me = self.manager.broker_id
+        throttled = set()
+        for key in fetches:
+            part = image.partition(*key)
+            if part is not None and me in part.adding_replicas:
+                throttled.add(key)
+        limits = {k: pmax for k in fetches if k not in throttled}
+        if not throttled:
+            return limits, throttled, None
+        allowance = quota.allowance(now) or 0
+        if allowance <= 0:
+            quota.held_back(len(throttled))
+            return limits, set(), quota.wait_time(now)
+        share = max(1, min(pmax, allowance // len(throttled)))  # the leader sends whole batches
+        for key in throttled:
+            limits[key] = share
+        return limits, throttled, None
+
     async def _fetch(
-        self, conn: BrokerConnection, fetches: dict[TopicPartition, _Partition]
+        self,
+        conn: BrokerConnection,
+        fetches: dict[TopicPartition, _Partition],
+        limits: dict[TopicPartition, int],
+        throttled: set[TopicPartition],
+        rate_wait: float | None,
     ) -> None:
         cfg = self.config
+        max_wait_ms = cfg.max_wait_ms
+        if rate_wait is not None:
+            # Throttled partitions sit this round out: do not let a long poll on the
+            # others keep them waiting past the moment the quota allows them again.
+            max_wait_ms = min(max_wait_ms, math.ceil(rate_wait * 1000))
         body = {
             "replica_id": self.manager.broker_id,
-            "max_wait_ms": cfg.max_wait_ms,
+            "max_wait_ms": max_wait_ms,
             "min_bytes": 1,
             "max_bytes": cfg.max_bytes,
             "isolation_level": 0,
-            "topics": _by_topic(fetches, self._fetch_entry),
+            "topics": _by_topic(
+                {k: fetches[k] for k in limits},
+                lambda partition, p, topic: _fetch_entry(partition, p, limits[(topic, partition)]),
+            ),
         }
         resp = await conn.request(
-            ApiKey.FETCH, body, timeout=(cfg.max_wait_ms + cfg.request_timeout_ms) / 1000
+            ApiKey.FETCH, body, timeout=(max_wait_ms + cfg.request_timeout_ms) / 1000
         )
         tail = resp.tail
         pos = 0
-        retry_at = asyncio.get_running_loop().time() + cfg.backoff_ms / 1000
+        loop = asyncio.get_running_loop()
+        retry_at = loop.time() + cfg.backoff_ms / 1000
+        if throttled:
+            quota = self.manager.inbound_throttle
+            charged = 0
+            for t in resp.body.get("topics", []):
+                for r in t.get("partitions", []):
+                    if (t["topic"], r["partition"]) in throttled:
+                        charged += r.get("size", 0)
+            quota.charge(charged, loop.time())
         for t in resp.body.get("topics", []):
             for r in t.get("partitions", []):
                 size = r.get("size", 0)
@@ -217,16 +281,17 @@ class ReplicaFetcher:
                     log.debug("fetch %s-%d from %d: %s", *key, self.leader, error.name)
                     p.retry_at = retry_at
 
-    def _fetch_entry(self, partition: int, p: _Partition) -> dict:
-        return {
-            "partition": partition,
-            "fetch_offset": p.offset,
-            "partition_max_bytes": self.config.partition_max_bytes,
-            "current_leader_epoch": p.leader_epoch,
-        }
+
+def _fetch_entry(partition: int, p: _Partition, max_bytes: int) -> dict:
+    return {
+        "partition": partition,
+        "fetch_offset": p.offset,
+        "partition_max_bytes": max_bytes,
+        "current_leader_epoch": p.leader_epoch,
+    }
 
 
-def _ask_entry(partition: int, p: _Partition) -> dict:
+def _ask_entry(partition: int, p: _Partition, topic: str) -> dict:
     return {
         "partition": partition,
         "current_leader_epoch": p.leader_epoch,
@@ -237,5 +302,5 @@ def _ask_entry(partition: int, p: _Partition) -> dict:
 def _by_topic(parts: dict[TopicPartition, _Partition], entry) -> list[dict]:
     topics: dict[str, list[dict]] = {}
     for (topic, partition), p in parts.items():
-        topics.setdefault(topic, []).append(entry(partition, p))
+        topics.setdefault(topic, []).append(entry(partition, p, topic))
     return [{"topic": t, "partitions": ps} for t, ps in topics.items()]

@@ -41,11 +41,12 @@ from logmq.replication.partition_replica import (
     StartFetching,
     TruncateTo,
 )
+from logmq.replication.throttle import ReassignmentQuota
 from logmq.storage import batch as b
 
 if TYPE_CHECKING:
     from logmq.broker.fetch_waiter import FetchWaiters
-    from logmq.cluster.metadata_image import LocalReplicaChanges
+    from logmq.cluster.metadata_image import LocalReplicaChanges, MetadataImage
     from logmq.storage.log_manager import LogManager
     from logmq.storage.partition_log import PartitionLog
 
@@ -150,6 +151,11 @@ class ReplicaManager:
         self._tasks: set[asyncio.Task] = set()
         self._tick_task: asyncio.Task | None = None
         self._stopped = False
+        # Reassignment throttle (replication/throttle.py): the fetchers read the rate
+        # and who is being added from the latest image; one quota per direction.
+        self.image: MetadataImage | None = None
+        self.inbound_throttle = ReassignmentQuota()
+        self.outbound_throttle = ReassignmentQuota()
 
     # -- lifecycle ---------------------------------------------------------------------
 
@@ -198,6 +204,7 @@ class ReplicaManager:
 
     def on_partitions_changed(self, image: object, changes: LocalReplicaChanges) -> None:
         """The MetadataPublisher listener (broker/metadata_publisher.py); after the logs'."""
+        self.image = image  # type: ignore[assignment]
         for change in changes_from_local(changes):
             try:
                 self._apply(change)

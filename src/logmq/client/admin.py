@@ -1,4 +1,4 @@
-"""AsyncAdmin: topics, configs, offsets and consumer groups.
+"""AsyncAdmin: topics, configs, offsets, consumer groups and partition reassignment.
 
 Each call is one request (routed to the controller when the cluster names one, else any
 broker); per-topic errors are raised as the matching ``errors.*`` exception after the
@@ -7,14 +7,15 @@ whole response is read, so a batch call reports the first failure by name.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from logmq.client import group_admin
+from logmq.client import group_admin, reassignment_admin
 from logmq.client.cluster import ClusterClient, PartitionInfo, TopicPartition
 from logmq.client.group_admin import GroupDescription, GroupListing
 from logmq.client.group_offsets import OffsetAndMetadata
+from logmq.client.reassignment_admin import LogDirPartition, ReassignmentListing
 from logmq.errors import ErrorCode, LogMQError, error_for
 from logmq.net.codec import ApiKey, Response
 
@@ -36,6 +37,8 @@ class PartitionDescription:
     isr: list[int]
     log_start_offset: int
     log_end_offset: int  # the high watermark: the offset the next record will get
+    adding_replicas: list[int] = field(default_factory=list)  # non-empty while moving
+    removing_replicas: list[int] = field(default_factory=list)
 
 
 @dataclass(slots=True, frozen=True)
@@ -218,11 +221,84 @@ class AsyncAdmin:
                         p.isr,
                         starts[(name, p.partition)][0],
                         ends[(name, p.partition)][0],
+                        p.adding_replicas,
+                        p.removing_replicas,
                     )
                     for p in ps
                 ],
             )
         return out
+
+    # -- partition reassignment (client/reassignment_admin.py) ----------------------
+    async def alter_partition_reassignments(
+        self,
+        moves: Mapping[TopicPartition, Sequence[int] | None],
+        *,
+        throttle_bytes_per_sec: int | None = None,
+    ) -> None:
+        """Move partitions to ``{(topic, partition): target replicas}``; ``None`` as the
+        target cancels that partition's move (back to its original replicas).
+
+        All or nothing: ReassignmentError (``.partitions`` names each refused partition)
+        and nothing started. ``throttle_bytes_per_sec`` limits reassignment traffic per
+        broker (None: unchanged, 0: removed); the controller removes it once no move is
+        left. Returns once the moves are started; ``list_partition_reassignments`` and
+        ``describe_log_dirs`` follow their progress.
+        """
+        body = reassignment_admin.alter_body(moves, throttle_bytes_per_sec)
+        resp = await self._controller_request(ApiKey.ALTER_PARTITION_REASSIGNMENTS, body)
+        reassignment_admin.check_alter_response(resp.body)
+        topics = sorted({e["topic"] for e in body["partitions"]})
+        if topics:
+            await self._cluster.refresh_metadata(topics)
+
+    async def set_reassignment_throttle(self, rate: int) -> None:
+        """Bytes/s per broker for reassignment traffic; 0 removes the throttle.
+
+        It applies while moves run: the controller drops it when the last move ends (at
+        once if nothing is moving), so start moves with ``throttle_bytes_per_sec``.
+        """
+        await self.alter_partition_reassignments({}, throttle_bytes_per_sec=rate)
+
+    async def list_partition_reassignments(
+        self, partitions: Iterable[TopicPartition] | None = None
+    ) -> ReassignmentListing:
+        """The partitions moving now (of ``partitions``, or all) and the throttle."""
+        body = {"partitions": reassignment_admin.partitions_filter(partitions)}
+        resp = await self._controller_request(ApiKey.LIST_PARTITION_REASSIGNMENTS, body)
+        return reassignment_admin.parse_listing(resp.body)
+
+    async def describe_log_dirs(
+        self, broker_id: int, partitions: Iterable[TopicPartition] | None = None
+    ) -> dict[TopicPartition, LogDirPartition]:
+        """Broker ``broker_id``'s own copies: size on disk, log start and end offsets.
+
+        Partitions without a copy on that broker are left out.
+        """
+        body = {"partitions": reassignment_admin.partitions_filter(partitions)}
+        resp = await self._cluster.request_node(broker_id, ApiKey.DESCRIBE_LOG_DIRS, body)
+        return reassignment_admin.parse_log_dirs(resp.body)
+
+    async def elect_leaders(
+        self, partitions: Iterable[TopicPartition] | None = None, *, unclean: bool = False
+    ) -> dict[TopicPartition, tuple[ErrorCode, str]]:
+        """Move leadership back to each partition's preferred (first) replica, or with
+        ``unclean`` elect any live replica of leaderless partitions (may lose records).
+
+        Returns ``(code, message)`` per partition: NONE when elected, ELECTION_NOT_NEEDED
+        when nothing had to change. Without ``partitions``, only the partitions whose
+        leader changed are listed.
+        """
+        body = {
+            "partitions": reassignment_admin.partitions_filter(partitions),
+            "election_type": 1 if unclean else 0,
+        }
+        resp = await self._controller_request(ApiKey.ELECT_LEADERS, body)
+        results = reassignment_admin.parse_elections(resp.body)
+        elected = sorted({t for (t, _), (code, _) in results.items() if code is ErrorCode.NONE})
+        if elected:
+            await self._cluster.refresh_metadata(elected)
+        return results
 
     # -- configs ------------------------------------------------------------------
     async def describe_configs(

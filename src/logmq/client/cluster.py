@@ -57,6 +57,8 @@ class PartitionInfo:
     replicas: list[int]
     isr: list[int]
     error: ErrorCode = ErrorCode.NONE
+    adding_replicas: list[int] = field(default_factory=list)  # non-empty while moving
+    removing_replicas: list[int] = field(default_factory=list)
 
 
 @dataclass(slots=True, frozen=True)
@@ -101,6 +103,8 @@ class ClusterMetadata:
                     list(p.get("replicas") or []),
                     list(p.get("isr") or []),
                     _code(p.get("error", 0)),
+                    list(p.get("adding_replicas") or []),
+                    list(p.get("removing_replicas") or []),
                 )
                 for p in t.get("partitions") or []
             ]

@@ -527,7 +527,9 @@ class AsyncConsumer(GroupConsumerMixin):
             )
         except LogMQError:
             pass
-        self._spawn_fetchers()
+        # wake idle fetch tasks too: a partition may now lead on a broker whose task
+        # had nothing to fetch and waits for a change
+        self._signal_change()
 
     def _fail_node(self, node: int, err: LogMQError) -> None:
         for tp, st in self._assigned.items():

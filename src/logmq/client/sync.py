@@ -27,7 +27,8 @@ from logmq.client.fetcher import FetchedBatch
 from logmq.client.group_admin import GroupDescription, GroupListing
 from logmq.client.group_offsets import OffsetAndMetadata, OffsetsArg
 from logmq.client.producer import AsyncProducer, BufferFullError
-from logmq.errors import LogMQError
+from logmq.client.reassignment_admin import LogDirPartition, ReassignmentListing
+from logmq.errors import ErrorCode, LogMQError
 from logmq.records import Record, RecordMetadata
 
 T = TypeVar("T")
@@ -426,6 +427,39 @@ class Admin(_Client):
 
     def describe_topics(self, names: Iterable[str]) -> dict[str, TopicDescription]:
         return self._run(self._a.describe_topics(list(names)))
+
+    def alter_partition_reassignments(
+        self,
+        moves: Mapping[TopicPartition, Sequence[int] | None],
+        *,
+        throttle_bytes_per_sec: int | None = None,
+    ) -> None:
+        """Start (target replicas) or cancel (None) moves, all or nothing."""
+        coro = self._a.alter_partition_reassignments(
+            dict(moves), throttle_bytes_per_sec=throttle_bytes_per_sec
+        )
+        self._run(coro)
+
+    def set_reassignment_throttle(self, rate: int) -> None:
+        self._run(self._a.set_reassignment_throttle(rate))
+
+    def list_partition_reassignments(
+        self, partitions: Iterable[TopicPartition] | None = None
+    ) -> ReassignmentListing:
+        parts = None if partitions is None else list(partitions)
+        return self._run(self._a.list_partition_reassignments(parts))
+
+    def describe_log_dirs(
+        self, broker_id: int, partitions: Iterable[TopicPartition] | None = None
+    ) -> dict[TopicPartition, LogDirPartition]:
+        parts = None if partitions is None else list(partitions)
+        return self._run(self._a.describe_log_dirs(broker_id, parts))
+
+    def elect_leaders(
+        self, partitions: Iterable[TopicPartition] | None = None, *, unclean: bool = False
+    ) -> dict[TopicPartition, tuple[ErrorCode, str]]:
+        parts = None if partitions is None else list(partitions)
+        return self._run(self._a.elect_leaders(parts, unclean=unclean))
 
     def describe_configs(
         self, names: Iterable[str], *, resource_type: str = "topic"

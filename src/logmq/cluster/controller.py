@@ -22,6 +22,10 @@ Rules (Kafka's KRaft semantics):
   AlterPartition (ISR changes asked for by leaders) must name the current leader epoch
   and partition epoch, so a request from a deposed leader or based on stale state is
   refused; only active brokers may join an ISR.
+* Reassignment (reassignment.py): a move adds the target replicas, completes once they
+  are all in the ISR (checked after every ISR change and on every tick, so a new
+  controller carries on a move from the committed state), and removes the reassignment
+  throttle when the last move ends.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from logmq.broker.metadata_store import topic_name_error
+from logmq.cluster import reassignment
 from logmq.cluster.controller_api import (
     OK,
     AlterPartitionRequest,
@@ -41,9 +46,13 @@ from logmq.cluster.controller_api import (
     HeartbeatResponse,
     NewTopic,
     ProducerIdsResponse,
+    ReassignmentResult,
     RegistrationResponse,
 )
 from logmq.cluster.metadata_image import (
+    BROKER,
+    CLUSTER_WIDE,
+    REASSIGNMENT_THROTTLE,
     TOPIC,
     MetadataImage,
     PartitionRegistration,
@@ -193,6 +202,7 @@ class Controller:
         if self.config.auto_leader_rebalance and now_ms >= self._next_rebalance_ms:
             self._next_rebalance_ms = now_ms + self.config.leader_rebalance_interval_ms
             records += self.elect_leaders(None).records
+        records += self._finish_reassignments()
         return ControllerResult(records, None)
 
     def _fence(self, broker_id: int) -> list[Record]:
@@ -235,7 +245,7 @@ class Controller:
             change = _change(part, leader, isr, elected=False)
             if change is not None:
                 records.append(change)
-        return self._commit(records)
+        return self._commit(records) + self._finish_reassignments()
 
     # -- elections -----------------------------------------------------------------------------
 
@@ -273,7 +283,9 @@ class Controller:
         for key in keys:
             part = image.partition(*key)
             if part is None:
-                results[key] = ApiResult(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"{key}")
+                results[key] = ApiResult(
+                    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"no partition {key[0]}-{key[1]}"
+                )
                 continue
             if unclean:
                 if part.has_leader:
@@ -524,6 +536,72 @@ class Controller:
         records = self._commit([ProducerIdsBlock(broker_id, start + count)])
         return ControllerResult(records, ProducerIdsResponse(start=start, count=count))
 
+    # -- reassignment ----------------------------------------------------------------------------
+
+    def alter_reassignments(
+        self,
+        moves: Mapping[TopicPartition, Sequence[int] | None],
+        *,
+        throttle: int | None = None,
+    ) -> ControllerResult[ReassignmentResult]:
+        """Start (target replicas) or cancel (None) moves: all of them, or none.
+
+        ``throttle``: bytes/s for reassignment traffic (None: unchanged, 0: removed).
+        """
+        image = self._image
+        results: dict[TopicPartition, ApiResult] = {}
+        if throttle is not None and (type(throttle) is not int or throttle < 0):
+            message = f"the throttle must be a number of bytes/s >= 0, got {throttle!r}"
+            return ControllerResult([], ReassignmentResult(ErrorCode.INVALID_REQUEST, message))
+        for key, target in moves.items():
+            part = image.partition(*key)
+            min_isr = 1
+            if part is not None:
+                min_isr = LogConfig.from_dict(dict(image.topic_config(key[0]))).min_insync_replicas
+            problem = reassignment.check_target(part, key, target, image.brokers, min_isr)
+            results[key] = problem or OK
+        failed = [(key, r) for key, r in results.items() if not r.ok]
+        if failed:
+            message = "; ".join(r.message for _, r in failed) + " (nothing was started)"
+            return ControllerResult([], ReassignmentResult(failed[0][1].error, message, results))
+        records: list[Record] = []
+        for key, target in moves.items():
+            part = image.partition(*key)
+            assert part is not None
+            if target is None:
+                records += self._commit([reassignment.cancel(part, self._image.is_active)])
+            else:
+                change = reassignment.start(part, target)
+                if change is not None:
+                    records += self._commit([change])
+        if throttle is not None and self._image.reassignment_throttle != (throttle or None):
+            value = str(throttle) if throttle > 0 else None
+            records += self._commit(
+                [ConfigRecord(BROKER, CLUSTER_WIDE, REASSIGNMENT_THROTTLE, value)]
+            )
+        records += self._finish_reassignments(list(moves))
+        return ControllerResult(records, ReassignmentResult(partitions=results))
+
+    def _finish_reassignments(self, keys: Iterable[TopicPartition] | None = None) -> list[Record]:
+        """Complete the moves whose target is in sync; drop the throttle once none is left."""
+        image = self._image
+        if keys is None:
+            parts = list(image.reassignments())
+        else:
+            parts = [p for p in (image.partition(*k) for k in keys) if p and p.reassigning]
+        records: list[Record] = []
+        for part in parts:
+            change = reassignment.completion(part, self._image.is_active)
+            if change is not None:
+                records += self._commit([change])
+        if self._image.reassignment_throttle is not None and not any(
+            True for _ in self._image.reassignments()
+        ):
+            records += self._commit(
+                [ConfigRecord(BROKER, CLUSTER_WIDE, REASSIGNMENT_THROTTLE, None)]
+            )
+        return records
+
     # -- ISR changes from leaders --------------------------------------------------------------
 
     def alter_partition(
@@ -575,6 +653,7 @@ class Controller:
         # other request the leader made at the old one (copies, retries), which it counts
         # until then (partition_replica.py, maximal ISR).
         records = self._commit([PartitionChange(req.topic, req.partition, isr=new_isr)])
+        records += self._finish_reassignments([(req.topic, req.partition)])
         return ControllerResult(
             records,
             AlterPartitionResponse(partition=self._image.partition(req.topic, req.partition)),

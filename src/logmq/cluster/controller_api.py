@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
-from logmq.cluster.metadata_image import PartitionRegistration
+from logmq.cluster.metadata_image import PartitionRegistration, TopicPartition
 from logmq.cluster.metadata_records import Record
 from logmq.errors import ErrorCode
 
@@ -103,3 +103,16 @@ class ProducerIdsResponse:
     message: str = ""
     start: int = -1  # ids start .. start+count-1 are this broker's
     count: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class ReassignmentResult:
+    """Started (or cancelled) all, or nothing: ``error`` names the first refusal."""
+
+    error: ErrorCode = ErrorCode.NONE
+    message: str = ""
+    partitions: Mapping[TopicPartition, ApiResult] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return self.error is ErrorCode.NONE

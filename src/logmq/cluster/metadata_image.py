@@ -35,6 +35,9 @@ from logmq.cluster.metadata_records import (
 )
 
 TOPIC = "topic"
+BROKER = "broker"
+CLUSTER_WIDE = ""  # the resource name of cluster-wide broker settings
+REASSIGNMENT_THROTTLE = "reassignment.throttled.rate"  # bytes/s; set while moves run
 TopicPartition = tuple[str, int]
 
 
@@ -64,10 +67,20 @@ class PartitionRegistration:
     partition_epoch: int
     adding_replicas: tuple[int, ...] = ()
     removing_replicas: tuple[int, ...] = ()
+    target_replicas: tuple[int, ...] = ()  # set while a reassignment runs
 
     @property
     def key(self) -> TopicPartition:
         return (self.topic, self.partition)
+
+    @property
+    def reassigning(self) -> bool:
+        return bool(self.target_replicas)
+
+    @property
+    def original_replicas(self) -> tuple[int, ...]:
+        """The replicas before the current reassignment (what a cancel returns to)."""
+        return tuple(r for r in self.replicas if r not in self.adding_replicas)
 
     @property
     def has_leader(self) -> bool:
@@ -91,6 +104,9 @@ class PartitionRegistration:
                 if change.removing_replicas is None
                 else change.removing_replicas
             ),
+            target_replicas=(
+                self.target_replicas if change.target_replicas is None else change.target_replicas
+            ),
         )
 
     def to_record(self) -> PartitionRecord:
@@ -104,6 +120,7 @@ class PartitionRegistration:
             self.partition_epoch,
             self.adding_replicas,
             self.removing_replicas,
+            self.target_replicas,
         )
 
     @classmethod
@@ -118,6 +135,7 @@ class PartitionRegistration:
             r.partition_epoch,
             r.adding_replicas,
             r.removing_replicas,
+            r.target_replicas,
         )
 
 
@@ -160,6 +178,15 @@ class MetadataImage:
 
     def active_brokers(self) -> list[int]:
         return sorted(b for b, reg in self.brokers.items() if not reg.fenced)
+
+    def reassignments(self) -> Iterable[PartitionRegistration]:
+        return (p for p in self.partitions() if p.reassigning)
+
+    @property
+    def reassignment_throttle(self) -> int | None:
+        """Bytes/s allowed for reassignment traffic per broker and direction (None: no limit)."""
+        value = self.configs.get((BROKER, CLUSTER_WIDE), _EMPTY).get(REASSIGNMENT_THROTTLE)
+        return int(value) if value is not None else None
 
     # -- changes -----------------------------------------------------------------------------
 
@@ -412,3 +439,20 @@ def _check_partition(p: PartitionRecord | PartitionRegistration) -> None:
         raise MetadataError(f"{p.topic}-{p.partition}: ISR {p.isr} not within {p.replicas}")
     if p.leader != NO_LEADER and p.leader not in p.isr:
         raise MetadataError(f"{p.topic}-{p.partition}: leader {p.leader} outside ISR {p.isr}")
+    adding, removing, target = p.adding_replicas, p.removing_replicas, p.target_replicas
+    if not target:
+        if adding or removing:
+            raise MetadataError(f"{p.topic}-{p.partition}: adding/removing without a target")
+        return
+    original = tuple(r for r in p.replicas if r not in adding)
+    if (
+        len(set(target)) != len(target)
+        or p.replicas != original + adding
+        or adding != tuple(r for r in target if r not in original)
+        or removing != tuple(r for r in original if r not in target)
+    ):
+        raise MetadataError(
+            f"{p.topic}-{p.partition}: reassignment of {list(original)} to {list(target)} "
+            f"does not match replicas {list(p.replicas)}, adding {list(adding)}, "
+            f"removing {list(removing)}"
+        )

@@ -81,8 +81,10 @@ class TopicRecord:
 class PartitionRecord:
     """The full state of one partition (at creation, and in snapshots).
 
-    ``adding_replicas``/``removing_replicas`` are reserved for reassignment: replicas
-    being copied onto new brokers and those leaving once the copies are in the ISR.
+    A partition being reassigned names its ``target_replicas`` (in the target's order);
+    ``replicas`` is then the original replicas followed by ``adding_replicas`` (those
+    being copied onto new brokers), and ``removing_replicas`` are the originals that
+    leave once every target replica is in the ISR. Not moving: all three are empty.
     """
 
     topic: str
@@ -94,6 +96,7 @@ class PartitionRecord:
     partition_epoch: int
     adding_replicas: tuple[int, ...] = ()
     removing_replicas: tuple[int, ...] = ()
+    target_replicas: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,13 +114,14 @@ class PartitionChange:
     replicas: tuple[int, ...] | None = None
     adding_replicas: tuple[int, ...] | None = None
     removing_replicas: tuple[int, ...] | None = None
+    target_replicas: tuple[int, ...] | None = None  # () ends a reassignment
 
 
 @dataclass(frozen=True, slots=True)
 class ConfigRecord:
     """Set (``value`` is a string) or delete (``value is None``) one config key."""
 
-    resource_type: str  # "topic" (or "broker", reserved)
+    resource_type: str  # "topic", or "broker" with name "" for cluster-wide settings
     resource_name: str
     name: str
     value: str | None
@@ -176,8 +180,8 @@ _KINDS: dict[type, str] = {
     BrokerFenced: "i i",
     BrokerUnfenced: "i i",
     TopicRecord: "s s",
-    PartitionRecord: "s i I I i i i I I",
-    PartitionChange: "s i i? I? I? I? I?",
+    PartitionRecord: "s i I I i i i I I I",
+    PartitionChange: "s i i? I? I? I? I? I?",
     ConfigRecord: "s s s s?",
     RemoveTopic: "s s",
     ProducerIdsBlock: "i i",

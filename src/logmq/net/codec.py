@@ -50,8 +50,12 @@ class ApiKey(IntEnum):
     OFFSET_FOR_LEADER_EPOCH = 23
     DESCRIBE_CONFIGS = 32
     ALTER_CONFIGS = 33
+    DESCRIBE_LOG_DIRS = 35  # a broker about its own logs (broker/reassignment_api.py)
     CREATE_PARTITIONS = 37
     DELETE_GROUPS = 42
+    ELECT_LEADERS = 43  # controller API (broker/reassignment_api.py)
+    ALTER_PARTITION_REASSIGNMENTS = 45  # controller API (broker/reassignment_api.py)
+    LIST_PARTITION_REASSIGNMENTS = 46
     OFFSET_DELETE = 47
     DESCRIBE_QUORUM = 55
     ALTER_PARTITION = 56  # partition leader -> controller: ISR changes (cluster_api)

@@ -1,0 +1,206 @@
+"""Handlers of the APIs that move partitions and their leaders between brokers.
+
+AlterPartitionReassignments (45) and ElectLeaders (43) change metadata: they run on the
+controller (Broker forwards them there) and answer once the change is committed.
+ListPartitionReassignments (46) answers from this broker's metadata image (clients ask
+the controller, whose image is the newest). DescribeLogDirs (35) is answered by each
+broker about its own copies; it is how tools measure the progress of a move.
+
+Request shapes are checked here, so the controller only ever sees well-typed moves; a
+malformed entry fails the whole AlterPartitionReassignments request (it is all or
+nothing) with INVALID_REQUEST. Body schemas are in docs/protocol.md.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from logmq.broker.request_fields import (
+    InvalidRequestError,
+    req_field,
+    req_int,
+    req_list,
+    req_str,
+)
+from logmq.cluster.controller_api import ApiResult
+from logmq.cluster.metadata_image import PartitionRegistration
+from logmq.errors import ErrorCode, LogMQError
+from logmq.net.codec import Request
+from logmq.net.server import Reply
+
+if TYPE_CHECKING:
+    from logmq.broker.broker import Broker
+    from logmq.storage.partition_log import PartitionLog
+
+TopicPartition = tuple[str, int]
+PREFERRED, UNCLEAN = 0, 1  # ElectLeaders election types, as in Kafka
+
+
+def _partition_key(entry: Any) -> TopicPartition:
+    return (req_str(entry, "topic"), req_int(entry, "partition"))
+
+
+def _partition_keys(body: dict[str, Any]) -> list[TopicPartition] | None:
+    """The optional ``partitions: [{"topic", "partition"}]`` filter; None means all."""
+    entries = req_field(body, "partitions", list, None)
+    if entries is None:
+        return None
+    return [_partition_key(e) for e in entries]
+
+
+def _replica_list(entry: Any) -> tuple[int, ...] | None:
+    replicas = req_field(entry, "replicas", list, None)
+    if replicas is None:
+        return None
+    if any(type(r) is not int for r in replicas):
+        raise InvalidRequestError(f"'replicas' must list broker ids (ints), got {replicas!r}")
+    return tuple(replicas)
+
+
+def _result_entry(key: TopicPartition, result: ApiResult) -> dict[str, Any]:
+    return {
+        "topic": key[0],
+        "partition": key[1],
+        "error": int(result.error),
+        "message": result.message or None,
+    }
+
+
+def _reassignment_entry(part: PartitionRegistration) -> dict[str, Any]:
+    return {
+        "topic": part.topic,
+        "partition": part.partition,
+        "replicas": list(part.replicas),
+        "isr": list(part.isr),
+        "leader": part.leader,
+        "adding_replicas": list(part.adding_replicas),
+        "removing_replicas": list(part.removing_replicas),
+        "target_replicas": list(part.target_replicas),
+    }
+
+
+def _log_dir_entry(plog: PartitionLog) -> dict[str, Any]:
+    return {
+        "topic": plog.topic,
+        "partition": plog.partition,
+        "size": plog.size_bytes(),
+        "log_start_offset": plog.log_start_offset,
+        "log_end_offset": plog.log_end_offset,
+    }
+
+
+class ReassignmentApi:
+    def __init__(self, broker: Broker) -> None:
+        self.b = broker
+
+    def _done(self, req: Request, body: dict[str, Any]) -> Reply:
+        """A controller answer; a forwarding broker also gets the metadata offset to await."""
+        if req.body.get("forwarded_by") is not None:
+            body["metadata_offset"] = self.b.image.offset
+        return Reply(body)
+
+    # -- AlterPartitionReassignments (on the controller) --------------------------------
+    async def alter_partition_reassignments(self, req: Request) -> Reply:
+        try:
+            entries = req_list(req.body, "partitions")
+            throttle = req_field(req.body, "throttle_bytes_per_sec", int, None)
+            if throttle is not None and throttle < 0:
+                raise InvalidRequestError(
+                    f"throttle_bytes_per_sec must be >= 0 (0 removes the throttle), got {throttle}"
+                )
+        except InvalidRequestError as e:  # answered in the usual shape: one kind of refusal
+            self.b.metrics.error(req.api_key, e.code)
+            return Reply({"error": int(e.code), "message": str(e), "partitions": []})
+        moves: dict[TopicPartition, tuple[int, ...] | None] = {}
+        checked: list[tuple[TopicPartition, ApiResult]] = []  # in request order
+        refused: list[ApiResult] = []
+        for i, entry in enumerate(entries):
+            key: TopicPartition = ("", -1)  # until the entry names a partition
+            name = f"partitions[{i}]"
+            try:
+                key = _partition_key(entry)
+                name = f"{key[0]}-{key[1]}"
+                if key in moves:
+                    raise InvalidRequestError("named twice in the request")
+                moves[key] = _replica_list(entry)
+                checked.append((key, ApiResult()))
+            except LogMQError as e:
+                refused.append(ApiResult(e.code, f"{name}: {e}"))
+                checked.append((key, refused[-1]))
+        if refused:
+            self.b.metrics.error(req.api_key, ErrorCode.INVALID_REQUEST)
+            out = [_result_entry(k, r) for k, r in checked]
+            message = "; ".join(r.message for r in refused) + " (nothing was started)"
+            body = {"error": int(ErrorCode.INVALID_REQUEST), "message": message, "partitions": out}
+            return self._done(req, body)
+        result = await self.b.quorum.submit(
+            lambda c: c.alter_reassignments(moves, throttle=throttle)
+        )
+        if result.error is not ErrorCode.NONE:
+            self.b.metrics.error(req.api_key, result.error)
+        return self._done(
+            req,
+            {
+                "error": int(result.error),
+                "message": result.message or None,
+                "partitions": [_result_entry(k, r) for k, r in result.partitions.items()],
+            },
+        )
+
+    # -- ListPartitionReassignments -------------------------------------------------------
+    async def list_partition_reassignments(self, req: Request) -> Reply:
+        keys = _partition_keys(req.body)
+        image = self.b.image
+        if keys is None:
+            moving = sorted(image.reassignments(), key=lambda p: p.key)
+        else:
+            parts = (image.partition(*key) for key in dict.fromkeys(keys))
+            moving = [p for p in parts if p is not None and p.reassigning]
+        return Reply(
+            {
+                "error": 0,
+                "throttle_bytes_per_sec": image.reassignment_throttle,
+                "partitions": [_reassignment_entry(p) for p in moving],
+            }
+        )
+
+    # -- DescribeLogDirs (this broker's own logs) -------------------------------------------
+    async def describe_log_dirs(self, req: Request) -> Reply:
+        keys = _partition_keys(req.body)
+        logs = self.b.logs
+        assert logs is not None
+        if keys is None:
+            found = sorted(logs.logs(), key=lambda plog: (plog.topic, plog.partition))
+        else:
+            found = [
+                plog
+                for plog in (self.b.local_log(*key) for key in dict.fromkeys(keys))
+                if plog is not None
+            ]
+        return Reply(
+            {"broker_id": self.b.config.node_id, "partitions": [_log_dir_entry(p) for p in found]}
+        )
+
+    # -- ElectLeaders (on the controller) ---------------------------------------------------
+    async def elect_leaders(self, req: Request) -> Reply:
+        keys = _partition_keys(req.body)
+        election = req_int(req.body, "election_type", PREFERRED)
+        if election not in (PREFERRED, UNCLEAN):
+            raise InvalidRequestError(
+                f"election_type must be {PREFERRED} (preferred) or {UNCLEAN} (unclean), "
+                f"got {election}"
+            )
+        seen: set[TopicPartition] = set()
+        for key in keys or ():
+            if key in seen:
+                raise InvalidRequestError(f"{key[0]}-{key[1]} appears twice in the request")
+            seen.add(key)
+        results = await self.b.quorum.submit(
+            lambda c: c.elect_leaders(keys, unclean=election == UNCLEAN)
+        )
+        for r in results.values():
+            if not r.ok and r.error is not ErrorCode.ELECTION_NOT_NEEDED:
+                self.b.metrics.error(req.api_key, r.error)
+        return self._done(
+            req, {"partitions": [_result_entry(k, r) for k, r in sorted(results.items())]}
+        )
