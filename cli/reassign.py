@@ -228,10 +228,17 @@ def generate_cmd(ctx: CliContext, topics: str, brokers: str, as_json: bool) -> N
         return
     sys.stdout.write(plan.dumps())
     if plan:
-        click.echo("Current assignment (execute it to roll back):", err=True)
-        click.echo(rollback.dumps(), err=True, nl=False)
+        _echo_rollback(rollback)
     else:
         click.echo("Nothing to move: the topics are already balanced over those brokers.", err=True)
+
+
+def _echo_rollback(rollback: ReassignmentPlan) -> None:
+    """The current assignment on stderr; only JSON unless a person reads it, so
+    ``2> rollback.json`` gives a plan file that rolls the move back."""
+    if sys.stderr.isatty():
+        click.echo("Current assignment (execute it to roll back):", err=True)
+    click.echo(rollback.dumps(), err=True, nl=False)
 
 
 async def _generate(
@@ -278,8 +285,7 @@ def execute(ctx: CliContext, plan_file: str, throttle: str | None, as_json: bool
             }
         )
         return
-    click.echo("Current assignment (execute it to roll back):", err=True)
-    click.echo(rollback.dumps(), err=True, nl=False)
+    _echo_rollback(rollback)
     if already:
         click.echo(f"The plan is already running; reassignment traffic {_throttle_text(rate)}.")
         return
