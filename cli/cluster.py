@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -110,18 +111,27 @@ def describe(ctx: CliContext, as_json: bool) -> None:
 # -- moving replicas ---------------------------------------------------------------------------
 
 
+def move_options(command: Callable[..., Any]) -> Callable[..., Any]:
+    """The options of every command that runs a plan: throttle, wait, dry run, save, JSON."""
+    for option in (
+        click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts."),
+        click.option(
+            "--save-plan",
+            type=click.Path(dir_okay=False, writable=True),
+            default=None,
+            help="Also write the plan to this file (for `logmq reassign verify` / `cancel`).",
+        ),
+        click.option("--dry-run", is_flag=True, help="Print the plan; move nothing."),
+        no_wait_option,
+        throttle_option,
+    ):
+        command = option(command)
+    return command
+
+
 @cluster.command("decommission", cls=OneLineErrors)
 @click.argument("broker", type=int)
-@throttle_option
-@no_wait_option
-@click.option("--dry-run", is_flag=True, help="Print the plan; move nothing.")
-@click.option(
-    "--save-plan",
-    type=click.Path(dir_okay=False, writable=True),
-    default=None,
-    help="Also write the plan to this file (for `logmq reassign verify` / `cancel`).",
-)
-@click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
+@move_options
 @click.pass_obj
 @client_errors
 def decommission_cmd(
@@ -163,16 +173,7 @@ async def _decommission(ctx: CliContext, broker: int, run: RunOptions) -> int:
 
 
 @cluster.command("rebalance", cls=OneLineErrors)
-@throttle_option
-@no_wait_option
-@click.option("--dry-run", is_flag=True, help="Print the plan; move nothing.")
-@click.option(
-    "--save-plan",
-    type=click.Path(dir_okay=False, writable=True),
-    default=None,
-    help="Also write the plan to this file (for `logmq reassign verify` / `cancel`).",
-)
-@click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
+@move_options
 @click.pass_obj
 @client_errors
 def rebalance_cmd(
