@@ -128,6 +128,20 @@ def test_bad_plans_start_nothing():
     assert not r.image.partition("u", 0).reassigning
 
 
+def test_the_broker_wide_min_insync_default_counts_too():
+    config = ControllerConfig(
+        session_timeout_ms=1_000,
+        auto_leader_rebalance=False,
+        topic_defaults={"min.insync.replicas": "2"},
+    )
+    r = Recorder(brokers=4, config=config)
+    r.create("t", partitions=1, rf=3)
+    refused = r.run(r.controller.alter_reassignments({T0: [4]}))
+    assert refused.error is ErrorCode.INVALID_REPLICATION_FACTOR
+    r.run(r.controller.alter_configs("t", {"min.insync.replicas": "1"}))
+    assert r.run(r.controller.alter_reassignments({T0: [4]})).ok  # the topic's own wins
+
+
 def test_a_new_controller_finishes_a_move_from_the_committed_image():
     # A move whose ISR change committed without its completion (the controller died
     # between the two) is finished by the next controller on its first tick.

@@ -51,7 +51,7 @@ class AdminApi:
         self.b = broker
 
     def api_list(self) -> list[list[int]]:
-        from logmq.broker.broker import SUPPORTED_APIS
+        from logmq.broker.api_table import SUPPORTED_APIS
 
         return [[int(k), lo, hi] for k, (lo, hi) in sorted(SUPPORTED_APIS.items())]
 

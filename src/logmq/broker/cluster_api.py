@@ -5,8 +5,9 @@ DescribeCluster and DescribeQuorum answer from any broker (its metadata image an
 view of the quorum) for ``logmq cluster describe``. Registration and heartbeats are what
 brokers send the controller over its client port (controller_service.py); a broker that
 is not the controller answers NOT_CONTROLLER and the sender looks for the leader again.
-Body schemas are in docs/protocol.md; the broker side of these calls is in broker.py
-(``allocate_producer_ids``, ``alter_partition``) and controller_service.py.
+Body schemas are in docs/protocol.md; the broker side of these calls is in
+controller_forwarding.py (``allocate_producer_ids``, ``alter_partition``) and
+controller_service.py.
 """
 
 from __future__ import annotations

@@ -21,7 +21,8 @@ Module map: connection (one pipelined socket) + response_reader (sans-IO frame
 splitting into reused buffers), cluster (metadata, routing,
 ListOffsets, group coordinators), accumulator + inflight (sans-IO batching and sequence
 bookkeeping), sender (the producer's I/O task), producer, fetcher (sans-IO response
-decoding), consumer, group_membership (sans-IO KIP-848 member state machine) +
+decoding), consumer + fetch_loop (its fetch tasks) + consumer_positions,
+group_membership (sans-IO KIP-848 member state machine) +
 group_session (its asyncio shell in the consumer), group_offsets (OffsetCommit /
 OffsetFetch), admin + group_admin, sync (blocking wrappers).
 """

@@ -2,7 +2,7 @@
 and the hooks through which a GroupSession (client/group_session.py) adds, pauses and
 drops partitions one by one.
 
-A mixin so that client/consumer.py keeps to fetching and positions; it works on the
+A mixin so that client/consumer.py keeps to positions and polling; it works on the
 consumer's per-partition state (``_assigned``) and never touches fetch internals.
 """
 

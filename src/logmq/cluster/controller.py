@@ -557,7 +557,8 @@ class Controller:
             part = image.partition(*key)
             min_isr = 1
             if part is not None:
-                min_isr = LogConfig.from_dict(dict(image.topic_config(key[0]))).min_insync_replicas
+                configs = {**self.config.topic_defaults, **image.topic_config(key[0])}
+                min_isr = LogConfig.from_dict(configs).min_insync_replicas
             problem = reassignment.check_target(part, key, target, image.brokers, min_isr)
             results[key] = problem or OK
         failed = [(key, r) for key, r in results.items() if not r.ok]

@@ -24,6 +24,9 @@ class ControllerConfig:
     default_replication_factor: int = 1
     auto_leader_rebalance: bool = True
     leader_rebalance_interval_ms: int = 300_000
+    # the controller's broker-wide topic config defaults (--topic-config), under each
+    # topic's own settings when it checks them (e.g. min.insync.replicas of a move)
+    topic_defaults: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,12 +1,11 @@
 """One consumer group as the coordinator sees it: a deterministic state machine.
 
 Members heartbeat (KIP-848 style); the coordinator computes the group's *target
-assignment* with an assignor and walks each member towards its target in safe steps
-(see docs/consumer-groups.md for the protocol and the reconciliation rule):
-
-* a member first gives up what it must lose and keeps the rest, fetching throughout;
-* a partition goes to its new owner only once no other member holds it, i.e. its old
-  owner reported it no longer owns it, left, or was expired.
+assignment* with an assignor and walks each member towards it in safe steps (see
+docs/consumer-groups.md). This module owns membership (join, leave, heartbeat, expiry)
+and the queries; the other concepts of a group are mixed in from their own modules:
+reconciliation.py (target assignment, safe steps), offset_commits.py (commit rules)
+and persistence.py (the records).
 
 No clocks, sockets or tasks here: time arrives as ``now_ms`` and every state change
 leaves records in an outbox (:meth:`ConsumerGroup.take_records`) for the shell to append
@@ -22,7 +21,7 @@ from types import MappingProxyType
 
 from ..errors import ErrorCode
 from .assignors import ASSIGNORS, Assignor, StickyAssignor, TopicPartition, assignor_by_name
-from .codec import GroupRecord, RecordType, decode_key
+from .codec import GroupRecord
 from .model import (
     JOIN_EPOCH,
     LEAVE_EPOCH,
@@ -37,8 +36,10 @@ from .model import (
     MemberOptions,
     MemberState,
 )
-from .offsets import CommittedOffset, OffsetStore
-from .state_records import group_records, load_snapshot, member_keys, member_records
+from .offset_commits import OffsetCommitsMixin
+from .offsets import OffsetStore
+from .persistence import GroupPersistenceMixin
+from .reconciliation import ReconciliationMixin
 
 NO_OPTIONS = MemberOptions()
 
@@ -50,7 +51,7 @@ def _shared(topic_partitions: Mapping[str, int] | None) -> Mapping[str, int]:
     return dict(topic_partitions or {})
 
 
-class ConsumerGroup:
+class ConsumerGroup(ReconciliationMixin, OffsetCommitsMixin, GroupPersistenceMixin):
     """Membership, target assignment, reconciliation and offsets of one group."""
 
     def __init__(
@@ -152,11 +153,6 @@ class ConsumerGroup:
             offsets,
         )
 
-    def take_records(self) -> list[GroupRecord]:
-        """Records produced since the last call; append them as one batch."""
-        records, self._outbox = self._outbox, []
-        return records
-
     # ---- membership ----------------------------------------------------------------
 
     def heartbeat(
@@ -223,84 +219,6 @@ class ConsumerGroup:
         if self._members and self._subscribed_metadata() != self._assigned_metadata:
             self._bump_and_assign()
         self._flush()
-
-    # ---- offsets -------------------------------------------------------------------
-
-    def commit_offsets(
-        self,
-        member_id: str,
-        member_epoch: int,
-        offsets: Mapping[TopicPartition, tuple[int, str]],
-        now_ms: int = 0,
-    ) -> dict[TopicPartition, ErrorCode]:
-        """Commit ``{tp: (offset, metadata)}``; returns an error code per partition.
-
-        Members must commit with their current epoch: a zombie (expired, replaced or
-        behind) is rejected for every partition and nothing is written. Without a member
-        id and with epoch -1 only an empty group accepts commits (manual assignment).
-        Valid partitions are committed even when others in the request are rejected.
-        """
-        error = self._commit_member_error(member_id, member_epoch)
-        if error is not ErrorCode.NONE:
-            return {tp: error for tp in offsets}
-        return self._write_offsets(offsets, now_ms)
-
-    def fetch_offsets(
-        self, partitions: Iterable[TopicPartition] | None = None
-    ) -> dict[TopicPartition, CommittedOffset | None]:
-        return self.offsets.fetch(partitions)
-
-    def alter_offsets(
-        self, offsets: Mapping[TopicPartition, tuple[int, str]], now_ms: int = 0
-    ) -> dict[TopicPartition, ErrorCode]:
-        """Admin reset: only while nobody consumes (else NON_EMPTY_GROUP everywhere)."""
-        if self._members:
-            return {tp: ErrorCode.NON_EMPTY_GROUP for tp in offsets}
-        return self._write_offsets(offsets, now_ms)
-
-    def delete_offsets(self, partitions: Iterable[TopicPartition]) -> ErrorCode:
-        if self._members:
-            return ErrorCode.NON_EMPTY_GROUP
-        self._outbox.extend(self.offsets.delete(partitions))
-        return ErrorCode.NONE
-
-    def delete_topic_offsets(self, topics: Set[str]) -> None:
-        """The topics were deleted: forget their offsets, members or not (as Kafka does)."""
-        doomed = [tp for tp in self.offsets.fetch() if tp[0] in topics]
-        self._outbox.extend(self.offsets.delete(doomed))
-
-    def delete(self) -> ErrorCode:
-        """DeleteGroups: tombstone every record of an empty group; NON_EMPTY_GROUP if not.
-
-        The caller drops the group object afterwards (after taking its records).
-        """
-        if self._members:
-            return ErrorCode.NON_EMPTY_GROUP
-        self._outbox.extend(self.offsets.delete(list(self.offsets.fetch())))
-        self._outbox.extend(GroupRecord(key, None) for key in sorted(self._written))
-        self._written.clear()
-        return ErrorCode.NONE
-
-    # ---- persistence ---------------------------------------------------------------
-
-    def replay(self, records: Iterable[GroupRecord], now_ms: int = 0) -> None:
-        """Rebuild from ``__consumer_offsets`` records of this group (others skipped).
-
-        Order only matters per key (newest wins), so a compacted log works. Sessions
-        are not persisted: every member gets a fresh session from ``now_ms``. A corrupt
-        record raises ValueError and leaves the group unusable: discard it.
-        """
-        for record in records:
-            key = decode_key(record.key)
-            if key.group_id != self.group_id:
-                continue
-            if key.type is RecordType.OFFSET_COMMIT:
-                self.offsets.apply(key, record.value)
-            elif record.value is None:
-                self._written.pop(record.key, None)
-            else:
-                self._written[record.key] = record.value
-        self._rebuild(now_ms)
 
     # ---- heartbeat cases -----------------------------------------------------------
 
@@ -458,60 +376,6 @@ class ConsumerGroup:
         self._reconcile(member, owned, now_ms)
         return self._ok(member)
 
-    # ---- reconciliation ------------------------------------------------------------
-
-    def _reconcile(self, member: Member, owned: Set[TopicPartition] | None, now_ms: int) -> None:
-        """Move ``member`` one safe step towards its target (see module docstring)."""
-        self._dirty.add(member.member_id)
-        target = self._target.get(member.member_id, frozenset())
-        if member.state is MemberState.UNREVOKED_PARTITIONS:
-            # A newer target may want back what is being revoked: nobody else can hold
-            # it yet, so the member simply keeps it.
-            keep = member.pending_revocation & target
-            pending = member.pending_revocation - keep
-            if pending and (owned is None or not owned.isdisjoint(pending)):
-                if keep:
-                    self._set_holdings(member, member.assigned | keep, pending)
-                return  # still owns something it must give up
-            self._set_holdings(member, member.assigned | keep, frozenset())
-            member.revocation_deadline_ms = None
-        if member.member_epoch != self.assignment_epoch:
-            to_revoke = member.assigned - target
-            if to_revoke:
-                self._set_holdings(member, member.assigned & target, to_revoke)
-                member.state = MemberState.UNREVOKED_PARTITIONS
-                member.revocation_deadline_ms = now_ms + self._rebalance_timeout(member)
-                return
-            member.previous_member_epoch = member.member_epoch
-            member.member_epoch = self.assignment_epoch
-        free = frozenset(tp for tp in target - member.assigned if tp not in self._holder)
-        if free:
-            self._set_holdings(member, member.assigned | free, member.pending_revocation)
-        if member.assigned == target:
-            member.state = MemberState.STABLE
-        else:
-            member.state = MemberState.UNRELEASED_PARTITIONS
-
-    def _set_holdings(
-        self,
-        member: Member,
-        assigned: frozenset[TopicPartition],
-        pending: frozenset[TopicPartition],
-    ) -> None:
-        for tp in member.assigned | member.pending_revocation:
-            if self._holder.get(tp) == member.member_id:
-                del self._holder[tp]
-        member.assigned, member.pending_revocation = assigned, pending
-        for tp in assigned | pending:
-            self._holder[tp] = member.member_id
-        self._dirty.add(member.member_id)
-
-    def _remove_member(self, member_id: str) -> None:
-        member = self._members[member_id]
-        self._set_holdings(member, frozenset(), frozenset())
-        del self._members[member_id]
-        self._target.pop(member_id, None)
-
     def _static_member(self, instance_id: str | None) -> Member | None:
         if instance_id is None:
             return None
@@ -524,114 +388,3 @@ class ConsumerGroup:
         while (member_id := self._new_member_id()) in self._members or not member_id:
             pass
         return member_id
-
-    def _subscribed_metadata(self) -> dict[str, int]:
-        topics = set().union(*(m.subscribed_topics for m in self._members.values()))
-        return {
-            t: self._topic_partitions[t]
-            for t in sorted(topics)
-            if self._topic_partitions.get(t, 0) > 0
-        }
-
-    def _bump_and_assign(self) -> None:
-        """Membership, subscriptions or metadata changed: new epoch, new target."""
-        self.group_epoch += 1
-        self._assigned_metadata = self._subscribed_metadata()
-        subscriptions = {mid: m.subscribed_topics for mid, m in self._members.items()}
-        target = self.assignor.assign(subscriptions, self._assigned_metadata, self._target)
-        self._target = {mid: frozenset(target.get(mid, ())) for mid in self._members}
-        self.assignment_epoch = self.group_epoch
-        self._dirty.update(self._members)
-        for member in self._members.values():
-            if member.left_temporarily:
-                # Nobody consumes for it: what moves away is released at once.
-                target = self._target[member.member_id]
-                self._set_holdings(member, member.assigned & target, frozenset())
-
-    # ---- offsets helpers -----------------------------------------------------------
-
-    def _commit_member_error(self, member_id: str, member_epoch: int) -> ErrorCode:
-        if not member_id:
-            if member_epoch < 0 and not self._members:
-                return ErrorCode.NONE
-            return ErrorCode.UNKNOWN_MEMBER_ID
-        member = self._members.get(member_id)
-        if member is None:
-            return ErrorCode.UNKNOWN_MEMBER_ID
-        if member_epoch > member.member_epoch:
-            return ErrorCode.FENCED_MEMBER_EPOCH
-        if member_epoch < member.member_epoch:
-            return ErrorCode.STALE_MEMBER_EPOCH
-        return ErrorCode.NONE
-
-    def _write_offsets(
-        self, offsets: Mapping[TopicPartition, tuple[int, str]], now_ms: int
-    ) -> dict[TopicPartition, ErrorCode]:
-        """Commit the valid partitions, all or none of them if they are too big together."""
-        errors: dict[TopicPartition, ErrorCode] = {}
-        accepted: list[tuple[TopicPartition, CommittedOffset]] = []
-        for tp, (offset, metadata) in offsets.items():
-            topic, partition = tp
-            if not 0 <= partition < self._topic_partitions.get(topic, 0):
-                errors[tp] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-            elif len(metadata.encode()) > self.config.max_metadata_bytes:
-                errors[tp] = ErrorCode.OFFSET_METADATA_TOO_LARGE
-            elif offset < 0:
-                errors[tp] = ErrorCode.INVALID_REQUEST
-            else:
-                accepted.append((tp, CommittedOffset(offset, metadata, now_ms)))
-                errors[tp] = ErrorCode.NONE
-        records = [self.offsets.record(tp, committed) for tp, committed in accepted]
-        size = sum(len(r.key) + len(r.value or b"") for r in records)
-        if size > self.config.max_commit_bytes:
-            return {tp: ErrorCode.INVALID_COMMIT_OFFSET_SIZE for tp in offsets}
-        for tp, committed in accepted:
-            self.offsets.put(tp, committed)
-        self._outbox.extend(records)
-        return errors
-
-    # ---- records -------------------------------------------------------------------
-
-    def _flush(self) -> None:
-        """Emit a record for every persisted value that changed since the last flush."""
-        view = group_records(
-            self.group_id,
-            self.group_epoch,
-            self._assigned_metadata,
-            self.assignment_epoch,
-            self.assignor.name,
-        )
-        gone: list[bytes] = []
-        for member_id in sorted(self._dirty):
-            member = self._members.get(member_id)
-            if member is None:
-                gone += member_keys(self.group_id, member_id)
-            else:
-                target = self._target.get(member_id, frozenset())
-                view.update(member_records(self.group_id, member, target))
-        self._dirty.clear()
-        for key in gone:
-            if self._written.pop(key, None) is not None:
-                self._outbox.append(GroupRecord(key, None))
-        for key, value in view.items():
-            if self._written.get(key) != value:
-                self._written[key] = value
-                self._outbox.append(GroupRecord(key, value))
-
-    def _rebuild(self, now_ms: int) -> None:
-        snapshot = load_snapshot(self._written)
-        if snapshot.assignor is not None and snapshot.assignor != self.assignor.name:
-            self.assignor = assignor_by_name(snapshot.assignor)  # ValueError if unknown
-        self.group_epoch = snapshot.group_epoch
-        self.assignment_epoch = snapshot.assignment_epoch
-        self._assigned_metadata = snapshot.assigned_metadata
-        self._members = snapshot.members
-        self._target = snapshot.target
-        self._holder = {}
-        for member in self._members.values():
-            member.session_deadline_ms = now_ms + self._session_timeout(member)
-            if member.state is MemberState.UNREVOKED_PARTITIONS:
-                member.revocation_deadline_ms = now_ms + self._rebalance_timeout(member)
-            for tp in member.assigned | member.pending_revocation:
-                self._holder[tp] = member.member_id
-        self._dirty.clear()

@@ -1,0 +1,145 @@
+"""The APIs the broker serves: versions, the handler of each key, and how each is scheduled.
+
+One table a newcomer can read to see what a request key does on the broker: which
+handler answers it, whether the controller must run it, whether it needs the offsets
+topic first, and whether the connection may run it concurrently or skip it once its
+client has gone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING
+
+from logmq.net.codec import ApiKey, Request
+from logmq.net.server import Reply
+
+if TYPE_CHECKING:
+    from logmq.broker.broker import Broker
+
+Handler = Callable[[Request], Awaitable[Reply | None]]
+
+# api key -> (min version, max version)
+SUPPORTED_APIS: dict[int, tuple[int, int]] = {
+    ApiKey.PRODUCE: (0, 0),
+    ApiKey.FETCH: (0, 0),
+    ApiKey.LIST_OFFSETS: (0, 0),
+    ApiKey.METADATA: (0, 0),
+    ApiKey.API_VERSIONS: (0, 0),
+    ApiKey.CREATE_TOPICS: (0, 0),
+    ApiKey.DELETE_TOPICS: (0, 0),
+    ApiKey.INIT_PRODUCER_ID: (0, 0),
+    ApiKey.DESCRIBE_CONFIGS: (0, 0),
+    ApiKey.ALTER_CONFIGS: (0, 0),
+    ApiKey.CREATE_PARTITIONS: (0, 0),
+    ApiKey.FIND_COORDINATOR: (0, 0),
+    ApiKey.CONSUMER_GROUP_HEARTBEAT: (0, 0),
+    ApiKey.OFFSET_COMMIT: (0, 0),
+    ApiKey.OFFSET_FETCH: (0, 0),
+    ApiKey.LIST_GROUPS: (0, 0),
+    ApiKey.CONSUMER_GROUP_DESCRIBE: (0, 0),
+    ApiKey.DELETE_GROUPS: (0, 0),
+    ApiKey.OFFSET_DELETE: (0, 0),
+    ApiKey.OFFSET_FOR_LEADER_EPOCH: (0, 0),
+    ApiKey.DESCRIBE_CLUSTER: (0, 0),
+    ApiKey.DESCRIBE_QUORUM: (0, 0),
+    ApiKey.BROKER_REGISTRATION: (0, 0),
+    ApiKey.BROKER_HEARTBEAT: (0, 0),
+    ApiKey.ALLOCATE_PRODUCER_IDS: (0, 0),
+    ApiKey.ALTER_PARTITION: (0, 0),
+    ApiKey.DESCRIBE_LOG_DIRS: (0, 0),
+    ApiKey.ELECT_LEADERS: (0, 0),
+    ApiKey.ALTER_PARTITION_REASSIGNMENTS: (0, 0),
+    ApiKey.LIST_PARTITION_REASSIGNMENTS: (0, 0),
+}
+
+# metadata changes: run by the controller; other brokers forward them to it
+CONTROLLER_APIS = frozenset(
+    {
+        ApiKey.CREATE_TOPICS,
+        ApiKey.DELETE_TOPICS,
+        ApiKey.ALTER_CONFIGS,
+        ApiKey.CREATE_PARTITIONS,
+        ApiKey.ELECT_LEADERS,
+        ApiKey.ALTER_PARTITION_REASSIGNMENTS,
+    }
+)
+# group requests need __consumer_offsets: the first one creates it
+GROUP_APIS = frozenset(
+    {
+        ApiKey.FIND_COORDINATOR,
+        ApiKey.CONSUMER_GROUP_HEARTBEAT,
+        ApiKey.OFFSET_COMMIT,
+        ApiKey.OFFSET_FETCH,
+        ApiKey.LIST_GROUPS,
+        ApiKey.CONSUMER_GROUP_DESCRIBE,
+        ApiKey.DELETE_GROUPS,
+        ApiKey.OFFSET_DELETE,
+    }
+)
+
+# requests without side effects: skipped when their client has already gone away
+# (not Metadata: it may auto-create topics)
+READ_ONLY_APIS = frozenset(
+    {
+        ApiKey.FETCH,
+        ApiKey.LIST_OFFSETS,
+        ApiKey.API_VERSIONS,
+        ApiKey.DESCRIBE_CONFIGS,
+        ApiKey.OFFSET_FETCH,
+        ApiKey.LIST_GROUPS,
+        ApiKey.CONSUMER_GROUP_DESCRIBE,
+        ApiKey.DESCRIBE_CLUSTER,
+        ApiKey.DESCRIBE_QUORUM,
+        ApiKey.DESCRIBE_LOG_DIRS,
+        ApiKey.LIST_PARTITION_REASSIGNMENTS,
+    }
+)
+
+# requests that may start while earlier ones of their connection still run: they wait
+# on durability (fsync), and each enqueues its work before its first await, so they
+# still take effect in arrival order (see DataApi.produce and group_api)
+CONCURRENT_APIS = frozenset(
+    {
+        ApiKey.PRODUCE,
+        ApiKey.OFFSET_COMMIT,
+        ApiKey.OFFSET_FETCH,
+        ApiKey.CONSUMER_GROUP_HEARTBEAT,
+    }
+)
+
+
+def handler_table(b: Broker) -> dict[int, Handler]:
+    """api key -> the method of the broker's API objects that answers it."""
+    return {
+        ApiKey.API_VERSIONS: b.admin.api_versions,
+        ApiKey.METADATA: b.admin.metadata,
+        ApiKey.CREATE_TOPICS: b.admin.create_topics,
+        ApiKey.DELETE_TOPICS: b.admin.delete_topics,
+        ApiKey.DESCRIBE_CONFIGS: b.admin.describe_configs,
+        ApiKey.ALTER_CONFIGS: b.admin.alter_configs,
+        ApiKey.CREATE_PARTITIONS: b.admin.create_partitions,
+        ApiKey.INIT_PRODUCER_ID: b.admin.init_producer_id,
+        ApiKey.PRODUCE: b.data.produce,
+        ApiKey.FETCH: b.data.fetch,
+        ApiKey.LIST_OFFSETS: b.data.list_offsets,
+        ApiKey.FIND_COORDINATOR: b.group_api.find_coordinator,
+        ApiKey.CONSUMER_GROUP_HEARTBEAT: b.group_api.consumer_group_heartbeat,
+        ApiKey.OFFSET_COMMIT: b.group_api.offset_commit,
+        ApiKey.OFFSET_FETCH: b.group_api.offset_fetch,
+        ApiKey.LIST_GROUPS: b.group_api.list_groups,
+        ApiKey.CONSUMER_GROUP_DESCRIBE: b.group_api.consumer_group_describe,
+        ApiKey.DELETE_GROUPS: b.group_api.delete_groups,
+        ApiKey.OFFSET_DELETE: b.group_api.offset_delete,
+        ApiKey.OFFSET_FOR_LEADER_EPOCH: b.data.offsets_for_leader_epoch,
+        ApiKey.DESCRIBE_CLUSTER: b.cluster_api.describe_cluster,
+        ApiKey.DESCRIBE_QUORUM: b.cluster_api.describe_quorum,
+        ApiKey.BROKER_REGISTRATION: b.cluster_api.broker_registration,
+        ApiKey.BROKER_HEARTBEAT: b.cluster_api.broker_heartbeat,
+        ApiKey.ALLOCATE_PRODUCER_IDS: b.cluster_api.allocate_producer_ids,
+        ApiKey.ALTER_PARTITION: b.cluster_api.alter_partition,
+        ApiKey.DESCRIBE_LOG_DIRS: b.reassignment_api.describe_log_dirs,
+        ApiKey.ELECT_LEADERS: b.reassignment_api.elect_leaders,
+        ApiKey.ALTER_PARTITION_REASSIGNMENTS: b.reassignment_api.alter_partition_reassignments,
+        ApiKey.LIST_PARTITION_REASSIGNMENTS: b.reassignment_api.list_partition_reassignments,
+    }

@@ -1,0 +1,101 @@
+"""Topics the broker creates by itself: auto-created on first use, and internal ``__`` ones.
+
+A Kafka user expects producing to (or asking metadata for) an unknown topic to create it
+when ``auto_create_topics`` is on, and the group coordinator needs ``__consumer_offsets``.
+Creation is a metadata change, so it runs on the controller (forwarded if need be).
+Synchronous callers cannot wait for that: ``*_soon`` starts it in a background task this
+class owns (at most one per topic name) and ``stop`` cancels what is still running.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import TYPE_CHECKING, Any
+
+from logmq.broker.metadata_store import TopicInfo, topic_name_error
+from logmq.errors import ErrorCode, LogMQError
+from logmq.net.codec import ApiKey
+from logmq.storage.config import LogConfig
+
+if TYPE_CHECKING:
+    from logmq.broker.broker import Broker
+
+log = logging.getLogger("logmq.broker")
+
+
+class TopicCreator:
+    def __init__(self, broker: Broker) -> None:
+        self.b = broker
+        self._background: set[asyncio.Task[Any]] = set()
+        self._creating: set[str] = set()
+
+    def stop(self) -> None:
+        """Cancel the creations still running (the broker is shutting down)."""
+        for task in list(self._background):
+            task.cancel()
+
+    def _spawn(self, coro: Any, name: str) -> None:
+        task = asyncio.get_running_loop().create_task(coro, name=name)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    def create_topic_soon(self, name: str, body: dict[str, Any]) -> None:
+        """Ask the controller for a topic in the background (from synchronous paths)."""
+        if name in self._creating:
+            return
+        self._creating.add(name)
+
+        async def create() -> None:
+            try:
+                out = await self.b.run_on_controller(ApiKey.CREATE_TOPICS, {"topics": [body]})
+                for entry in out.get("topics", []):
+                    if entry.get("error") not in (0, int(ErrorCode.TOPIC_ALREADY_EXISTS)):
+                        log.warning("cannot create topic %s: %s", name, entry.get("message"))
+            except LogMQError as e:
+                log.warning("cannot create topic %s: %s", name, e)
+            finally:
+                self._creating.discard(name)
+
+        self._spawn(create(), f"create-{name}")
+
+    def create_internal_topic_soon(
+        self, name: str, partitions: int, configs: dict[str, str] | None = None
+    ) -> None:
+        """For broker subsystems (group coordinator): create a ``__`` topic if missing."""
+        problem = topic_name_error(name)
+        if problem:
+            raise LogMQError(problem, ErrorCode.INVALID_TOPIC_EXCEPTION)
+        cfg = dict(configs or {})
+        LogConfig.from_dict(cfg)
+        rf = max(1, min(3, len(self.b.image.active_brokers())))
+        body = {
+            "topic": name,
+            "partitions": partitions,
+            "replication_factor": rf,
+            "configs": cfg,
+            "internal": True,
+        }
+        self.create_topic_soon(name, body)
+
+    def maybe_auto_create(self, topic: str) -> TopicInfo | None:
+        """Start auto-creating ``topic`` when allowed; None: it does not exist yet."""
+        if not self.b.config.auto_create_topics or topic_name_error(topic):
+            return None
+        if topic.startswith("__"):
+            return None
+        log.info("auto-creating topic %s", topic)
+        self.create_topic_soon(topic, {"topic": topic, "partitions": -1})
+        return None
+
+    async def auto_create(self, topic: str) -> TopicInfo | None:
+        """Auto-create ``topic`` (Metadata with allow_auto_create) and wait for it."""
+        topics = self.b.topics
+        assert topics is not None
+        if not self.b.config.auto_create_topics or topic_name_error(topic):
+            return None
+        if topic.startswith("__"):
+            return None
+        log.info("auto-creating topic %s", topic)
+        await self.b.run_on_controller(ApiKey.CREATE_TOPICS, {"topics": [{"topic": topic}]})
+        return topics.get(topic)
