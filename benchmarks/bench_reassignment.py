@@ -43,10 +43,11 @@ from typing import Any, TypeVar
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.pipelined_produce import pipelined_produce  # noqa: E402
+
 from logmq import AsyncAdmin  # noqa: E402
 from logmq.client.connection import BrokerConnection  # noqa: E402
 from logmq.errors import LogMQError  # noqa: E402
-from logmq.net.codec import ApiKey  # noqa: E402
 from logmq.storage import batch as b  # noqa: E402
 from tests.faults.processes import Cluster  # noqa: E402
 from tests.faults.workload import ensure_topic  # noqa: E402
@@ -150,61 +151,9 @@ async def leader_connection(cluster: Cluster, admin: AsyncAdmin, tp: TP) -> Brok
     return await BrokerConnection.open("127.0.0.1", cluster.node(leader).port)
 
 
-async def produce(
-    conn: BrokerConnection,
-    tp: TP,
-    batch: bytes,
-    *,
-    count: int | None = None,
-    stop: asyncio.Event | None = None,
-    in_flight: int = 8,
-) -> dict:
-    """acks=all Produce of ``batch`` to ``tp``, ``in_flight`` requests pipelined, until
-    ``count`` were sent or ``stop`` is set: throughput and per-request latency."""
-    body = {
-        "acks": -1,
-        "timeout_ms": 30_000,
-        "topics": [{"topic": tp[0], "partitions": [{"partition": tp[1], "size": len(batch)}]}],
-    }
-    done = errors = sent = 0
-    latencies: list[float] = []
-    window = asyncio.Semaphore(in_flight)
-    tasks: set[asyncio.Task] = set()
-
-    async def one() -> None:
-        nonlocal done, errors
-        t0 = time.perf_counter()
-        try:
-            fut = conn.send(ApiKey.PRODUCE, body, [batch])
-            assert fut is not None
-            resp = await fut
-            if resp.body["topics"][0]["partitions"][0]["error"]:
-                errors += 1
-            else:
-                done += 1
-                latencies.append(time.perf_counter() - t0)
-        finally:
-            window.release()
-
-    start = time.perf_counter()
-    while (count is None or sent < count) and (stop is None or not stop.is_set()):
-        await window.acquire()
-        await conn.drain()
-        sent += 1
-        task = asyncio.get_running_loop().create_task(one())
-        tasks.add(task)
-        task.add_done_callback(tasks.discard)
-    await asyncio.gather(*tasks)
-    elapsed = time.perf_counter() - start
-    latencies.sort()
-    return {
-        "seconds": elapsed,
-        "mb_per_sec": done * len(batch) / elapsed / MiB,
-        "requests": done,
-        "errors": errors,
-        "p50_ms": latencies[len(latencies) // 2] * 1000 if latencies else None,
-        "p99_ms": latencies[int(len(latencies) * 0.99)] * 1000 if latencies else None,
-    }
+async def produce(conn: BrokerConnection, tp: TP, batch: bytes, **kwargs: Any) -> dict:
+    """acks=all Produce of ``batch`` to ``tp`` (MiB/s); see pipelined_produce.py."""
+    return await pipelined_produce(conn, tp[0], tp[1], batch, mb=MiB, **kwargs)
 
 
 async def fill(cluster: Cluster, admin: AsyncAdmin, tp: TP, mib: float, batch: bytes) -> int:

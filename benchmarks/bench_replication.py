@@ -37,6 +37,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.pipelined_produce import pipelined_produce  # noqa: E402
+
 from logmq.client.connection import BrokerConnection  # noqa: E402
 from logmq.errors import ErrorCode  # noqa: E402
 from logmq.net.codec import ApiKey  # noqa: E402
@@ -142,51 +144,14 @@ async def produce_load(
     port: int, acks: int, seconds: float, batch: bytes, in_flight: int = 32
 ) -> dict:
     conn = await BrokerConnection.open("127.0.0.1", port)
-    body = {
-        "acks": acks,
-        "timeout_ms": 30_000,
-        "topics": [{"topic": TOPIC, "partitions": [{"partition": 0, "size": len(batch)}]}],
-    }
-    done = 0
-    errors = 0
-    latencies: list[float] = []
-    deadline = time.perf_counter() + seconds
-    window = asyncio.Semaphore(in_flight)
-
-    async def one() -> None:
-        nonlocal done, errors
-        t0 = time.perf_counter()
-        try:
-            fut = conn.send(ApiKey.PRODUCE, body, [batch])
-            assert fut is not None
-            resp = await fut
-            if resp.body["topics"][0]["partitions"][0]["error"]:
-                errors += 1
-            else:
-                done += 1
-                latencies.append(time.perf_counter() - t0)
-        finally:
-            window.release()
-
-    tasks = set()
-    start = time.perf_counter()
-    while time.perf_counter() < deadline:
-        await window.acquire()
-        await conn.drain()
-        t = asyncio.get_running_loop().create_task(one())
-        tasks.add(t)
-        t.add_done_callback(tasks.discard)
-    await asyncio.gather(*tasks)
-    elapsed = time.perf_counter() - start
-    conn.close()
-    latencies.sort()
-    return {
-        "mb_per_sec": done * len(batch) / elapsed / 1e6,
-        "requests": done,
-        "errors": errors,
-        "p50_ms": latencies[len(latencies) // 2] * 1000 if latencies else None,
-        "p99_ms": latencies[int(len(latencies) * 0.99)] * 1000 if latencies else None,
-    }
+    stop = asyncio.Event()
+    asyncio.get_running_loop().call_later(seconds, stop.set)
+    try:
+        return await pipelined_produce(
+            conn, TOPIC, 0, batch, acks=acks, stop=stop, in_flight=in_flight
+        )
+    finally:
+        conn.close()
 
 
 async def bench(args: argparse.Namespace) -> dict:
