@@ -54,20 +54,13 @@ def cluster_args(
     quorum = ",".join(f"{n}@{host}:{p}" for n, (host, p) in sorted(voters.items()))
     others = sorted((n, a) for n, a in (peers or {}).items() if n != node_id)
     dial = ["--peer-addresses", ",".join(f"{n}@{h}:{p}" for n, (h, p) in others)]
-    return [
-        "--node-id",
-        str(node_id),
-        "--host",
-        HOST,
-        "--port",
-        str(port),
-        "--data-dir",
-        str(data_dir),
-        "--quorum-voters",
-        quorum,
-        *(dial if others else []),
-        *extra,
-    ]
+    return standalone_args(
+        node_id,
+        port,
+        voters,
+        data_dir,
+        ["--quorum-voters", quorum, *(dial if others else []), *extra],
+    )
 
 
 def standalone_args(
