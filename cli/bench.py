@@ -308,6 +308,7 @@ async def run_latency(cfg: BenchConfig, warmup: int) -> dict[str, Any]:
             await producer.flush()
 
         received = 0
+        measured_from = start  # when the last warm-up record arrived
         async with asyncio.TaskGroup() as tg:
             producing = tg.create_task(produce())
             idle_since = time.perf_counter()
@@ -322,10 +323,15 @@ async def run_latency(cfg: BenchConfig, warmup: int) -> dict[str, Any]:
                     if received >= warmup:
                         latencies.append(now_ns - STAMP.unpack_from(r.value)[0])
                     received += 1
+                if received - len(recs) < warmup <= received:
+                    measured_from = now_ns / 1e9
                 progress.update(received, received * cfg.record_size)
-        seconds = time.perf_counter() - start
+        seconds = time.perf_counter() - measured_from
     progress.finish(received, received * cfg.record_size)
-    result = throughput(received, received * cfg.record_size, seconds)
+    # Warm-up records count nowhere: not in the latencies, the records or the rates.
+    measured = len(latencies)
+    result = throughput(measured, measured * cfg.record_size, seconds)
+    result["warmup_records"] = min(warmup, received)
     stats = summarize_latencies(latencies)
     result.update(
         p50_ms=round(stats.p50_ms, 3),
@@ -419,6 +425,8 @@ def _run(coro: Coroutine[Any, Any, dict[str, Any]], as_json: bool, label: str) -
         f"{label}: {result['records']:,} records in {result['seconds']:.2f} s = "
         f"{result['records_per_sec']:,.0f} records/s, {result['mb_per_sec']:,.1f} MB/s"
     )
+    if result.get("warmup_records"):
+        line += f" (after {result['warmup_records']:,} warm-up records, not counted)"
     if "p50_ms" in result:
         line += (
             f"; latency p50 {result['p50_ms']:.3f} ms, p99 {result['p99_ms']:.3f} ms, "
@@ -468,7 +476,7 @@ def bench_consume(ctx: CliContext, batches: bool, fetch_bytes: int, **kw: Any) -
     type=click.IntRange(min=0),
     default=1000,
     show_default=True,
-    help="Records sent first and left out of the statistics.",
+    help="Records sent first and left out of every figure (latencies, records, rates).",
 )
 @click.pass_obj
 @client_errors

@@ -77,13 +77,14 @@ def describe(ctx: CliContext, as_json: bool) -> None:
         f"{doc['topics']} topic(s), {doc['partitions']} partition(s)"
     )
     print_table(
-        ["broker", "host", "port", "state", "epoch", "controller"],
+        ["broker", "host", "port", "state", "disk", "epoch", "controller"],
         [
             [
                 b["node_id"],
                 b["host"],
                 b["port"],
                 "fenced" if b["fenced"] else "active",
+                "FULL" if b.get("storage_full") else "ok",  # older brokers do not say
                 b["broker_epoch"],
                 "*" if b["node_id"] == doc["controller_id"] else "",
             ]

@@ -8,14 +8,19 @@ partitions, starts where the group's committed offsets say, and commits what it 
 from __future__ import annotations
 
 import os
+import signal
 import sys
 import time
+from typing import Any
 
 import click
 
 from logmq.client import Admin, Consumer
-from logmq_cli.common import CliContext, client_errors
+from logmq_cli.common import CliContext, client_errors, topic_partitions
 from logmq_cli.output import BYTE_ENCODINGS, format_record
+
+# Longest wait in one poll(): how long a Ctrl-C may take to be noticed.
+POLL_SLICE = 0.25
 
 
 class IdleTimer:
@@ -33,6 +38,32 @@ class IdleTimer:
         if self.timeout is None:
             return None
         return max(0.0, self.last + self.timeout - now)
+
+
+class Interrupts:
+    """Ctrl-C (SIGINT) as a flag the record loop checks between polls.
+
+    A KeyboardInterrupt could strike after a poll took records and before they were
+    printed, and a group member would then commit past them; the flag lets the loop
+    print what it took, then leave, close the consumer (committing) and exit 130. A
+    second Ctrl-C raises KeyboardInterrupt as usual.
+    """
+
+    def __init__(self) -> None:
+        self.seen = False
+        self._previous: Any = None
+
+    def _handle(self, signum: int, frame: object) -> None:
+        if self.seen:
+            raise KeyboardInterrupt
+        self.seen = True
+
+    def __enter__(self) -> Interrupts:
+        self._previous = signal.signal(signal.SIGINT, self._handle)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        signal.signal(signal.SIGINT, self._previous)
 
 
 @click.command()
@@ -84,7 +115,12 @@ class IdleTimer:
     help="Consume as a member of this consumer group, committing what is printed.",
 )
 @click.option("--print-key", is_flag=True, help="Text format: print KEY<sep>VALUE.")
-@click.option("--key-separator", default="\t", show_default=repr("\t"))
+@click.option(
+    "--key-separator",
+    default="\t",
+    show_default=False,  # click would print the tab itself, or a repr in parentheses
+    help="Text printed between key and value with --print-key.  [default: \\t (a tab)]",
+)
 @click.pass_obj
 @client_errors
 def consume(
@@ -101,18 +137,19 @@ def consume(
     print_key: bool,
     key_separator: str,
 ) -> None:
-    """Print records of TOPIC, one per line, newest first unless told where to start.
+    """Print records of TOPIC, one per line, in offset order within each partition.
 
-    With --group, where to start is the group's committed offset; --from-beginning only
-    applies to partitions the group has not committed yet.
+    By default it starts at the end of each partition, so it prints only records
+    produced from then on; --from-beginning or --offset start earlier. With --group,
+    where to start is the group's committed offset; --from-beginning only applies to
+    partitions the group has not committed yet. Ctrl-C stops it (exit status 130).
     """
     if offset is not None and from_beginning:
         raise click.UsageError("--offset and --from-beginning are exclusive")
     if group_id is not None and (offset is not None or partition is not None):
         raise click.UsageError("--group assigns partitions itself: no --partition or --offset")
     with Admin(ctx.bootstrap, request_timeout_ms=ctx.request_timeout_ms) as admin:
-        desc = admin.describe_topics([topic])[topic]
-    partitions = sorted(p.partition for p in desc.partitions)
+        partitions = topic_partitions(admin, topic, "consume from")
     if partition is not None:
         if partition not in partitions:
             raise click.ClickException(f"topic {topic} has no partition {partition}")
@@ -126,53 +163,60 @@ def consume(
             "topics": [topic],
             "auto_offset_reset": "earliest" if from_beginning else "latest",
         }
-    with Consumer(
-        ctx.bootstrap,
-        request_timeout_ms=ctx.request_timeout_ms,
-        fetch_max_wait_ms=200,
-        **group_options,
-    ) as consumer:
-        if group_id is None:
-            tps = [(topic, p) for p in partitions]
-            consumer.assign(tps)
-            if offset is not None:
-                for tp in tps:
-                    consumer.seek(*tp, offset)
-            elif from_beginning:
-                consumer.seek_to_beginning(*tps)
-            else:
-                consumer.seek_to_end(*tps)
-        idle = IdleTimer(timeout, time.monotonic())
-        try:
-            while max_records is None or count < max_records:
-                left = idle.remaining(time.monotonic())
-                if left == 0.0:
-                    break
-                wait = 1.0 if left is None else min(1.0, left)
-                limit = None if max_records is None else max_records - count
-                records = consumer.poll(timeout=wait, max_records=limit)
-                if not records:
-                    continue
-                idle.arrived(time.monotonic())
-                count += len(records)
-                out.write(
-                    "\n".join(
-                        format_record(
-                            r,
-                            fmt,
-                            encoding=encoding,
-                            print_key=print_key,
-                            key_separator=key_separator,
+    interrupts = Interrupts()
+    try:
+        with Consumer(
+            ctx.bootstrap,
+            request_timeout_ms=ctx.request_timeout_ms,
+            fetch_max_wait_ms=200,
+            **group_options,
+        ) as consumer:
+            if group_id is None:
+                tps = [(topic, p) for p in partitions]
+                consumer.assign(tps)
+                if offset is not None:
+                    for tp in tps:
+                        consumer.seek(*tp, offset)
+                elif from_beginning:
+                    consumer.seek_to_beginning(*tps)
+                else:
+                    consumer.seek_to_end(*tps)
+            idle = IdleTimer(timeout, time.monotonic())
+            try:
+                with interrupts:
+                    while not interrupts.seen and (max_records is None or count < max_records):
+                        left = idle.remaining(time.monotonic())
+                        if left == 0.0:
+                            break
+                        wait = POLL_SLICE if left is None else min(POLL_SLICE, left)
+                        limit = None if max_records is None else max_records - count
+                        records = consumer.poll(timeout=wait, max_records=limit)
+                        if not records:
+                            continue
+                        idle.arrived(time.monotonic())
+                        count += len(records)
+                        out.write(
+                            "\n".join(
+                                format_record(
+                                    r,
+                                    fmt,
+                                    encoding=encoding,
+                                    print_key=print_key,
+                                    key_separator=key_separator,
+                                )
+                                for r in records
+                            )
+                            + "\n"
                         )
-                        for r in records
-                    )
-                    + "\n"
-                )
-                out.flush()
-        except KeyboardInterrupt:
-            pass
-        except BrokenPipeError:
-            # The reader went away (``| head``); stop quietly like other Unix tools.
-            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-            return
+                        out.flush()
+            except BrokenPipeError:
+                # The reader went away (``| head``); stop quietly like other Unix tools.
+                os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+                return
+    except KeyboardInterrupt:
+        # Ctrl-C while connecting, or a second one while closing: the clients cancel
+        # and finish what they were doing; nothing is left to report but the count.
+        interrupts.seen = True
     click.echo(f"Processed {count} records.", err=True)
+    if interrupts.seen:
+        sys.exit(130)

@@ -11,7 +11,7 @@ from typing import BinaryIO
 import click
 
 from logmq.client import Admin, Producer
-from logmq_cli.common import CliContext, client_errors
+from logmq_cli.common import CliContext, client_errors, topic_partitions
 
 ACKS_CHOICES = ("0", "1", "all", "-1")
 
@@ -109,7 +109,7 @@ def produce(
     sent = 0
     input_error: Exception | None = None
     with Admin(ctx.bootstrap, request_timeout_ms=ctx.request_timeout_ms) as admin:
-        partitions = len(admin.describe_topics([topic])[topic].partitions)  # fails fast if missing
+        partitions = len(topic_partitions(admin, topic, "produce to"))  # fails fast if missing
     if partition is not None and partition >= partitions:
         raise click.ClickException(f"topic {topic} has no partition {partition}")
     with Producer(

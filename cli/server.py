@@ -141,6 +141,13 @@ async def serve(config: BrokerConfig) -> None:
 @click.option("--offset-metadata-max-bytes", type=click.IntRange(0), default=4096)
 @click.option("--offset-commit-max-bytes", type=click.IntRange(4096), default=1 << 20)
 @click.option(
+    "--offsets-commit-timeout-ms",
+    type=click.IntRange(1),
+    default=5_000,
+    help="A group write (offset commit, join, ...) fails with a retriable error if it is "
+    "not replicated to the ISR of its __consumer_offsets partition within this time.",
+)
+@click.option(
     "--quorum-voters",
     default=None,
     metavar="ID@HOST:PORT,...",
@@ -172,6 +179,14 @@ async def serve(config: BrokerConfig) -> None:
     type=click.IntRange(1),
     default=30_000,
     help="A follower not caught up for this long leaves the ISR.",
+)
+@click.option(
+    "--min-free-bytes",
+    type=click.IntRange(0),
+    default=None,
+    help="Refuse produce (disk full error) when the data dir's file system has less free "
+    "space than this, keeping room for offset commits, checkpoints and the metadata log. "
+    "[default: the smaller of 1 GiB and 5% of the disk]",
 )
 @click.option(
     "--topic-config",

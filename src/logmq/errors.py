@@ -75,7 +75,9 @@ class ErrorCode(IntEnum):
     UNKNOWN_API = 1001
     INVALID_FRAME = 1002
     TOO_MANY_CONNECTIONS = 1003
-    KAFKA_STORAGE_FULL = 1004  # the disk is full; retriable once space returns
+    # Kafka's KAFKA_STORAGE_ERROR caused by a full disk (or the free-space guard). Not
+    # retriable: retrying against a full disk only turns a clear error into a timeout.
+    KAFKA_STORAGE_FULL = 1004
 
     @property
     def retriable(self) -> bool:
@@ -103,7 +105,6 @@ _RETRIABLE = frozenset(
         ErrorCode.UNKNOWN_LEADER_EPOCH,
         ErrorCode.NOT_CONTROLLER,
         ErrorCode.ELIGIBLE_LEADERS_NOT_AVAILABLE,
-        ErrorCode.KAFKA_STORAGE_FULL,
     }
 )
 
@@ -154,6 +155,10 @@ class StorageError(LogMQError):
 
 
 class DiskFullError(StorageError):
+    """The broker's data directory is full (or below its free-space guard): nothing of
+    the refused write was stored. Retry once space is freed, or produce to a partition
+    whose leader has room."""
+
     code = ErrorCode.KAFKA_STORAGE_FULL
 
 
@@ -220,6 +225,16 @@ class CommitFailedError(LogMQError):
     twice. ``.code`` is the broker's reason (UNKNOWN_MEMBER_ID, FENCED_MEMBER_EPOCH...)."""
 
     code = ErrorCode.UNKNOWN_MEMBER_ID
+
+
+class BootstrapError(LogMQError):
+    """No bootstrap address accepted a connection, and this client has never reached its
+    cluster: most likely a wrong address or no broker running, which retrying until the
+    request timeout would only hide. The client raises it at once instead of retrying;
+    a later attempt may succeed (a broker starting up), hence ``retriable``. Not a
+    ConnectionError_, which the client's own retry loops take as transient."""
+
+    code = ErrorCode.NETWORK_EXCEPTION
 
 
 class NoOffsetForPartitionError(OffsetOutOfRangeError):

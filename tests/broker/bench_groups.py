@@ -1,11 +1,13 @@
 """Offset commit throughput of the group coordinator (a benchmark, not a test).
 
-    python -m tests.broker.bench_groups [--seconds 5] [--partitions 1]
+    python -m tests.broker.bench_groups [--seconds 5] [--partitions 1] [--brokers 3]
 
-Starts a ``logmq-server`` subprocess on a free port with a temp data dir, joins one
-member per connection (each in its own group, so the groups spread over the
-``__consumer_offsets`` partitions) and commits as fast as the broker answers for a fixed
-time. Every answer means the commit was fsynced. Cases:
+Starts a ``logmq-server`` subprocess on a free port with a temp data dir (or, with
+``--brokers 3``, a 3-broker cluster with ``__consumer_offsets`` replicated 3 ways), joins
+one member per connection (each in its own group, so the groups spread over the
+``__consumer_offsets`` partitions; each connection goes to its group's coordinator) and
+commits as fast as the broker answers for a fixed time. Every answer means the commit
+was fsynced, and in a cluster replicated to the partition's in-sync replicas. Cases:
 
 * sequential: each connection waits for an answer before the next commit;
 * pipelined: each connection keeps ``--window`` commits in flight.
@@ -63,8 +65,20 @@ async def join(c: RawClient, group: str) -> tuple[str, int]:
         await asyncio.sleep(0.01)  # the coordinator is still loading
 
 
+async def coordinator_port(port: int, group: str) -> int:
+    """The client port of ``group``'s coordinator (FindCoordinator, retried while loading)."""
+    async with await RawClient.connect(port) as c:
+        while True:
+            resp = await c.call(ApiKey.FIND_COORDINATOR, {"key_type": 0, "keys": [group]})
+            (entry,) = resp.body["coordinators"]
+            if entry["error"] == 0:
+                return entry["port"]
+            await asyncio.sleep(0.05)  # the offsets topic is being created
+
+
 async def run_case(port: int, connections: int, window: int, seconds: float, partitions: int):
-    clients = [await RawClient.connect(port) for _ in range(connections)]
+    ports = [await coordinator_port(port, f"bench-{i}") for i in range(connections)]
+    clients = [await RawClient.connect(p) for p in ports]
     members = [await join(c, f"bench-{i}") for i, c in enumerate(clients)]
     done = 0
     stop_at = time.monotonic() + seconds
@@ -106,6 +120,7 @@ async def main() -> None:
     ap.add_argument("--seconds", type=float, default=5.0)
     ap.add_argument("--partitions", type=int, default=1, help="partitions per commit")
     ap.add_argument("--window", type=int, default=32)
+    ap.add_argument("--brokers", type=int, default=1, help="1, or a cluster of this many")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     cases = [
@@ -116,13 +131,25 @@ async def main() -> None:
         (f"8 connections, pipelined x{args.window}", 8, args.window),
     ]
     results = []
-    with BrokerProcess(extra_args=["--offsets-topic-partitions", "50"]) as broker:
-        async with await RawClient.connect(broker.port) as c:
-            await c.create_topic("bench", max(args.partitions, 1))
+    extra = ["--offsets-topic-partitions", "50"]
+    if args.brokers > 1:
+        from tests.faults.processes import Cluster
+
+        servers = Cluster(args.brokers, proxied=False, extra_args=extra)
+        pids = lambda: [n.pid for n in servers.nodes.values()]  # noqa: E731
+    else:
+        servers = BrokerProcess(extra_args=extra)
+        pids = lambda: [servers.pid]  # noqa: E731
+    with servers:
+        port = servers.node(1).port if args.brokers > 1 else servers.port
+        async with await RawClient.connect(port) as c:
+            await c.create_topic(
+                "bench", max(args.partitions, 1), replication_factor=min(args.brokers, 3)
+            )
         for name, connections, window in cases:
-            cpu0 = cpu_seconds(broker.pid)
-            rate = await run_case(broker.port, connections, window, args.seconds, args.partitions)
-            cpu = cpu_seconds(broker.pid) - cpu0
+            cpu0 = sum(cpu_seconds(p) for p in pids())
+            rate = await run_case(port, connections, window, args.seconds, args.partitions)
+            cpu = sum(cpu_seconds(p) for p in pids()) - cpu0
             results.append(
                 {
                     "case": name,
@@ -133,7 +160,7 @@ async def main() -> None:
             )
             print(
                 f"{name:34s} {rate:10,.0f} commits/s  {rate * args.partitions:10,.0f} "
-                f"offsets/s  broker CPU {cpu:.2f}s / {args.seconds:.0f}s"
+                f"offsets/s  brokers' CPU {cpu:.2f}s / {args.seconds:.0f}s"
             )
     if args.json:
         print(json.dumps(results, indent=1))

@@ -11,7 +11,6 @@ import asyncio
 
 import pytest
 
-from logmq.broker.group_coordinator import OFFSETS_TOPIC_CONFIGS
 from logmq.broker.group_shard import CoordinatorError, GroupShard, ShardState
 from logmq.errors import ErrorCode, StorageError
 from logmq.group import OFFSETS_TOPIC, GroupConfig, GroupCoordinator, GroupState
@@ -25,15 +24,6 @@ CONFIG = GroupConfig(
     max_session_timeout_ms=60_000,
 )
 TOPICS = {"t": 8}
-
-
-@pytest.fixture
-async def logs(tmp_path):
-    manager = LogManager(tmp_path / "data")
-    await manager.start()
-    manager.create_log(OFFSETS_TOPIC, 0, dict(OFFSETS_TOPIC_CONFIGS))
-    yield manager
-    await manager.stop()
 
 
 def make_shard(logs: LogManager) -> GroupShard:

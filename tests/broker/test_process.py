@@ -127,3 +127,26 @@ def test_help_runs():
         timeout=60,
     )
     assert proc.returncode == 0 and "--data-dir" in proc.stdout and "--metrics-port" in proc.stdout
+
+
+def test_a_normal_restart_with_groups_logs_no_warnings(tmp_path):
+    """Issue 12: every restart logged ~49 WARNINGs about ``__consumer_offsets-N`` (shards
+    loaded while the metadata log replayed, then unloaded under their pending update)."""
+    from logmq import Admin
+    from logmq.client.admin import NewTopic
+
+    with BrokerProcess(tmp_path / "data") as broker:
+        with Admin(broker.bootstrap) as admin:
+            admin.create_topics([NewTopic("t", 1, 1)])
+            admin.commit_group_offsets("g", {("t", 0): 5})
+        assert broker.stop() == 0
+        broker.start()
+        with Admin(broker.bootstrap) as admin:
+            assert admin.group_offsets("g")[("t", 0)].offset == 5
+        assert broker.stop() == 0
+        noisy = [
+            line
+            for line in broker.log_path.read_text().splitlines()
+            if " WARNING " in line or " ERROR " in line
+        ]
+        assert noisy == []

@@ -141,5 +141,7 @@ def test_bench_consume_and_latency_json(broker):
         broker, "bench", "latency", "--records", "2000", "--warmup", "100", "--rate", "5000",
         "--json", "--topic", "l",
     )  # fmt: skip
-    assert lat["records"] == 2100
+    assert lat["records"] == 2000  # the 100 warm-up records count nowhere
+    assert lat["warmup_records"] == 100
+    assert lat["records_per_sec"] == pytest.approx(2000 / lat["seconds"], rel=0.01)
     assert 0 <= lat["p50_ms"] <= lat["p99_ms"] <= lat["p999_ms"] <= lat["max_ms"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 
 import pytest
@@ -95,14 +96,43 @@ def test_lagging_follower_is_shrunk_only_once_the_controller_agrees():
     assert r.isr == (1, 2) and r.hw == 10 and r.pending_isr is None
 
 
-def test_refused_alter_isr_is_forgotten_and_retried():
+def test_refused_alter_isr_is_forgotten_and_retried_after_a_backoff():
     r = leader()
     r.on_append(1)
     r.on_follower_fetch(2, 1, 0, LAG)
     assert r.tick(LAG + 1) == [AlterIsr((1, 2), 0, 0)]
     r.on_alter_isr_response(ErrorCode.INVALID_UPDATE_VERSION)
     assert r.pending_isr is None
-    assert r.tick(LAG + 2) == [AlterIsr((1, 2), 0, 0)]
+    assert r.tick(LAG + 2) == []  # not at once: the backoff (100 ms) first
+    assert r.tick(LAG + 1 + 100) == [AlterIsr((1, 2), 0, 0)]
+
+
+def test_alter_isr_retries_back_off_exponentially_up_to_a_cap_and_reset_on_success():
+    cfg = ReplicaConfig(
+        replica_lag_time_max_ms=LAG, alter_isr_backoff_ms=100, alter_isr_backoff_max_ms=1_000
+    )
+    r = PartitionReplica(1, epochs((0, 0)), log_end_offset=0, high_watermark=0, config=cfg)
+    r.become_leader(State(1, 0, 0, (1, 2, 3), (1, 2, 3)), 0)
+    r.on_append(1)
+    r.on_follower_fetch(2, 1, 0, LAG)
+    now = LAG + 1
+    sent = [now]
+    assert r.tick(now) == [AlterIsr((1, 2), 0, 0)]
+    for _ in range(6):  # the controller keeps refusing (or is unreachable)
+        r.on_alter_isr_response(ErrorCode.REQUEST_TIMED_OUT)
+        while not r.tick(now):
+            now += 10
+        sent.append(now)
+    gaps = [b - a for a, b in itertools.pairwise(sent)]
+    assert gaps == [100, 200, 400, 800, 1_000, 1_000]  # doubling, capped
+    # A committed change resets it: the next refusal waits the first step again.
+    r.on_alter_isr_response(ErrorCode.NONE, State(1, 0, 1, (1, 2, 3), (1, 2)))
+    assert r.isr == (1, 2) and r.isr_failures == 0
+    r.on_follower_fetch(3, 1, 0, now)  # caught up: asks to rejoin at once
+    assert r.pending_isr == AlterIsr((1, 2, 3), 0, 1)
+    r.on_alter_isr_response(ErrorCode.INVALID_UPDATE_VERSION)
+    assert r.on_follower_fetch(3, 1, 0, now + 50)[1] == []
+    assert r.on_follower_fetch(3, 1, 0, now + 100)[1] == [AlterIsr((1, 2, 3), 0, 1)]
 
 
 def test_caught_up_follower_rejoins_through_the_controller():

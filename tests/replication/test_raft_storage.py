@@ -17,7 +17,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from logmq.errors import StorageError
+from logmq.errors import DiskFullError, StorageError
 from logmq.replication import Entry, HardState, PersistentState, RaftNode, Ready, Snapshot
 from logmq.replication.raft_messages import EMPTY_SNAPSHOT
 from logmq.replication.raft_storage import (
@@ -343,6 +343,58 @@ def test_a_failed_write_poisons_the_store(tmp_path):
         storage.save(ready(hard_state=HardState(1), entries=entries(1, 1, 1)))
     with pytest.raises(StorageError, match="failed earlier"):
         storage.save(ready(hard_state=HardState(1)))
+
+
+def test_an_append_torn_by_a_full_disk_is_cut_back(tmp_path):
+    """ENOSPC halfway through an append: the segment keeps whole entries only, at once."""
+
+    class HalfThenFull(FileOps):
+        full = False
+
+        def write(self, fd, data, offset):
+            if self.full:
+                os.pwrite(fd, data[: len(data) // 2], offset)
+                raise OSError(28, "No space left on device")
+            super().write(fd, data, offset)
+
+    ops = HalfThenFull()
+    storage, _ = open_storage(tmp_path, file_ops=ops)
+    storage.save(ready(hard_state=HardState(1), entries=entries(1, 3, 1)))
+    sizes = {p.name: p.stat().st_size for p in tmp_path.glob("*.log")}
+    ops.full = True
+    with pytest.raises(DiskFullError):
+        storage.save(ready(entries=entries(4, 5, 1, b"lost")))
+    assert {p.name: p.stat().st_size for p in tmp_path.glob("*.log")} == sizes
+    assert storage.last_index == 3
+    storage.close()
+    _, state = open_storage(tmp_path)
+    assert list(state.entries) == list(entries(1, 3, 1))
+
+
+def test_a_snapshot_write_on_a_full_disk_keeps_the_old_snapshot(tmp_path):
+    class SnapshotsFail(FileOps):
+        full = False
+
+        def write(self, fd, data, offset):
+            if self.full:
+                os.pwrite(fd, data[:10], offset)
+                raise OSError(28, "No space left on device")
+            super().write(fd, data, offset)
+
+    ops = SnapshotsFail()
+    storage, _ = open_storage(tmp_path, file_ops=ops)
+    storage.save(ready(hard_state=HardState(1), entries=entries(1, 6, 1)))
+    storage.save_snapshot(Snapshot(3, 1, b"three"))
+    ops.full = True
+    with pytest.raises(DiskFullError):
+        storage.save_snapshot(Snapshot(5, 1, b"five"))
+    assert sorted(p.name for p in tmp_path.iterdir() if "snapshot" in p.name) == [
+        "00000000000000000003.snapshot"
+    ]
+    storage.close()
+    _, state = open_storage(tmp_path)
+    assert state.snapshot == Snapshot(3, 1, b"three")
+    assert list(state.entries) == list(entries(4, 3, 1))
 
 
 def test_disk_state_drives_a_real_raft_node(tmp_path):

@@ -169,8 +169,11 @@ class Broker:
             topic_overrides=lambda: {
                 name: dict(image().topic_config(name)) for name in image().topics
             },
+            min_free_bytes=cfg.min_free_bytes,
         )
         await self.logs.start()
+        self.metrics.register_storage(self.logs.disk)
+        self.quorum.storage_full = lambda: self.logs.disk.full  # carried by heartbeats
         self.local_logs = LocalLogs(cfg.node_id, self.logs, image, self.waiters)
         self.replicas = self._replica_manager()
         # order matters: logs exist before the replicas use them, and go after they stop
@@ -183,10 +186,10 @@ class Broker:
         try:
             if self.replicas is not None:
                 await self.replicas.start()
-            self.groups.start()
             await self.quorum.start()
             await self.server.start(cfg.host, cfg.port)
             await self.quorum.wait_ready()
+            self.groups.start()  # caught up: load the shards of what we lead now
             self._after_ready()
             if cfg.metrics_port is not None:
                 self.metrics_server = MetricsServer(self.metrics)
@@ -225,6 +228,7 @@ class Broker:
         if self.replicas is not None:
             await self.replicas.stop()
         self.topic_creator.stop()
+        self.data.stop()
         await self.quorum.stop()
         assert self.logs is not None
         await self.logs.stop()

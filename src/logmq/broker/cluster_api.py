@@ -42,6 +42,7 @@ class ClusterApi:
                 "port": reg.port,
                 "rack": reg.rack,
                 "fenced": reg.fenced,
+                "storage_full": reg.storage_full,
                 "broker_epoch": reg.broker_epoch,
             }
             for _, reg in sorted(image.brokers.items())
@@ -107,12 +108,18 @@ class ClusterApi:
         epoch = req_int(body, "broker_epoch")
         caught_up = req_field(body, "caught_up", bool, False)
         want_shutdown = req_field(body, "want_shutdown", bool, False)
+        storage_full = req_field(body, "storage_full", bool, None)  # None: not reported
         quorum = self.b.quorum
         if not quorum.is_controller:
             raise NotLeaderError(leader_id=quorum.controller_id)
         response = await quorum.submit(
             lambda c: c.heartbeat(
-                broker_id, epoch, now_ms(), caught_up=caught_up, want_shutdown=want_shutdown
+                broker_id,
+                epoch,
+                now_ms(),
+                caught_up=caught_up,
+                want_shutdown=want_shutdown,
+                storage_full=storage_full,
             )
         )
         return Reply(

@@ -50,6 +50,9 @@ class BrokerConfig:
     group_rebalance_timeout_ms: int = 300_000  # for members that do not send their own
     offset_metadata_max_bytes: int = 4096
     offset_commit_max_bytes: int = 1 << 20  # records of one OffsetCommit
+    # a group write (commit, join, ...) is answered once replicated to the ISR of its
+    # __consumer_offsets partition, or fails with a retriable error after this long
+    offsets_commit_timeout_ms: int = 5_000
     # metadata quorum and controller (docs/replication.md); None = a quorum of one
     quorum_voters: str | None = None  # "1@host:raftport,2@host:raftport,..."
     default_replication_factor: int = 1
@@ -63,6 +66,9 @@ class BrokerConfig:
     peer_addresses: str | None = None
     # replication (broker/replica_manager.py): a follower not caught up this long leaves the ISR
     replica_lag_time_max_ms: int = 30_000
+    # below this many free bytes in the data dir, produce is refused (storage/disk_space.py);
+    # None = the smaller of 1 GiB and 5% of the disk
+    min_free_bytes: int | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "data_dir", Path(self.data_dir))
@@ -92,6 +98,7 @@ class BrokerConfig:
                 1 <= self.group_heartbeat_interval_ms < self.group_session_timeout_ms
             ),
             "group_rebalance_timeout_ms": self.group_rebalance_timeout_ms >= 1,
+            "offsets_commit_timeout_ms": self.offsets_commit_timeout_ms >= 1,
             "offset_metadata_max_bytes": self.offset_metadata_max_bytes >= 0,
             "default_replication_factor": self.default_replication_factor >= 1,
             "broker_session_timeout_ms": self.broker_session_timeout_ms >= 1,
@@ -105,6 +112,8 @@ class BrokerConfig:
         }
         if self.metrics_port is not None:
             checks["metrics_port"] = 0 <= self.metrics_port <= 65535
+        if self.min_free_bytes is not None:
+            checks["min_free_bytes"] = self.min_free_bytes >= 0
         if self.quorum_voters:
             from logmq.broker.controller_service import parse_voters
 

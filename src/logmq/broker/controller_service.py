@@ -133,6 +133,9 @@ class MetadataQuorum:
         self._stopping = False
         self.recorded_cluster_id: str | None = None
         self.observer_host = observer_host
+        # Whether this broker's data dir is full; heartbeats tell the controller, which
+        # then moves leaderships to replicas with room (set by the broker once storage is up).
+        self.storage_full: Callable[[], bool] | None = None
         self.observers: dict[int, Address] = {}  # non-voters that dialled us, by Raft address
 
     # -- read-only view ------------------------------------------------------------------
@@ -486,6 +489,7 @@ class MetadataQuorum:
 
     async def _heartbeat(self, *, want_shutdown: bool = False) -> None:
         caught_up = self._caught_up()
+        full = self.storage_full() if self.storage_full is not None else None
         if self.is_controller:
             response = await self.submit(
                 lambda c: c.heartbeat(
@@ -494,6 +498,7 @@ class MetadataQuorum:
                     now_ms(),
                     caught_up=caught_up,
                     want_shutdown=want_shutdown,
+                    storage_full=full,
                 )
             )
             error = response.error
@@ -505,6 +510,7 @@ class MetadataQuorum:
                     "broker_epoch": self.broker_epoch,
                     "caught_up": caught_up,
                     "want_shutdown": want_shutdown,
+                    "storage_full": full,
                 },
                 timeout=self._heartbeat_timeout(),
             )

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from logmq.broker.metadata_store import is_internal
 from logmq.broker.request_fields import InvalidRequestError, req_int, req_list, req_str
+from logmq.broker.topic_creation import PendingTopics
 from logmq.errors import ErrorCode, LogMQError
 from logmq.net.codec import Request
 from logmq.net.server import Reply
@@ -87,6 +88,12 @@ class DataApi:
         self._event_loop: asyncio.AbstractEventLoop | None = None
         # Set by the broker in cluster mode; None: every partition is a single replica.
         self.replicas: ReplicaManager | None = None
+        # Produces to topics being auto-created wait here, in arrival order.
+        self.pending_topics = PendingTopics(lambda topic: self.b.auto_create(topic))
+
+    def stop(self) -> None:
+        """Cancel auto-creations still running (the broker is shutting down)."""
+        self.pending_topics.stop()
 
     def _loop(self) -> asyncio.AbstractEventLoop:
         """The running loop, looked up once (on 3.11 each lookup is a getpid() syscall)."""
@@ -189,8 +196,9 @@ class DataApi:
                     f"{topic!r} is an internal topic: clients cannot produce to it",
                     ErrorCode.INVALID_TOPIC_EXCEPTION,
                 )
-            if topic not in self.b.image.topics:  # auto-create runs on the controller
-                await self.b.auto_create(topic)
+            pending = self.pending_topics
+            if topic not in self.b.image.topics or pending.waiting(topic):
+                await pending.wait(topic)  # auto-create runs on the controller; in order
             plog = self._log_for(topic, partition)
             if not data:
                 raise LogMQError("empty record set", ErrorCode.CORRUPT_MESSAGE)

@@ -7,15 +7,23 @@ this broker leads (``on_became_leader`` / ``on_resigned``, driven by the metadat
 through ``on_partitions_changed``: a shard loads when this broker becomes the leader of
 its partition and unloads when it stops), routes a group id to its shard and tells every
 shard when topics come, go or grow.
+
+A shard belongs to one leader epoch. Leadership that comes back at a newer epoch (this
+broker lost it and regained it, possibly within one metadata change) means another
+leader may have written in between, so the old shard is dropped and a new one loads
+from the log. Shards are taken out of the routing table at once when leadership goes;
+only their shutdown runs in the background. In a cluster a shard's writes are answered
+once the partition's high watermark passes them (``ReplicatedOffsets``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from logmq.broker.group_shard import CoordinatorError, GroupShard
+from logmq.broker.group_shard import CoordinatorError, GroupShard, LocalOnly, ShardReplication
 from logmq.errors import ErrorCode, LogMQError
 from logmq.group import OFFSETS_TOPIC, GroupConfig, coordinator_partition
 from logmq.net.codec import ApiKey
@@ -23,7 +31,9 @@ from logmq.net.codec import ApiKey
 if TYPE_CHECKING:
     from logmq.broker.broker import Broker
     from logmq.broker.metadata_publisher import PartitionChanges
+    from logmq.broker.replica_manager import ReplicaManager
     from logmq.cluster.metadata_image import MetadataImage
+    from logmq.storage.partition_log import PartitionLog
 
 log = logging.getLogger("logmq.group")
 
@@ -39,6 +49,32 @@ OFFSETS_TOPIC_CONFIGS = {
 # Configs an operator may not change on the offsets topic: any other value would let
 # retention delete a key's newest value, i.e. forget groups and committed offsets.
 PROTECTED_OFFSETS_CONFIGS = ("cleanup.policy", "retention.ms", "retention.bytes")
+
+
+class ReplicatedOffsets:
+    """A replicated offsets partition: group writes follow the acks=all produce path."""
+
+    def __init__(
+        self,
+        replicas: ReplicaManager,
+        partition: int,
+        get_log: Callable[[], PartitionLog | None],
+    ) -> None:
+        self._replicas = replicas
+        self._key = (OFFSETS_TOPIC, partition)
+        self._get_log = get_log
+
+    def check(self) -> tuple[ErrorCode, int]:
+        plog = self._get_log()
+        if plog is None:
+            return ErrorCode.NOT_LEADER_OR_FOLLOWER, -1
+        return self._replicas.check_append(self._key, -1, plog.config.min_insync_replicas)
+
+    def appended(self, log_end_offset: int) -> None:
+        self._replicas.on_append(self._key, log_end_offset)
+
+    async def replicated(self, offset: int, timeout_ms: int) -> ErrorCode:
+        return await self._replicas.wait_replicated(self._key, offset, timeout_ms)
 
 
 class GroupCoordinatorService:
@@ -63,9 +99,19 @@ class GroupCoordinatorService:
 
     # -- lifecycle ----------------------------------------------------------------------
     def start(self) -> None:
-        """Accept leaderships from now on (the metadata image hands them out)."""
+        """Coordinate from now on: the offsets partitions this broker leads load now.
+
+        The broker calls this once its metadata has caught up, so the leaderships that
+        a restart replays (and that registration then moves) never load a shard.
+        """
         self._started = True
         self._refresh_topic_counts()
+        image = self._b.image
+        offsets = image.topics.get(OFFSETS_TOPIC)
+        self.partition_count = len(offsets.partitions) if offsets is not None else 0
+        for part in image.partitions():
+            if part.topic == OFFSETS_TOPIC and part.leader == self._b.config.node_id:
+                self.on_became_leader(part.partition, part.leader_epoch)
 
     async def stop(self) -> None:
         self._started = False
@@ -91,10 +137,16 @@ class GroupCoordinatorService:
                 self.on_became_leader(partition, part.leader_epoch)
         gone = [k for k in (*changes.followers, *changes.deleted) if k[0] == OFFSETS_TOPIC]
         for _, partition in gone:
-            if partition in self._shards:
-                task = asyncio.get_running_loop().create_task(self.on_resigned(partition))
-                self._unloading.add(task)
-                task.add_done_callback(self._unloading.discard)
+            self._retire(partition)
+
+    def _retire(self, partition: int) -> None:
+        """Stop routing to ``partition``'s shard now; unload it in the background."""
+        shard = self._shards.pop(partition, None)
+        if shard is None:
+            return
+        task = asyncio.get_running_loop().create_task(shard.unload())
+        self._unloading.add(task)
+        task.add_done_callback(self._unloading.discard)
 
     async def find_coordinator(self, group_id: str) -> tuple[int, str, int]:
         """``coordinator_for``, first creating ``__consumer_offsets`` if need be."""
@@ -138,20 +190,36 @@ class GroupCoordinatorService:
 
     # -- leadership ---------------------------------------------------------------------
     def on_became_leader(self, partition: int, leader_epoch: int = 0) -> None:
-        """Coordinate the groups of ``partition``: load them from its records."""
-        if partition in self._shards or not self._started:
+        """Coordinate the groups of ``partition`` at ``leader_epoch``: load its records."""
+        if not self._started:
             return
+        current = self._shards.get(partition)
+        if current is not None:
+            if current.leader_epoch >= leader_epoch:
+                return  # the same leadership (an ISR change, say)
+            self._retire(partition)  # led again at a newer epoch: memory may be stale
         b = self._b
         assert b.logs is not None
         key = (OFFSETS_TOPIC, partition)
+
+        def get_log() -> PartitionLog | None:
+            return b.local_log(OFFSETS_TOPIC, partition)
+
+        # In a cluster every write goes through the replica (refused if it is missing);
+        # only a broker without replication answers after its own fsync.
+        replication: ShardReplication = LocalOnly(leader_epoch)
+        if b.replicas is not None:
+            replication = ReplicatedOffsets(b.replicas, partition, get_log)
         shard = GroupShard(
             partition,
             self.partition_count,
             b.logs,
-            lambda: b.local_log(OFFSETS_TOPIC, partition),
+            get_log,
             self.config,
             lambda: self._topic_counts,
             leader_epoch=leader_epoch,
+            replication=replication,
+            replication_timeout_ms=b.config.offsets_commit_timeout_ms,
             on_append=lambda: b.waiters.notify(key),
         )
         self._shards[partition] = shard

@@ -3,20 +3,29 @@
 The deterministic :class:`~logmq.group.GroupCoordinator` decides; this shell feeds it
 and makes what it decides durable before anybody hears about it:
 
-* **Load.** On becoming leader of the partition the shard replays the partition's
-  records (newest value per key) into a fresh core. Until then requests get
-  COORDINATOR_LOAD_IN_PROGRESS; while loading keeps failing, COORDINATOR_NOT_AVAILABLE.
+* **Load.** On becoming leader of the partition (at one leader epoch: a new epoch means a
+  new shard) the shard replays the partition's records (newest value per key) into a
+  fresh core. Until then requests get COORDINATOR_LOAD_IN_PROGRESS; while loading keeps
+  failing, COORDINATOR_NOT_AVAILABLE.
 * **One operation at a time, written in batches.** Every request is an operation on the
   core. One worker runs them in arrival order, so the order of records is the order of
   states. It runs all the operations waiting at that moment, appends their records with
   one append (an operation's records never straddle two batches, so each operation is
-  atomic on disk) and answers them only once an fsync covers that append: an answer
-  means "on disk". Read-only operations are answered once everything they could have
-  seen is on disk. While one fsync runs, the worker already applies and appends the
-  next operations; their fsync is shared (the log manager's group commit).
-* **Failure.** If an append or its fsync fails, memory may be ahead of the log: every
-  pending operation fails with COORDINATOR_NOT_AVAILABLE, the core is dropped and the
-  partition is loaded again from the log.
+  atomic on disk), stamped with the replica's current leader epoch.
+* **Answered once replicated.** A round is answered only once an fsync covers its append
+  *and* the partition's high watermark has passed it: the records are on the disk of
+  every in-sync replica, with min.insync.replicas honoured, exactly as for an acks=all
+  produce (``ShardReplication``; a single node is its own ISR). Read-only operations are
+  answered once everything they could have seen is that durable, so nobody is ever told
+  of a state that a failover could roll back. While one round waits, the worker already
+  applies and appends the next ones; their fsync is shared (the log manager's group
+  commit) and so is the replication round trip.
+* **Failure.** If a round cannot be appended (no longer leader, too few in-sync replicas,
+  a storage error) memory is ahead of the log: its operations fail with that retriable
+  error, everything pending fails, the core is dropped and the partition is loaded again
+  from the log. If a round was appended but not replicated in time, its operations fail
+  (REQUEST_TIMED_OUT: the outcome is unknown, as for a produce) and the shard goes on;
+  later rounds wait for the same high watermark.
 * **Time.** One timer task sleeps until the core's next deadline and runs ``tick`` as an
   ordinary operation. Any change of state may bring a deadline forward (a member with a
   short session joins), so the worker pokes the timer after every round that wrote
@@ -33,7 +42,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from logmq.errors import ErrorCode, LogMQError, StorageError
 from logmq.group import GroupConfig, GroupCoordinator, GroupRecord
@@ -76,6 +85,49 @@ class CoordinatorError(LogMQError):
     """The shard could not carry out an operation; the code says why (mostly retriable)."""
 
 
+class ShardReplication(Protocol):
+    """How a shard's appends become durable beyond this broker's disk."""
+
+    def check(self) -> tuple[ErrorCode, int]:
+        """Before appending: (error, the leader epoch to stamp), as for an acks=all produce."""
+        ...
+
+    def appended(self, log_end_offset: int) -> None:
+        """The shard appended up to ``log_end_offset`` (the HW may move)."""
+        ...
+
+    async def replicated(self, offset: int, timeout_ms: int) -> ErrorCode:
+        """Wait until the high watermark reaches ``offset``; NONE or why not."""
+        ...
+
+
+class LocalOnly:
+    """A partition with no other replica (a single broker): the fsync is all there is."""
+
+    def __init__(self, leader_epoch: int) -> None:
+        self.leader_epoch = leader_epoch
+
+    def check(self) -> tuple[ErrorCode, int]:
+        return ErrorCode.NONE, self.leader_epoch
+
+    def appended(self, log_end_offset: int) -> None:
+        pass
+
+    async def replicated(self, offset: int, timeout_ms: int) -> ErrorCode:
+        return ErrorCode.NONE
+
+
+# What an append or replication error means to a group request (all retriable).
+_APPEND_ERRORS = {
+    ErrorCode.NOT_LEADER_OR_FOLLOWER: ErrorCode.NOT_COORDINATOR,
+    ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND: ErrorCode.NOT_ENOUGH_REPLICAS,
+}
+
+
+def _group_error(code: ErrorCode) -> ErrorCode:
+    return _APPEND_ERRORS.get(code, code)
+
+
 @dataclass(slots=True)
 class _Op:
     fn: Operation[Any]
@@ -87,7 +139,9 @@ class _Round:
     """Operations applied together, and the log end offset their answers wait for."""
 
     answers: list[tuple[_Op, Any]]
-    end_offset: int  # -1: wrote nothing
+    end_offset: int  # the log end offset after the round: answers wait for the HW there
+    wrote: bool
+    deadline: float  # loop time by which the round must be replicated
 
 
 @dataclass(slots=True)
@@ -119,12 +173,16 @@ class GroupShard:
         topic_partitions: Callable[[], Mapping[str, int]],
         *,
         leader_epoch: int = 0,
+        replication: ShardReplication | None = None,
+        replication_timeout_ms: int = 5_000,
         on_append: Callable[[], None] = lambda: None,
         clock: Callable[[], int] = wall_clock_ms,
     ) -> None:
         self.partition = partition
         self.partition_count = partition_count
         self.leader_epoch = leader_epoch
+        self._replication = replication or LocalOnly(leader_epoch)
+        self._replication_timeout_ms = replication_timeout_ms
         self._logs = logs
         self._get_log = get_log
         self._config = config
@@ -202,10 +260,18 @@ class GroupShard:
         future.add_done_callback(lambda f: self._log_failure(f, what))
 
     def _log_failure(self, future: asyncio.Future[Any], what: str) -> None:
-        if not future.cancelled() and future.exception() is not None:
-            log.warning(
-                "%s on __consumer_offsets-%d failed: %s", what, self.partition, future.exception()
-            )
+        if future.cancelled() or (exc := future.exception()) is None:
+            return
+        # Leadership moving on is no problem: the next coordinator runs the same update
+        # after loading. Anything else is worth a warning.
+        moved = isinstance(exc, LogMQError) and exc.code is ErrorCode.NOT_COORDINATOR
+        log.log(
+            logging.DEBUG if moved else logging.WARNING,
+            "%s on __consumer_offsets-%d failed: %s",
+            what,
+            self.partition,
+            exc,
+        )
 
     def metadata_changed(self, deleted_topics: Iterable[str] = ()) -> None:
         """Topics were created, deleted or grown: tell the groups (persisted like a request)."""
@@ -349,24 +415,33 @@ class GroupShard:
                         size = 0
                     batches[-1] += records
                     size += sum(len(r.key) + len(r.value or b"") for r in records)
-            end_offset = -1
-            if batches[0]:
+            wrote = bool(batches[0])
+            if wrote:
+                error, epoch = self._replication.check()
+                if error is not ErrorCode.NONE:
+                    # Nothing appended, but the core applied it: rebuild it from the log.
+                    code = _group_error(error)
+                    reason = f"__consumer_offsets-{self.partition} cannot take writes: {code.name}"
+                    self._reload(run, answers, reason, code)
+                    return
                 try:
                     data = b"".join(_encode(batch, now) for batch in batches)
-                    run.plog.append(data, leader_epoch=self.leader_epoch)
+                    run.plog.append(data, leader_epoch=epoch)
                 except Exception as exc:
                     log.error(
                         "append to __consumer_offsets-%d failed, reloading: %s", self.partition, exc
                     )
                     self._reload(run, answers, f"append failed: {exc}")
                     return
-                end_offset = run.plog.log_end_offset
+                self._replication.appended(run.plog.log_end_offset)
                 self._on_append()
                 run.timer_poke.set()
-            await run.rounds.put(_Round(answers, end_offset))
+            deadline = asyncio.get_running_loop().time() + self._replication_timeout_ms / 1000
+            await run.rounds.put(_Round(answers, run.plog.log_end_offset, wrote, deadline))
 
     async def _complete(self, run: _Run) -> None:
-        """Answer rounds in order, each once the log is fsynced past its records."""
+        """Answer rounds in order, each once fsynced and replicated past its records."""
+        loop = asyncio.get_running_loop()
         while True:
             round_ = run.syncing = await run.rounds.get()
             if round_.end_offset > run.plog.recovery_point:
@@ -378,7 +453,21 @@ class GroupShard:
                     )
                     self._reload(run, [], f"fsync failed: {exc}")
                     return
+            error = ErrorCode.NONE
+            if round_.wrote or run.plog.high_watermark < round_.end_offset:
+                remaining_ms = max(0, int((round_.deadline - loop.time()) * 1000))
+                error = await self._replication.replicated(round_.end_offset, remaining_ms)
             run.syncing = None
+            if error is not ErrorCode.NONE:
+                code = _group_error(error)
+                what = "write" if round_.wrote else "read"
+                reason = (
+                    f"group {what} on __consumer_offsets-{self.partition} not replicated to "
+                    f"the in-sync replicas up to offset {round_.end_offset}: {error.name}"
+                )
+                for op, _ in round_.answers:
+                    _fail(op.future, code, reason)
+                continue
             for op, answer in round_.answers:
                 if not op.future.done():
                     op.future.set_result(answer)
@@ -396,7 +485,9 @@ class GroupShard:
                 try:
                     await self.submit(_tick)
                 except CoordinatorError:
-                    return  # reloading or unloaded: the next run has its own timer
+                    if self._run is not run:
+                        return  # reloading or unloaded: the next run has its own timer
+                    await asyncio.sleep(TIMER_RESOLUTION_S)  # not replicated: try again
                 continue
             run.timer_poke.clear()
             delay = None if deadline is None else (deadline - now) / 1000
@@ -420,12 +511,18 @@ class GroupShard:
         )
         self._reload(run, [], f"internal error: {task.exception()!r}")
 
-    def _reload(self, run: _Run, answers: list[tuple[_Op, Any]], reason: str) -> None:
+    def _reload(
+        self,
+        run: _Run,
+        answers: list[tuple[_Op, Any]],
+        reason: str,
+        code: ErrorCode = ErrorCode.COORDINATOR_NOT_AVAILABLE,
+    ) -> None:
         """Memory may be ahead of the log: fail what is pending, load again."""
         if self._run is not run:
             return
         for op, _ in answers:
-            _fail(op.future, ErrorCode.COORDINATOR_NOT_AVAILABLE, reason)
+            _fail(op.future, code, reason)
         self._abandon(run, ErrorCode.COORDINATOR_NOT_AVAILABLE, reason)
         self.last_error = reason
         if self.state is ShardState.ACTIVE:

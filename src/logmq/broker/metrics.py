@@ -18,6 +18,7 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from logmq.net.codec import ApiKey
 from logmq.replication.throttle import ReassignmentQuota
+from logmq.storage.disk_space import DiskSpace
 
 log = logging.getLogger("logmq.metrics")
 
@@ -162,6 +163,24 @@ class BrokerMetrics:
         self.registry.register(
             _ReassignmentThrottleCollector({"inbound": inbound, "outbound": outbound})
         )
+
+    # -- storage ---------------------------------------------------------------------------
+    def register_storage(self, disk: DiskSpace) -> None:
+        """Free space of the data dir and the disk-full state (read at scrape time)."""
+        r = self.registry
+        Gauge(
+            "logmq_storage_free_bytes", "Free bytes in the data dir's file system", registry=r
+        ).set_function(lambda: disk.free_bytes)
+        Gauge(
+            "logmq_storage_min_free_bytes",
+            "Free-space guard: produce is refused below this (--min-free-bytes)",
+            registry=r,
+        ).set_function(lambda: disk.min_free_bytes)
+        Gauge(
+            "logmq_storage_disk_full",
+            "1 while produce is refused for lack of disk space, else 0",
+            registry=r,
+        ).set_function(lambda: int(disk.full))
 
     def offsets_committed(self, partitions: int) -> None:
         self._offset_commits.inc(partitions)

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Literal
 
 from logmq.broker.replica_fetcher import FetcherConfig, ReplicaFetcher
 from logmq.cluster.controller_api import AlterPartitionRequest, AlterPartitionResponse
-from logmq.errors import ErrorCode, LogMQError
+from logmq.errors import DiskFullError, ErrorCode, LogMQError
 from logmq.replication.partition_replica import (
     AlterIsr,
     AskLeaderEpoch,
@@ -373,7 +373,13 @@ class ReplicaManager:
             else:
                 end = pos + size
         if end > start:
-            plog.append_as_follower(data[start:end])
+            try:
+                plog.append_as_follower(data[start:end])
+            except DiskFullError:
+                # Tell the guard: the broker reports itself full in its heartbeats, and
+                # the controller takes it out of the ISRs it can no longer follow.
+                self.logs.disk.write_failed(end - start)
+                raise
             cfg = plog.config
             if cfg.group_commit or (
                 cfg.flush_messages is not None and plog.unflushed_messages >= cfg.flush_messages

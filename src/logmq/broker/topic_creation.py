@@ -10,7 +10,9 @@ class owns (at most one per topic name) and ``stop`` cancels what is still runni
 from __future__ import annotations
 
 import asyncio
+import collections
 import logging
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from logmq.broker.metadata_store import TopicInfo, topic_name_error
@@ -22,6 +24,76 @@ if TYPE_CHECKING:
     from logmq.broker.broker import Broker
 
 log = logging.getLogger("logmq.broker")
+
+CREATE_WAIT_S = 10.0  # how long an auto-created topic may take to reach this broker's image
+
+
+class PendingTopics:
+    """Produces to a topic that is being auto-created wait here, and go on in arrival order.
+
+    Per-partition order must hold even for the first records of a topic: pipelined
+    produces arrive while the creation runs on the controller, and any of them going
+    ahead of an earlier one would append out of order. The first waiter starts the
+    creation; when it ends, waiters are let go one at a time: each is released only
+    after the previous one has resumed and taken its first step (its append is written
+    synchronously in that step), and a produce that arrives meanwhile queues behind
+    them even though the topic already exists.
+    """
+
+    def __init__(self, create: Callable[[str], Awaitable[Any]]) -> None:
+        self._create = create
+        self._queues: dict[str, collections.deque[asyncio.Future[None]]] = {}
+        self._tasks: set[asyncio.Task[Any]] = set()
+
+    def waiting(self, topic: str) -> bool:
+        return topic in self._queues
+
+    async def wait(self, topic: str) -> None:
+        """Return once ``topic`` exists (or its creation failed), after earlier waiters."""
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[None] = loop.create_future()
+        queue = self._queues.get(topic)
+        if queue is None:
+            queue = self._queues[topic] = collections.deque()
+            task = loop.create_task(self._run_create(topic), name=f"auto-create-{topic}")
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+        queue.append(fut)
+        try:
+            await fut
+        except asyncio.CancelledError:
+            if fut.cancelled():
+                if fut in queue:
+                    queue.remove(fut)  # never released: the others keep their turn
+            else:
+                loop.call_soon(self._release, topic)  # released: pass the turn on
+            raise
+        # Our first step runs before the callback below, so the next one goes after us.
+        loop.call_soon(self._release, topic)
+
+    async def _run_create(self, topic: str) -> None:
+        try:
+            await self._create(topic)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # the waiters then report the topic as unknown
+            log.warning("auto-creating topic %s failed: %s", topic, exc)
+        finally:
+            self._release(topic)
+
+    def _release(self, topic: str) -> None:
+        """Let the next waiter go; forget the topic once nobody waits."""
+        queue = self._queues.get(topic)
+        while queue:
+            fut = queue.popleft()
+            if not fut.done():
+                fut.set_result(None)
+                return
+        self._queues.pop(topic, None)
+
+    def stop(self) -> None:
+        for task in list(self._tasks):
+            task.cancel()
 
 
 class TopicCreator:
@@ -98,4 +170,7 @@ class TopicCreator:
             return None
         log.info("auto-creating topic %s", topic)
         await self.b.run_on_controller(ApiKey.CREATE_TOPICS, {"topics": [{"topic": topic}]})
+        # Another creator (a Metadata request, another broker) may have won the race and
+        # our answer was TOPIC_ALREADY_EXISTS: either way, wait until our image has it.
+        await self.b.quorum.wait_for(lambda image: topic in image.topics, CREATE_WAIT_S)
         return topics.get(topic)

@@ -15,14 +15,16 @@ and a heartbeat must not queue behind a fetch that long-polls for half a second.
 from __future__ import annotations
 
 import asyncio
+import collections
 import random
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 from logmq.client.connection import BrokerConnection
 from logmq.client.fetcher import fetch_body, first_at_or_after, parse_fetch_response
 from logmq.errors import (
+    BootstrapError,
     ConnectionError_,
     ErrorCode,
     LogMQError,
@@ -32,6 +34,10 @@ from logmq.errors import (
 from logmq.net.codec import ApiKey, Response
 
 TopicPartition = tuple[str, int]
+Address = tuple[str, int]
+# While one address is silent, the next is tried too after this long (RFC 8305's
+# staggered start): a dead broker costs nothing, an unreachable one this much.
+CONNECT_STAGGER = 0.25
 _COORDINATOR_MOVED = frozenset(
     {
         ErrorCode.NOT_COORDINATOR,
@@ -185,6 +191,7 @@ class ClusterClient:
         connect_timeout_ms: int = 10000,
         allow_auto_create_topics: bool = False,
         metadata_max_age_ms: int = 300_000,
+        bootstrap_timeout_ms: int = 2000,
     ) -> None:
         if metadata_max_age_ms <= 0:
             raise ValueError("metadata_max_age_ms must be positive")
@@ -193,6 +200,9 @@ class ClusterClient:
         self.request_timeout = request_timeout_ms / 1000
         self.retry_backoff = retry_backoff_ms / 1000
         self.connect_timeout = connect_timeout_ms / 1000
+        # until some broker has answered, how long to try the bootstrap list
+        self.bootstrap_timeout = min(bootstrap_timeout_ms, connect_timeout_ms) / 1000
+        self._reached = False  # a broker has answered: connection failures are transient
         self.allow_auto_create = allow_auto_create_topics
         self.metadata_max_age = metadata_max_age_ms / 1000
         self.metadata = ClusterMetadata()
@@ -219,24 +229,80 @@ class ClusterClient:
             node_id=node_id,
         )
 
-    async def any_connection(self) -> BrokerConnection:
-        """A connection to some broker: a known one first, else a bootstrap address."""
+    async def any_connection(self, avoid: Collection[Address] = ()) -> BrokerConnection:
+        """A connection to some broker: an open one, else the first known broker or
+        bootstrap address that accepts one; addresses in ``avoid`` (they just failed)
+        come last.
+
+        Until a broker has answered, nothing says the addresses are right, so when none
+        accepts, BootstrapError says so within ``bootstrap_timeout`` instead of the
+        request being retried until the request timeout.
+        """
         if self._closed:
             raise ConnectionError_("client is closed")
-        for conn in self._connections.values():
-            if conn.is_open:
+        for conn in (*self._connections.values(), self._bootstrap_conn):
+            if conn is not None and conn.is_open and (conn.host, conn.port) not in avoid:
                 return conn
-        if self._bootstrap_conn is not None and self._bootstrap_conn.is_open:
+        known = [(b.host, b.port) for b in self.metadata.brokers.values()]
+        addrs = list(dict.fromkeys(known + self.bootstrap))
+        addrs.sort(key=lambda a: a in avoid)  # stable: otherwise in order
+        if self._reached:
+            self._bootstrap_conn = await self._open_first(addrs, self.connect_timeout)
             return self._bootstrap_conn
-        addrs = [(b.host, b.port) for b in self.metadata.brokers.values()] + self.bootstrap
-        last: LogMQError | None = None
-        for host, port in addrs:
-            try:
-                self._bootstrap_conn = await self._open(host, port, -1)
-                return self._bootstrap_conn
-            except ConnectionError_ as e:
-                last = e
-        raise last or ConnectionError_("no broker reachable")
+        try:
+            self._bootstrap_conn = await self._open_first(addrs, self.bootstrap_timeout)
+        except ConnectionError_ as e:
+            raise BootstrapError(f"no broker reachable ({e})") from None
+        return self._bootstrap_conn
+
+    async def _open_first(self, addrs: list[Address], timeout: float) -> BrokerConnection:
+        """Connect to the first of ``addrs`` that accepts within ``timeout`` seconds.
+
+        Tried in order; the next attempt starts as soon as one fails or after
+        CONNECT_STAGGER seconds without an answer. ConnectionError_ names every address
+        tried and why it failed.
+        """
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        todo = collections.deque(addrs)
+        attempts: dict[asyncio.Future[BrokerConnection], Address] = {}
+        failures: list[str] = []
+        winner: BrokerConnection | None = None
+        try:
+            while winner is None and (todo or attempts):
+                if todo:
+                    host, port = todo.popleft()
+                    attempts[asyncio.ensure_future(self._open(host, port, -1))] = (host, port)
+                left = deadline - loop.time()
+                if left <= 0:
+                    break
+                done, _ = await asyncio.wait(
+                    attempts,
+                    timeout=min(left, CONNECT_STAGGER) if todo else left,
+                    return_when=asyncio.FIRST_COMPLETED,
+                )
+                for attempt in done:
+                    del attempts[attempt]
+                    try:
+                        conn = attempt.result()
+                    except ConnectionError_ as e:
+                        failures.append(str(e))
+                        continue
+                    if winner is None:
+                        winner = conn
+                    else:
+                        conn.close()
+        finally:
+            for attempt in attempts:
+                attempt.cancel()
+            for result in await asyncio.gather(*attempts, return_exceptions=True):
+                if isinstance(result, BrokerConnection):
+                    result.close()
+        if winner is not None:
+            return winner
+        failures += [f"cannot connect to {h}:{p}: timed out" for h, p in attempts.values()]
+        failures += [f"{h}:{p} not tried in time" for h, p in todo]
+        raise ConnectionError_("; ".join(failures) or "no broker address to try")
 
     async def connection(self, node_id: int) -> BrokerConnection:
         """The connection to broker ``node_id``, opened on first use and after a loss."""
@@ -353,15 +419,31 @@ class ClusterClient:
     async def request_any(
         self, api_key: int, body: dict[str, Any], *, timeout: float | None = None
     ) -> Response:
-        """A request any broker can answer, retried on connection loss until the timeout."""
+        """A request any broker can answer: on a lost connection it goes to the next
+        broker at once, and once every one has failed, again after a backoff until the
+        timeout. A client that no broker has answered yet raises BootstrapError instead.
+        """
         loop = asyncio.get_running_loop()
         timeout = self.request_timeout if timeout is None else timeout
         deadline = loop.time() + timeout
+        failed: set[Address] = set()
         while True:
+            conn = None
             try:
-                conn = await self.any_connection()
-                return await conn.request(api_key, body, timeout=max(0.001, deadline - loop.time()))
+                conn = await self.any_connection(failed)
+                resp = await conn.request(api_key, body, timeout=max(0.001, deadline - loop.time()))
+                self._reached = True
+                return resp
             except ConnectionError_ as e:
+                addrs = {(b.host, b.port) for b in self.metadata.brokers.values()}
+                addrs.update(self.bootstrap)
+                if conn is not None and (conn.host, conn.port) not in failed:
+                    failed.add((conn.host, conn.port))
+                    if not failed >= addrs:
+                        continue  # another broker may answer
+                if not self._reached:
+                    raise BootstrapError(f"no broker answered ({e})") from None
+                failed.clear()
                 if loop.time() + self.retry_backoff >= deadline:
                     raise RequestTimedOutError(f"{ApiKey(api_key).name} failed: {e}") from None
                 await asyncio.sleep(self._backoff())
@@ -380,12 +462,15 @@ class ClusterClient:
         """ListOffsets routed to each partition's leader: ``{tp: (offset, timestamp)}``.
 
         ``requests`` maps a partition to -2 (earliest), -1 (latest) or a time in ms.
-        Retriable errors refresh metadata and retry; others raise.
+        Retriable errors refresh metadata and retry (``retries`` times); a leader that
+        cannot be reached is retried until the request timeout, since a broker that just
+        died stays the leader until the cluster fences it. Other errors raise.
         """
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.request_timeout
         out: dict[TopicPartition, tuple[int, int]] = {}
         todo = dict(requests)
+        lost_rounds = 0
         while todo:
             by_node: dict[int, dict[str, list[dict[str, int]]]] = {}
             for (topic, part), ts in todo.items():
@@ -399,6 +484,7 @@ class ClusterClient:
                     {"partition": part, "timestamp": ts}
                 )
             retry: LogMQError | None = None
+            lost: ConnectionError_ | None = None
             for node, topics in by_node.items():
                 body = {
                     "replica_id": -1,
@@ -408,7 +494,7 @@ class ClusterClient:
                 try:
                     resp = await self.request_node(node, ApiKey.LIST_OFFSETS, body)
                 except ConnectionError_ as e:
-                    retry = e
+                    lost = e
                     continue
                 for t in resp.body.get("topics") or ():
                     for p in t.get("partitions") or ():
@@ -425,12 +511,19 @@ class ClusterClient:
                         out[tp] = (p.get("offset", -1), p.get("timestamp", -1))
                         del todo[tp]
             if todo:
-                if retry is None:
+                if retry is None and lost is None:
                     raise error_for(ErrorCode.UNKNOWN_SERVER_ERROR, f"no offsets for {list(todo)}")
-                if retries <= 0 or loop.time() >= deadline:
-                    raise retry
-                retries -= 1
-                await asyncio.sleep(self._backoff())
+                delay = self._backoff()
+                if retry is not None:
+                    if retries <= 0:
+                        raise retry
+                    retries -= 1
+                if lost is not None:
+                    lost_rounds += 1
+                    delay = min(1.0, delay * (1 << min(lost_rounds - 1, 4)))
+                if loop.time() + delay >= deadline:
+                    raise retry or lost
+                await asyncio.sleep(delay)
                 await self.refresh_metadata({t for t, _ in todo})
         return out
 

@@ -68,7 +68,8 @@ class BrokerConnection(asyncio.BufferedProtocol):
                     lambda: cls(host, port, **kwargs), host, port
                 )
         except (OSError, TimeoutError) as e:
-            raise ConnectionError_(f"cannot connect to {host}:{port}: {e or 'timed out'}") from None
+            reason = getattr(e, "strerror", None) or str(e) or "timed out"
+            raise ConnectionError_(f"cannot connect to {host}:{port}: {reason}") from None
         return proto
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:

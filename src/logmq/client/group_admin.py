@@ -25,6 +25,10 @@ from logmq.client.group_offsets import (
 from logmq.errors import ConnectionError_, ErrorCode, error_for
 from logmq.net.codec import ApiKey
 
+_LIST_AGAIN = frozenset(
+    {ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, ErrorCode.COORDINATOR_NOT_AVAILABLE}
+)
+
 
 @dataclass(slots=True, frozen=True)
 class GroupListing:
@@ -87,35 +91,58 @@ def _first_group_error(body: dict[str, Any]) -> int:
 async def list_groups(
     cluster: ClusterClient, states: Iterable[str] | None = None
 ) -> list[GroupListing]:
-    """Every group of the cluster (ListGroups goes to every broker)."""
-    await cluster.refresh_metadata()
-    body = {"states": None if states is None else list(states)}
-    nodes = list(cluster.metadata.brokers) or [-1]
-    found: dict[str, GroupListing] = {}
+    """Every group of the cluster (ListGroups goes to every broker).
 
-    async def ask(node: int) -> dict[str, Any]:
-        # A broker still loading some offsets partitions answers COORDINATOR_LOAD_IN_PROGRESS
-        # (with the groups it has so far): retry a while so the listing is complete.
-        deadline = time.monotonic() + cluster.request_timeout
+    A broker that cannot be reached is asked again until the cluster drops it from its
+    metadata (it died, and its groups moved to the others, which are then asked again)
+    or until the request timeout.
+    """
+    body = {"states": None if states is None else list(states)}
+    deadline = time.monotonic() + cluster.request_timeout
+
+    async def ask(node: int) -> dict[str, Any] | None:
+        """``node``'s answer, or None once ``node`` has left the cluster."""
         delay = 0.02
         while True:
-            if node < 0:
-                answer = (await cluster.request_any(ApiKey.LIST_GROUPS, body)).body
+            try:
+                if node < 0:
+                    answer = (await cluster.request_any(ApiKey.LIST_GROUPS, body)).body
+                else:
+                    answer = (await cluster.request_node(node, ApiKey.LIST_GROUPS, body)).body
+            except ConnectionError_:
+                if time.monotonic() >= deadline:
+                    raise
+                answer = None
             else:
-                answer = (await cluster.request_node(node, ApiKey.LIST_GROUPS, body)).body
-            loading = _code(answer.get("error", 0)) is ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
-            if not loading or time.monotonic() >= deadline:
-                return answer
+                # A broker still loading some offsets partitions answers
+                # COORDINATOR_LOAD_IN_PROGRESS (with the groups it has so far), a new
+                # cluster COORDINATOR_NOT_AVAILABLE while it creates the offsets topic:
+                # retry a while so the listing is complete.
+                code = _code(answer.get("error", 0))
+                if code not in _LIST_AGAIN or time.monotonic() >= deadline:
+                    return answer
             await asyncio.sleep(delay)  # backoff before asking the broker again
             delay = min(delay * 2, 0.5)
+            if answer is None:
+                await cluster.refresh_metadata()
+                if node not in cluster.metadata.brokers:
+                    return None
 
-    for answer in await asyncio.gather(*(ask(n) for n in nodes)):
-        code = _code(answer.get("error", 0))
-        if code is not ErrorCode.NONE:
-            raise error_for(code, answer.get("message") or f"ListGroups: {code.name}")
-        for g in answer.get("groups") or ():
-            found[g["group_id"]] = GroupListing(g["group_id"], g["state"], g.get("members", 0))
-    return sorted(found.values(), key=lambda g: g.group_id)
+    while True:
+        await cluster.refresh_metadata()
+        nodes = list(cluster.metadata.brokers) or [-1]
+        answers = await asyncio.gather(*(ask(n) for n in nodes))
+        found: dict[str, GroupListing] = {}
+        for answer in answers:
+            if answer is None:
+                continue
+            code = _code(answer.get("error", 0))
+            if code is not ErrorCode.NONE:
+                raise error_for(code, answer.get("message") or f"ListGroups: {code.name}")
+            for g in answer.get("groups") or ():
+                found[g["group_id"]] = GroupListing(g["group_id"], g["state"], g.get("members", 0))
+        if all(answer is not None for answer in answers):
+            return sorted(found.values(), key=lambda g: g.group_id)
 
 
 async def describe_group(cluster: ClusterClient, group_id: str) -> GroupDescription:

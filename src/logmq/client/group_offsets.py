@@ -122,15 +122,22 @@ async def send_commit(
     offsets: Mapping[TopicPartition, OffsetAndMetadata],
     *,
     timeout: float | None = None,
-) -> tuple[ErrorCode, dict[TopicPartition, ErrorCode]]:
-    """One OffsetCommit (retried only while the coordinator moves): the errors."""
+) -> tuple[ErrorCode, dict[TopicPartition, ErrorCode], str]:
+    """One OffsetCommit (retried only while the coordinator moves): the errors, and the
+    coordinator's explanation of a request-wide one (e.g. why it was not replicated)."""
     resp = await cluster.group_request(
         group_id,
         ApiKey.OFFSET_COMMIT,
         commit_body(group_id, member_id, member_epoch, offsets),
         timeout=timeout,
     )
-    return commit_result(resp.body)
+    top, per_partition = commit_result(resp.body)
+    return top, per_partition, str(resp.body.get("message") or "")
+
+
+def commit_error_text(what: str, top: ErrorCode, message: str) -> str:
+    """``what: CODE`` plus the coordinator's reason when it gave one."""
+    return f"{what}: {top.name}" + (f" ({message})" if message else "")
 
 
 def raise_partition_errors(errors: Mapping[TopicPartition, ErrorCode], what: str) -> None:
@@ -151,9 +158,13 @@ async def standalone_commit(
     group has members; any per-partition error raises after the others are written."""
     if not offsets:
         return
-    top, per_partition = await send_commit(cluster, group_id, None, -1, offsets, timeout=timeout)
+    top, per_partition, message = await send_commit(
+        cluster, group_id, None, -1, offsets, timeout=timeout
+    )
     if top is not ErrorCode.NONE:
-        raise error_for(top, f"commit offsets of group {group_id!r}: {top.name}")
+        raise error_for(
+            top, commit_error_text(f"commit offsets of group {group_id!r}", top, message)
+        )
     raise_partition_errors(per_partition, f"commit offset of group {group_id!r} for")
 
 
@@ -180,6 +191,7 @@ async def fetch_committed(
 __all__ = [
     "OffsetAndMetadata",
     "commit_body",
+    "commit_error_text",
     "commit_result",
     "fetch_body",
     "fetch_committed",

@@ -36,7 +36,12 @@ from logmq.client.group_membership import (
     MembershipState,
     Reconcile,
 )
-from logmq.client.group_offsets import OffsetAndMetadata, fetch_committed, send_commit
+from logmq.client.group_offsets import (
+    OffsetAndMetadata,
+    commit_error_text,
+    fetch_committed,
+    send_commit,
+)
 from logmq.errors import (
     CommitFailedError,
     ConnectionError_,
@@ -365,7 +370,7 @@ class GroupSession:
                     ErrorCode.UNKNOWN_MEMBER_ID,
                 )
             epoch = m.member_epoch
-            top, per_partition = await send_commit(
+            top, per_partition, message = await send_commit(
                 self._cluster,
                 self.group_id,
                 m.member_id,
@@ -385,7 +390,8 @@ class GroupSession:
                     top,
                 )
             if top is not ErrorCode.NONE:
-                raise error_for(top, f"commit offsets of group {self.group_id!r}: {top.name}")
+                what = f"commit offsets of group {self.group_id!r}"
+                raise error_for(top, commit_error_text(what, top, message))
             done = {tp: o.offset for tp, o in offsets.items() if not per_partition.get(tp)}
             self.consumer._mark_committed(done)
             for tp, code in sorted(per_partition.items()):

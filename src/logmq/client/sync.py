@@ -32,6 +32,8 @@ from logmq.errors import ErrorCode, LogMQError
 from logmq.records import Record, RecordMetadata
 
 T = TypeVar("T")
+# How long calls still running when a loop thread stops get to finish their cleanup.
+LEFTOVER_GRACE_S = 5.0
 
 
 class LoopThread:
@@ -48,7 +50,20 @@ class LoopThread:
 
     def _main(self) -> None:
         asyncio.set_event_loop(self.loop)
-        self.loop.run_forever()
+        try:
+            self.loop.run_forever()
+        finally:
+            self._finish_leftovers()
+
+    def _finish_leftovers(self) -> None:
+        """Cancel the calls still running when the loop stops (one whose caller was
+        interrupted by Ctrl-C) and let them unwind, as asyncio.run does: a task left
+        pending would be destroyed with a warning and its cleanup never run."""
+        tasks = asyncio.all_tasks(self.loop)
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            self.loop.run_until_complete(asyncio.wait(tasks, timeout=LEFTOVER_GRACE_S))
 
     @classmethod
     def acquire(cls) -> LoopThread:
@@ -83,6 +98,9 @@ class LoopThread:
         except concurrent.futures.TimeoutError:
             fut.cancel()
             raise TimeoutError("logmq call timed out") from None
+        except KeyboardInterrupt:
+            fut.cancel()  # else the call runs on in the loop thread, unowned
+            raise
 
     def stop(self) -> None:
         if self._thread.is_alive():

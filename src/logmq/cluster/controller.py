@@ -14,7 +14,14 @@ Rules (Kafka's KRaft semantics):
   unfenced. A broker that misses heartbeats for ``session_timeout_ms`` is fenced: it is
   removed from every ISR it is in (except when it is the last member: the ISR then keeps
   naming who holds the data, KIP-841) and its leaderships move to another ISR member.
-* Leaders are elected only from the ISR, first in replica order among active brokers.
+* A broker whose heartbeats say its data directory is full (BrokerStorageFull) hands
+  each leadership to the first in-sync replica with room and leaves every ISR it is not
+  the last member of (Kafka: an offline log directory). With no such replica it keeps
+  leading, so acknowledged records stay readable; produce there fails with the storage
+  error. It may not join an ISR until its heartbeats say it has room again; leadership
+  then comes back through preferred-leader election.
+* Leaders are elected only from the ISR, first in replica order among active brokers
+  (those with room in their data directory before full ones).
   If none is available the partition is left leaderless, unless the topic sets
   ``unclean.leader.election.enable=true``: then any active replica may lead, with an ISR
   of itself (acknowledged records may be lost: that is the point of the setting).
@@ -61,6 +68,7 @@ from logmq.cluster.metadata_image import (
 from logmq.cluster.metadata_records import (
     NO_LEADER,
     BrokerFenced,
+    BrokerStorageFull,
     BrokerUnfenced,
     ClusterIdRecord,
     ConfigRecord,
@@ -162,8 +170,11 @@ class Controller:
         caught_up: bool = False,
         want_fence: bool = False,
         want_shutdown: bool = False,
+        storage_full: bool | None = None,
     ) -> ControllerResult[HeartbeatResponse]:
-        """``caught_up``: the broker has applied the metadata log up to its registration."""
+        """``caught_up``: the broker has applied the metadata log up to its registration.
+
+        ``storage_full``: whether its data directory is full (None: not reported)."""
         reg = self._image.brokers.get(broker_id)
         if reg is None:
             return ControllerResult(
@@ -178,13 +189,16 @@ class Controller:
                 ),
             )
         self._last_heartbeat[broker_id] = now_ms
+        records: list[Record] = []
+        if storage_full is not None and storage_full != reg.storage_full:
+            records += self._storage_changed(broker_id, reg.broker_epoch, storage_full)
         if want_fence or want_shutdown:
-            records = self._fence(broker_id) if not reg.fenced else []
+            records += self._fence(broker_id) if not reg.fenced else []
             return ControllerResult(records, HeartbeatResponse(should_shutdown=want_shutdown))
         if reg.fenced and caught_up:
-            records = self._unfence(broker_id)
+            records += self._unfence(broker_id)
             return ControllerResult(records, HeartbeatResponse(fenced=False))
-        return ControllerResult([], HeartbeatResponse(fenced=reg.fenced))
+        return ControllerResult(records, HeartbeatResponse(fenced=reg.fenced))
 
     def last_heard(self, broker_id: int, at_ms: int) -> None:
         """For a new controller: ``broker_id`` was last heard from at ``at_ms``, not now
@@ -231,6 +245,40 @@ class Controller:
                 out.append(change)
         return out
 
+    def _storage_changed(self, broker_id: int, epoch: int, full: bool) -> list[Record]:
+        records = self._commit([BrokerStorageFull(broker_id, epoch, int(full))])
+        if full:
+            records += self._commit(self._moves_away_from_full(broker_id))
+        return records
+
+    def _moves_away_from_full(self, broker_id: int) -> list[Record]:
+        """Changes that take a broker that cannot write out of leaderships and ISRs.
+
+        A leadership moves only to an in-sync replica with room; without one the full
+        broker keeps it (its acknowledged records stay readable). As a follower it
+        leaves the ISR unless that would leave the ISR empty.
+        """
+        image = self._image
+        out: list[Record] = []
+        for part in image.partitions():
+            if broker_id not in part.isr:
+                continue
+            rest = tuple(r for r in part.isr if r != broker_id)
+            if not rest:
+                continue
+            if part.leader == broker_id:
+                leader = next(
+                    (r for r in part.replicas if r in rest and image.can_lead(r)), NO_LEADER
+                )
+                if leader == NO_LEADER:
+                    continue
+                change = _change(part, leader, rest, elected=True)
+            else:
+                change = _change(part, part.leader, rest, elected=False)
+            if change is not None:
+                out.append(change)
+        return out
+
     def _unfence(self, broker_id: int) -> list[Record]:
         reg = self._image.brokers[broker_id]
         records: list[Record] = [BrokerUnfenced(broker_id, reg.broker_epoch)]
@@ -262,9 +310,12 @@ class Controller:
         unclean: bool | None = None,
     ) -> tuple[int, tuple[int, ...]]:
         """(leader, ISR) after electing from ``isr``; NO_LEADER if nobody may lead."""
-        for r in part.replicas:
-            if r in isr and active(r):
+        eligible = [r for r in part.replicas if r in isr and active(r)]
+        for r in eligible:
+            if not self._image.brokers[r].storage_full:
                 return r, isr
+        if eligible:  # every candidate's disk is full: one still serves what it holds
+            return eligible[0], isr
         if unclean if unclean is not None else self._unclean_allowed(part.topic):
             for r in part.replicas:
                 if active(r):
@@ -302,7 +353,7 @@ class Controller:
                 if part.leader == preferred:
                     results[key] = ApiResult(ErrorCode.ELECTION_NOT_NEEDED, "already preferred")
                     continue
-                if preferred not in part.isr or not image.is_active(preferred):
+                if preferred not in part.isr or not image.can_lead(preferred):
                     results[key] = ApiResult(
                         ErrorCode.PREFERRED_LEADER_NOT_AVAILABLE,
                         f"broker {preferred} is not an available in-sync replica",
@@ -645,10 +696,11 @@ class Controller:
                 ErrorCode.INVALID_REQUEST,
                 f"ISR {list(new_isr)} must hold the leader and only replicas {list(part.replicas)}",
             )
-        joining = [r for r in new_isr if r not in part.isr and not image.is_active(r)]
+        joining = [r for r in new_isr if r not in part.isr and not image.can_lead(r)]
         if joining:
             return refuse(
-                ErrorCode.INELIGIBLE_REPLICA, f"broker(s) {joining} are fenced or unregistered"
+                ErrorCode.INELIGIBLE_REPLICA,
+                f"broker(s) {joining} are fenced, unregistered or out of disk space",
             )
         # Recorded even when the ISR is unchanged: moving the partition epoch voids every
         # other request the leader made at the old one (copies, retries), which it counts

@@ -20,6 +20,7 @@ from types import MappingProxyType
 from logmq.cluster.metadata_records import (
     NO_LEADER,
     BrokerFenced,
+    BrokerStorageFull,
     BrokerUnfenced,
     ClusterIdRecord,
     ConfigRecord,
@@ -54,6 +55,7 @@ class BrokerRegistration:
     port: int
     rack: str | None = None
     fenced: bool = True
+    storage_full: bool = False  # its data dir is full: it should not lead or follow
 
 
 @dataclass(frozen=True, slots=True)
@@ -176,6 +178,11 @@ class MetadataImage:
         b = self.brokers.get(broker_id)
         return b is not None and not b.fenced
 
+    def can_lead(self, broker_id: int) -> bool:
+        """Active, and its data dir has room: the first choice in elections."""
+        b = self.brokers.get(broker_id)
+        return b is not None and not b.fenced and not b.storage_full
+
     def active_brokers(self) -> list[int]:
         return sorted(b for b, reg in self.brokers.items() if not reg.fenced)
 
@@ -213,6 +220,8 @@ class MetadataImage:
             )
             if not b.fenced:
                 out.append(BrokerUnfenced(b.broker_id, b.broker_epoch))
+            if b.storage_full:
+                out.append(BrokerStorageFull(b.broker_id, b.broker_epoch, 1))
         for name in sorted(self.topics):
             t = self.topics[name]
             out.append(TopicRecord(t.name, t.topic_id))
@@ -310,6 +319,11 @@ class MetadataDelta:
                     raise MetadataError(f"{record} does not match registration {old}")
                 fenced = isinstance(record, BrokerFenced)
                 self._brokers[record.broker_id] = replace(old, fenced=fenced)
+            case BrokerStorageFull():
+                old = self.broker(record.broker_id)
+                if old is None or old.broker_epoch != record.broker_epoch:
+                    raise MetadataError(f"{record} does not match registration {old}")
+                self._brokers[record.broker_id] = replace(old, storage_full=bool(record.full))
             case TopicRecord(name=name, topic_id=tid):
                 if self.topic(name) is not None:
                     raise MetadataError(f"topic {name!r} already exists")

@@ -72,6 +72,17 @@ class BrokerUnfenced:
 
 
 @dataclass(frozen=True, slots=True)
+class BrokerStorageFull:
+    """The broker's data directory is full (1) or has room again (0), as its heartbeats
+    say: a full broker hands its leaderships to in-sync replicas with room and leaves
+    the ISRs it cannot follow (Kafka: an offline log directory)."""
+
+    broker_id: int
+    broker_epoch: int
+    full: int
+
+
+@dataclass(frozen=True, slots=True)
 class TopicRecord:
     name: str
     topic_id: str  # tells a recreated topic from the deleted one of the same name
@@ -156,6 +167,7 @@ Record = (
     | ConfigRecord
     | RemoveTopic
     | ProducerIdsBlock
+    | BrokerStorageFull
 )
 
 # Type codes are part of the log format: append only, never renumber.
@@ -170,6 +182,7 @@ _TYPES: dict[int, type] = {
     8: ConfigRecord,
     9: RemoveTopic,
     10: ProducerIdsBlock,
+    11: BrokerStorageFull,
 }
 _CODES = {cls: code for code, cls in _TYPES.items()}
 
@@ -185,6 +198,7 @@ _KINDS: dict[type, str] = {
     ConfigRecord: "s s s s?",
     RemoveTopic: "s s",
     ProducerIdsBlock: "i i",
+    BrokerStorageFull: "i i i",
 }
 
 

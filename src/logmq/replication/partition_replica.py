@@ -84,6 +84,10 @@ class ReplicaConfig:
     min_insync_replicas: int = 1
     # An AlterIsr without an answer (lost on the way) is sent again after this long.
     alter_isr_retry_ms: int = 5_000
+    # After a refused or failed AlterIsr, the next one waits this long, doubling with
+    # every further failure up to the cap; a committed ISR change resets it.
+    alter_isr_backoff_ms: int = 100
+    alter_isr_backoff_max_ms: int = 10_000
 
 
 # -- actions for the shell --------------------------------------------------------------------
@@ -183,6 +187,8 @@ class PartitionReplica:
         self.isr: tuple[int, ...] = ()  # as committed by the controller
         self.pending_isr: AlterIsr | None = None  # the request awaiting an answer
         self._pending_sent_ms = 0
+        self.isr_failures = 0  # AlterIsr refusals/failures in a row (backoff exponent)
+        self._next_isr_request_ms = 0  # no new AlterIsr before this (backoff)
         # Members any AlterIsr sent at the current partition epoch adds: one of those
         # requests (a copy, a retry) may still be applied by the controller, so they count
         # for the HW until the metadata shows a newer partition epoch.
@@ -224,6 +230,7 @@ class PartitionReplica:
         self.leader_id = self.broker_id
         self._adopt(state)
         self.pending_isr, self._requested = None, set()
+        self._reset_isr_backoff()
         self.leader_epoch_start_offset = self.leo
         self.followers = {
             r: FollowerState(last_caught_up_ms=now_ms if r in self.isr else 0)
@@ -267,6 +274,7 @@ class PartitionReplica:
             # Requests made at an older partition epoch can never be applied any more.
             self._requested = set()
             self.pending_isr = None
+            self._reset_isr_backoff()
         self._adopt(state)
         if not self.is_leader:
             return []
@@ -363,6 +371,7 @@ class PartitionReplica:
     ) -> list[Action]:
         if (
             self.pending_isr is not None
+            or now_ms < self._next_isr_request_ms
             or replica_id in self.isr
             or replica_id not in self.replicas
             or follower.leo < self.hw
@@ -378,7 +387,7 @@ class PartitionReplica:
         if pending is not None and now_ms - self._pending_sent_ms >= self.config.alter_isr_retry_ms:
             self._pending_sent_ms = now_ms
             actions.append(pending)
-        if self.is_leader and self.pending_isr is None:
+        if self.is_leader and self.pending_isr is None and now_ms >= self._next_isr_request_ms:
             lag = self.config.replica_lag_time_max_ms
             out = [
                 r
@@ -410,14 +419,27 @@ class PartitionReplica:
         """The controller answered an AlterIsr (``state``: the partition afterwards).
 
         A success is the committed state, adopted whenever it arrives (even after a
-        refusal of another copy). A refusal ends the wait, so the next tick or fetch may
-        ask again, but the members it would have added keep counting for the HW until
-        the partition epoch moves: another copy may still be applied.
+        refusal of another copy). A refusal ends the wait, so a later tick or fetch may
+        ask again once the backoff has passed, but the members it would have added keep
+        counting for the HW until the partition epoch moves: another copy may still be
+        applied.
         """
         if error is ErrorCode.NONE and state is not None:
             return self.update_metadata(state)
+        if self.pending_isr is not None:
+            # Ask again only after a capped exponential backoff: a controller that keeps
+            # refusing (or cannot be reached) is not asked ten times a second.
+            cfg = self.config
+            backoff = cfg.alter_isr_backoff_ms << min(self.isr_failures, 30)
+            delay = min(backoff, cfg.alter_isr_backoff_max_ms)
+            self.isr_failures += 1
+            self._next_isr_request_ms = self._pending_sent_ms + delay
         self.pending_isr = None
         return []
+
+    def _reset_isr_backoff(self) -> None:
+        self.isr_failures = 0
+        self._next_isr_request_ms = 0
 
     # -- leader: high watermark and purgatory ------------------------------------------------
 

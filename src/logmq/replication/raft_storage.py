@@ -425,12 +425,16 @@ class RaftStorage:
         tmp = final.with_name(final.name + TMP_SUFFIX)
         fd = self._ops.open(tmp)
         try:
-            self._ops.truncate(fd, 0)
-            self._ops.write(fd, encode_snapshot_file(snapshot), 0)
-            self._ops.sync(fd)
-        finally:
-            self._ops.close(fd)
-        self._ops.replace(tmp, final)
+            try:
+                self._ops.truncate(fd, 0)
+                self._ops.write(fd, encode_snapshot_file(snapshot), 0)
+                self._ops.sync(fd)
+            finally:
+                self._ops.close(fd)
+            self._ops.replace(tmp, final)
+        except OSError:
+            self._ops.unlink(tmp)  # the old snapshot stays; a partial temp file only holds space
+            raise
         self._ops.sync_dir(self.dir)
         old, self._snapshot = self._snapshot, snapshot
         if old.index:
@@ -480,11 +484,22 @@ class RaftStorage:
         if seg.positions and seg.size + sum(map(len, records)) > self.segment_bytes:
             seg = self._new_segment(entries[0].index)
         assert self._active_fd is not None
+        positions = []
         pos = seg.size
         for record in records:
-            seg.positions.append(pos)
+            positions.append(pos)
             pos += len(record)
-        self._ops.write(self._active_fd, b"".join(records), seg.size)
+        try:
+            self._ops.write(self._active_fd, b"".join(records), seg.size)
+        except OSError:
+            # ENOSPC mid-write: cut the torn tail now, so the file holds whole entries only
+            # and what is in memory matches it (a restart would cut it too).
+            try:
+                self._ops.truncate(self._active_fd, seg.size)
+            except OSError:
+                pass
+            raise
+        seg.positions.extend(positions)
         seg.size = pos
         if sync:
             self._ops.sync(self._active_fd)

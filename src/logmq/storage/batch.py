@@ -4,7 +4,8 @@ A batch is a fixed 65-byte big-endian header followed by the records, msgpack-en
 and optionally compressed. The broker stamps ``base_offset`` and ``leader_epoch``, which
 sit before the checksum, so assigning offsets never re-hashes; everything from
 ``attributes`` to the end is covered by an xxh3-64 checksum. The broker validates a batch
-from its header and checksum alone and never decodes the records it stores. See
+from its header and checksum alone and never decodes the records it stores; only a
+topic's compression.type makes it re-wrap them in another codec (``recompress``). See
 docs/format.md for the byte layout.
 """
 
@@ -36,6 +37,7 @@ CHECKSUM_POS = 17
 CHECKSUM_START = 25  # the checksum covers attributes .. end of batch
 MAGIC = 1
 MAX_BATCH_SIZE = 1 << 30  # a header announcing more than this is corrupt, not big
+MAX_INFLATED_SIZE = 64 << 20  # the broker decompresses a batch to at most this (or 64x)
 
 _Q = struct.Struct(">q")
 _I = struct.Struct(">i")
@@ -109,16 +111,34 @@ def compress(codec: int, data: bytes) -> bytes:
     raise CorruptRecordError(f"unknown compression codec {codec}")
 
 
-def decompress(codec: int, data: bytes | memoryview) -> bytes | memoryview:
+def decompress(
+    codec: int, data: bytes | memoryview, max_size: int | None = None
+) -> bytes | memoryview:
+    """The records of a compressed batch; with ``max_size``, refuse to inflate beyond it
+    (a small batch that decompresses to gigabytes must not take the broker's memory)."""
     if codec == Compression.NONE:
         return data
+    if max_size is None:
+        if codec == Compression.GZIP:
+            return zlib.decompress(data, 47)
+        if codec == Compression.ZSTD:
+            return _zstd().ZstdDecompressor().decompress(bytes(data))
+        if codec == Compression.LZ4:
+            return _lz4().decompress(bytes(data))
+        raise CorruptRecordError(f"unknown compression codec {codec}")
     if codec == Compression.GZIP:
-        return zlib.decompress(data, 47)
-    if codec == Compression.ZSTD:
-        return _zstd().ZstdDecompressor().decompress(bytes(data))
-    if codec == Compression.LZ4:
-        return _lz4().decompress(bytes(data))
-    raise CorruptRecordError(f"unknown compression codec {codec}")
+        d = zlib.decompressobj(47)
+        out = d.decompress(data, max_size + 1)
+    elif codec == Compression.ZSTD:
+        reader = _zstd().ZstdDecompressor().stream_reader(bytes(data))
+        out = reader.read(max_size + 1)
+    elif codec == Compression.LZ4:
+        out = _lz4().LZ4FrameDecompressor().decompress(bytes(data), max_length=max_size + 1)
+    else:
+        raise CorruptRecordError(f"unknown compression codec {codec}")
+    if len(out) > max_size:
+        raise CorruptRecordError(f"records decompress to more than {max_size} bytes")
+    return out
 
 
 @dataclass(slots=True, frozen=True)
@@ -411,6 +431,38 @@ def decode_rows(buf: Any, pos: int = 0, header: BatchHeader | None = None) -> li
         return msgpack.unpackb(decompress(h.compression, mv), use_list=True, raw=False)
     except (ValueError, msgpack.UnpackException, zlib.error) as e:
         raise CorruptRecordError(f"cannot decode records: {e}") from None
+
+
+def recompress(buf: Any, pos: int, header: BatchHeader, codec: int) -> bytes:
+    """The batch at ``pos`` re-encoded in ``codec`` (a topic's compression.type).
+
+    The codec wraps the msgpack records as a whole, so only that wrapping changes: the
+    records stay the same bytes, which keeps every record field by construction and
+    costs no Python per record. The header keeps every field but the codec bits, the
+    length and the checksum. ``header`` must come from a validated batch; a payload
+    that does not decompress raises CorruptRecordError.
+    """
+    h = header
+    mv = memoryview(buf)[pos + HEADER_SIZE : pos + h.size]
+    try:
+        records = decompress(h.compression, mv, max(MAX_INFLATED_SIZE, 64 * h.size))
+    except LogMQError:
+        raise  # too large, or a codec package missing on this broker
+    except Exception as e:  # zlib.error, lz4's RuntimeError, zstandard.ZstdError
+        raise CorruptRecordError(f"cannot decompress records to recompress them: {e}") from None
+    return _assemble(
+        compress(codec, records),
+        count=h.record_count,
+        last_offset_delta=h.last_offset_delta,
+        first_timestamp=h.first_timestamp,
+        max_timestamp=h.max_timestamp,
+        attributes=(h.attributes & ~Compression.MASK) | codec,
+        base_offset=h.base_offset,
+        leader_epoch=h.leader_epoch,
+        producer_id=h.producer_id,
+        producer_epoch=h.producer_epoch,
+        base_sequence=h.base_sequence,
+    )
 
 
 def decode_records(

@@ -35,14 +35,20 @@ def atomic_write(path: str | Path, data: bytes) -> None:
     tmp = path.with_name(path.name + ".tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
-        view = memoryview(data)
-        while view:
-            n = os.write(fd, view)
-            view = view[n:]
-        fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
+        try:
+            view = memoryview(data)
+            while view:
+                n = os.write(fd, view)
+                view = view[n:]
+            fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+    except BaseException:
+        # ENOSPC and friends: the old file stays as it was, and the partial temp file
+        # goes so it holds no space (readers and the next start ignore it anyway).
+        tmp.unlink(missing_ok=True)
+        raise
     fsync_dir(path.parent)
 
 

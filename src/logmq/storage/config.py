@@ -11,6 +11,7 @@ from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from logmq.errors import InvalidConfigError
+from logmq.storage.batch import Compression
 
 GiB = 1 << 30
 MiB = 1 << 20
@@ -61,6 +62,11 @@ class LogConfig:
     def delete(self) -> bool:
         """cleanup.policy includes delete: retention.ms/retention.bytes remove old segments."""
         return "delete" in self.cleanup_policy
+
+    @property
+    def broker_codec(self) -> int | None:
+        """The codec compression.type stores batches in; None keeps the producer's."""
+        return BROKER_CODECS[self.compression_type]
 
     @classmethod
     def from_dict(cls, d: dict[str, str], base: LogConfig | None = None) -> LogConfig:
@@ -114,7 +120,9 @@ def _parse(spec: ConfigKey, raw: Any) -> Any:
         return ratio
     if spec.kind == "str":
         if spec.choices and text not in spec.choices:
-            raise InvalidConfigError(f"{spec.name} must be one of {', '.join(spec.choices)}")
+            raise InvalidConfigError(
+                f"{spec.name} must be one of {', '.join(spec.choices)}, got {raw!r}"
+            )
         return text
     if spec.kind == "opt_int" and text.lower() in ("", "none", "null"):
         return None
@@ -146,6 +154,16 @@ def _format(value: Any) -> str:
 
 
 _INT31 = (1 << 31) - 1
+
+# compression.type values: Kafka's names, plus "none" (what our producers call it).
+BROKER_CODECS: dict[str, int | None] = {
+    "producer": None,
+    "uncompressed": Compression.NONE,
+    "none": Compression.NONE,
+    "gzip": Compression.GZIP,
+    "zstd": Compression.ZSTD,
+    "lz4": Compression.LZ4,
+}
 
 TOPIC_CONFIG_KEYS: tuple[ConfigKey, ...] = (
     ConfigKey(
@@ -263,8 +281,9 @@ TOPIC_CONFIG_KEYS: tuple[ConfigKey, ...] = (
         "compression.type",
         "compression_type",
         "str",
-        "Compression the broker keeps; 'producer' keeps what the producer sent.",
-        ("producer", "none", "gzip", "zstd", "lz4"),
+        "Codec the leader stores batches in, recompressing those that differ; "
+        "'producer' keeps what the producer sent, 'uncompressed' (or 'none') stores none.",
+        tuple(BROKER_CODECS),
     ),
     ConfigKey(
         "min.cleanable.dirty.ratio",

@@ -20,6 +20,7 @@ by a binary search for the first zero entry.
 
 from __future__ import annotations
 
+import logging
 import mmap
 import os
 import struct
@@ -27,6 +28,8 @@ from pathlib import Path
 from typing import Any
 
 from logmq.errors import StorageError
+
+log = logging.getLogger(__name__)
 
 _BEFORE_ANY = -(1 << 64)  # below every key and value: what an empty index compares with
 
@@ -106,6 +109,14 @@ class _Index:
                 _write_all(fd, self._buf[done * w : n * w], done * w)
             if os.fstat(fd).st_size != n * w:
                 os.ftruncate(fd, n * w)
+        except OSError as e:
+            # A full disk must not fail a roll, close or delete: a sparse index is only a
+            # shortcut, so keep the entries already in the file and drop the rest.
+            log.warning("index %s keeps %d of %d entries: %s", self.path, done, n, e)
+            os.ftruncate(fd, done * w)  # shrinking needs no space; cuts a torn entry
+            self.entries = n = done
+            del self._buf[done * w :]
+            self._load_last()
         finally:
             os.close(fd)
         self._written = n

@@ -25,13 +25,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from logmq.errors import CorruptRecordError, InvalidConfigError, StorageError
+from logmq.errors import CorruptRecordError, DiskFullError, InvalidConfigError, StorageError
 from logmq.storage import checkpoint as ckpt
 from logmq.storage.compaction import CleanStats, check_record_keys
 from logmq.storage.config import LogConfig
+from logmq.storage.disk_space import DiskSpace
 from logmq.storage.log_cleaner import DEFAULT_BUFFER_BYTES, DEFAULT_INTERVAL_MS, LogCleaner
 from logmq.storage.open_files import OpenFileCache
 from logmq.storage.partition_log import AppendInfo, PartitionLog, parse_dir_name
+from logmq.storage.recompress import to_codec
 from logmq.storage.segment import run_sync
 
 log = logging.getLogger(__name__)
@@ -75,13 +77,17 @@ class LogManager:
         cleaner_enabled: bool = True,
         cleaner_interval_ms: int = DEFAULT_INTERVAL_MS,
         cleaner_buffer_bytes: int = DEFAULT_BUFFER_BYTES,
+        min_free_bytes: int | None = None,
     ) -> None:
         """``topic_overrides``: per-topic config overrides (or a callable returning them,
         called once by ``start``) that the logs found on disk open with.
 
         ``cleaner_*``: the background log cleaner of compacted topics: whether it runs,
         how often it looks for dirty logs, and the memory its offset map may use
-        (about 128 bytes per distinct key; more keys take several passes)."""
+        (about 128 bytes per distinct key; more keys take several passes).
+
+        ``min_free_bytes``: below this much free space client appends are refused
+        (disk_space.py; None: the smaller of 1 GiB and 5% of the disk)."""
         self.data_dir = Path(data_dir)
         self.default_config = default_config or LogConfig()
         self.cache = OpenFileCache(max_open_segments)
@@ -101,14 +107,18 @@ class LogManager:
         self.started = False
         self.recovered_logs: list[str] = []  # logs that went through crash recovery
         self.offline_logs: dict[tuple[str, int], str] = {}  # logs that failed to open
+        self.disk = DiskSpace(self.data_dir, min_free_bytes)
 
     # -- lifecycle ------------------------------------------------------------------------
 
     async def start(self) -> None:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         await asyncio.to_thread(self._load_all)
+        self.disk.refresh()
         loop = asyncio.get_running_loop()
         self._tasks = [
+            # Notices freed space (and a disk filling up) without produce traffic.
+            loop.create_task(self._every(int(self.disk.check_interval_s * 1000), self.disk.poll)),
             loop.create_task(self._every(self.retention_check_interval_ms, self.run_retention)),
             loop.create_task(self._every(self.checkpoint_interval_ms, self._checkpoint_tick)),
             loop.create_task(self._every(self.flush_check_interval_ms, self._flush_tick)),
@@ -208,6 +218,8 @@ class LogManager:
                 result = fn()
                 if asyncio.iscoroutine(result):
                     await result
+            except (OSError, StorageError) as e:  # a full disk, say: no traceback per tick
+                log.error("background storage task %s failed: %s", getattr(fn, "__name__", fn), e)
             except Exception:
                 log.exception("background storage task %s failed", getattr(fn, "__name__", fn))
 
@@ -252,7 +264,10 @@ class LogManager:
                 return
         else:
             self._committers.pop((topic, partition), None)
-            plog.close_handles()
+            try:
+                plog.close_handles()
+            except OSError as e:  # deleting frees space: a full disk must not stop it
+                log.error("closing %s before deleting it: %s", plog, e)
             path = plog.dir
         doomed = path.with_name(f"{path.name}.{int(time.time() * 1000)}{DELETE_SUFFIX}")
         os.replace(path, doomed)
@@ -287,12 +302,25 @@ class LogManager:
         """Append, then return only once the data is as durable as the topic's policy says.
 
         A compacted topic refuses records without a key (InvalidRecordError), as Kafka's
-        does: checking decodes the records, a cost only compacted topics pay.
+        does: checking decodes the records, a cost only compacted topics pay. A topic
+        with a named compression.type gets its batches in that codec (recompress.py):
+        this is the leader's append, followers store the leader's bytes as they are.
+        Below the free-space guard, or after a write hit a full disk, the append is
+        refused at once with DiskFullError and nothing of it is written.
         """
+        disk = self.disk
+        disk.check_append(len(data))
         cfg = plog.config
+        if cfg.compression_type != "producer":
+            data = to_codec(data, cfg.broker_codec, cfg.max_message_bytes)
         if cfg.compact:
             check_record_keys(data, cfg.max_message_bytes)
-        info = plog.append(data, leader_epoch=leader_epoch)
+        try:
+            info = plog.append(data, leader_epoch=leader_epoch)
+        except DiskFullError as e:
+            disk.write_failed(len(data))
+            raise DiskFullError(f"{disk.describe()}: {e}") from e
+        disk.appended(len(data))
         if info.duplicate:
             if cfg.group_commit and plog.recovery_point <= info.last_offset:
                 await self.sync(plog)

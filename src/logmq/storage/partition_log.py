@@ -49,6 +49,7 @@ from logmq.storage.segment import (
     BatchInfo,
     FileSlice,
     LogSegment,
+    io_error,
     run_sync,
 )
 from logmq.storage.stamping import (
@@ -432,11 +433,20 @@ class PartitionLog:
         old = self.active_segment
         if not old.size and old.base_offset == base:
             return old
-        old.roll()
-        if base == self.log_end_offset:
-            # A snapshot per segment bounds the header replay after a crash.
-            self.write_producer_snapshot()
-        seg = self._segment(base, active=True, create=True)
+        try:
+            if base == self.log_end_offset:
+                # A snapshot per segment bounds the header replay after a crash.
+                self.write_producer_snapshot()
+            old.roll()
+            try:
+                seg = self._segment(base, active=True, create=True)
+            except OSError:
+                # No new segment (a full disk): the old one stays active for the retry.
+                old.close()  # reopens lazily with writable indexes
+                old.active = True
+                raise
+        except OSError as e:
+            raise io_error(e, f"rolling {self.dir.name} at offset {base}") from e
         self.segments.append(seg)
         self._bases.append(base)
         return seg

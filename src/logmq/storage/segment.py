@@ -36,6 +36,13 @@ _IOV_MAX = 1000
 _MAX_HINTS = 64
 
 
+def io_error(err: OSError, what: str) -> StorageError:
+    """The storage error for a failed system call: DiskFullError on ENOSPC or EDQUOT."""
+    if err.errno in (errno.ENOSPC, errno.EDQUOT):
+        return DiskFullError(f"disk full {what}")
+    return StorageError(f"I/O error {what}: {err}")
+
+
 def segment_name(base_offset: int, suffix: str) -> str:
     return f"{base_offset:020d}{suffix}"
 
@@ -338,9 +345,7 @@ class LogSegment:
                     written += _pwritev(fd, [rest[written:]], pos + written)
         except OSError as e:
             self._undo_partial_write(fd, pos)
-            if e.errno in (errno.ENOSPC, errno.EDQUOT):
-                raise DiskFullError(f"disk full appending to {self.log_path}") from e
-            raise StorageError(f"I/O error appending to {self.log_path}: {e}") from e
+            raise io_error(e, f"appending to {self.log_path}") from e
 
     @property
     def first_batch_timestamp(self) -> int | None:
