@@ -22,7 +22,6 @@ import uvloop
 
 from logmq.broker.broker import Broker
 from logmq.broker.config import BrokerConfig
-from logmq.broker.metadata_store import NodeIdMismatchError
 from logmq.cluster.meta_properties import ClusterIdentityError
 from logmq.errors import LogMQError
 
@@ -211,7 +210,7 @@ def main(log_level: str, max_in_flight: int, topic_config: tuple[str, ...], **op
         raise click.UsageError(str(e)) from None
     try:
         uvloop.run(serve(config))
-    except (NodeIdMismatchError, ClusterIdentityError) as e:
+    except ClusterIdentityError as e:
         click.echo(f"logmq-server: refusing to start: {e}", err=True)
         sys.exit(2)
     except LogMQError as e:

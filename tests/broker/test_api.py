@@ -397,7 +397,7 @@ async def test_topics_survive_restart(tmp_path):
 
 
 async def test_node_id_mismatch_refuses_to_start(tmp_path):
-    from logmq.broker.metadata_store import NodeIdMismatchError
+    from logmq.cluster.meta_properties import NodeIdMismatchError
 
     async with inprocess_broker(tmp_path / "d", node_id=4):
         pass

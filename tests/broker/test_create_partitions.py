@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import shutil
 from collections.abc import AsyncIterator, Iterator
 
@@ -190,30 +189,6 @@ async def test_a_restart_keeps_the_count_and_the_records(broker):
     async with await RawClient.connect(broker.port) as c:
         assert await partition_count(c, "durable") == 4
         assert (await c.produce("durable", 3, values_batch(1, b"x")))["error"] == 0
-
-
-async def test_a_single_node_topics_json_is_imported_once(tmp_path):
-    """Data dirs from before the metadata quorum keep their topics and records."""
-    data = tmp_path / "data"
-    async with inprocess_broker(data) as br, await RawClient.connect(br.port) as c:
-        assert (await c.create_topic("old", 2, {"retention.ms": "60000"}))["error"] == 0
-        assert (await c.produce("old", 1, values_batch(3, b"o")))["error"] == 0
-        topic_id = br.image.topics["old"].topic_id
-    # what an older release leaves: topics.json and the logs, no metadata log
-    shutil.rmtree(data / "__cluster_metadata")
-    doc = {
-        "version": 1,
-        "topics": [
-            {"name": "old", "id": topic_id, "partitions": 2, "configs": {"retention.ms": "60000"}}
-        ],
-    }
-    (data / "topics.json").write_text(json.dumps(doc))
-    async with inprocess_broker(data) as br, await RawClient.connect(br.port) as c:
-        assert await partition_count(c, "old") == 2
-        assert br.logs.get_log("old", 1).config.retention_ms == 60000
-        _meta, tail = await c.fetch("old", 1, 0)
-        assert fetched_values(tail) == [b"o%d" % i for i in range(3)]
-    assert not (data / "topics.json").exists() and (data / "topics.json.imported").exists()
 
 
 async def test_a_log_missing_on_disk_is_recreated_from_the_image(tmp_path):

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import json
-
 from logmq.net.codec import ApiKey
 from tests.harness import inprocess_broker
 from tests.net.raw_client import RawClient
@@ -25,27 +23,15 @@ async def alter(c: RawClient, topic: str, **changes: str) -> None:
     assert resp.body["resources"][0]["error"] == 0, resp.body
 
 
-async def test_logs_reopen_with_the_configs_of_the_topic_store(tmp_path):
+async def test_logs_reopen_with_the_configs_of_the_metadata_image(tmp_path):
     data = tmp_path / "d"
     async with inprocess_broker(data) as br, await RawClient.connect(br.port) as c:
         assert (await c.create_topic("keep", 2, {"retention.ms": "60000"}))["error"] == 0
         await alter(c, "keep", flush_messages="7")
         stored = dict(br.image.topic_config("keep"))
-    assert not (data / "topic-config.json").exists()
     assert stored == {"retention.ms": "60000", "flush.messages": "7"}
 
     async with inprocess_broker(data) as br:
         for p in range(2):
             cfg = br.logs.get_log("keep", p).config
             assert (cfg.retention_ms, cfg.flush_messages) == (60000, 7)
-
-
-async def test_a_stale_storage_copy_is_ignored_and_removed(tmp_path):
-    data = tmp_path / "d"
-    async with inprocess_broker(data) as br, await RawClient.connect(br.port) as c:
-        assert (await c.create_topic("t", 1, {"retention.ms": "60000"}))["error"] == 0
-    # what an older release left behind, disagreeing with topics.json
-    (data / "topic-config.json").write_text(json.dumps({"t": {"retention.ms": "5"}}))
-    async with inprocess_broker(data) as br:
-        assert br.logs.get_log("t", 0).config.retention_ms == 60000
-    assert not (data / "topic-config.json").exists()

@@ -8,15 +8,15 @@ import pytest
 
 from logmq.broker.config import BrokerConfig
 from logmq.broker.fetch_waiter import FetchWaiters
-from logmq.broker.metadata_store import (
+from logmq.broker.metadata_store import topic_name_error
+from logmq.broker.producer_ids import ProducerIdManager
+from logmq.cluster.meta_properties import (
     MetaProperties,
     NodeIdMismatchError,
-    TopicInfo,
-    TopicStore,
-    load_or_create_meta,
-    topic_name_error,
+    check_meta_properties,
+    check_node_id,
+    parse_properties,
 )
-from logmq.broker.producer_ids import ProducerIdManager
 from tests.harness import wait_until
 
 
@@ -63,24 +63,21 @@ async def test_producer_ids_come_in_allocated_blocks():
 
 
 def test_meta_properties(tmp_path):
-    meta = load_or_create_meta(tmp_path, 3)
-    assert load_or_create_meta(tmp_path, 3) == meta
-    assert MetaProperties.parse(meta.encode().decode()) == meta
-    with pytest.raises(NodeIdMismatchError):
-        load_or_create_meta(tmp_path, 4)
-
-
-def test_topic_store_round_trip(tmp_path):
-    store = TopicStore(tmp_path)
-    store.add(TopicInfo("a", 3, {"retention.ms": "5"}))
-    store.add(TopicInfo("__internal", 1))
-    store.set_configs("a", {"segment.bytes": "4096"})
-    again = TopicStore(tmp_path)
-    assert again.names() == ["__internal", "a"]
-    assert again.get("a").configs == {"segment.bytes": "4096"}
-    assert again.get("__internal").internal
-    again.remove("a")
-    assert TopicStore(tmp_path).names() == ["__internal"]
+    check_node_id(tmp_path, 3)  # nothing recorded yet
+    meta = check_meta_properties(tmp_path, 3, "cluster-a")
+    assert meta == MetaProperties(3, "cluster-a")
+    assert check_meta_properties(tmp_path, 3, "cluster-a") == meta
+    assert parse_properties(meta.encode().decode()) == {
+        "node.id": "3",
+        "cluster.id": "cluster-a",
+        "format.version": "1",
+    }
+    check_node_id(tmp_path, 3)
+    with pytest.raises(NodeIdMismatchError, match=r"node\.id=3"):
+        check_node_id(tmp_path, 4)
+    (tmp_path / "meta.properties").write_text("node.id=3\nformat.version=9\n")
+    with pytest.raises(NodeIdMismatchError, match=r"format\.version=9"):
+        check_node_id(tmp_path, 3)
 
 
 @pytest.mark.parametrize("name", ["", ".", "..", "a b", "x" * 250, "é", "a/b", None])

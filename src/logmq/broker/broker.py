@@ -40,16 +40,16 @@ from logmq.broker.data_api import DataApi
 from logmq.broker.fetch_waiter import FetchWaiters
 from logmq.broker.group_api import GroupApi
 from logmq.broker.group_coordinator import GroupCoordinatorService
-from logmq.broker.legacy_import import import_legacy_topics, retire_legacy_topics
 from logmq.broker.local_logs import LocalLogs, RemovedLogs
 from logmq.broker.metadata_publisher import MetadataPublisher
-from logmq.broker.metadata_store import ImageTopics, TopicInfo, check_node_id
+from logmq.broker.metadata_store import ImageTopics, TopicInfo
 from logmq.broker.metrics import BrokerMetrics, MetricsServer
 from logmq.broker.producer_ids import ProducerIdManager
 from logmq.broker.reassignment_api import ReassignmentApi
 from logmq.broker.replica_manager import ReplicaManager, ReplicationConfig
 from logmq.broker.topic_creation import TopicCreator
 from logmq.cluster.controller_api import ControllerConfig
+from logmq.cluster.meta_properties import check_node_id
 from logmq.cluster.metadata_image import MetadataImage
 from logmq.errors import ErrorCode, LogMQError
 from logmq.net.codec import ApiKey, Request
@@ -82,9 +82,6 @@ class Broker:
             ),
             heartbeat_ms=config.broker_heartbeat_interval_ms,
             observer_host=config.host,
-            on_first_controller=lambda controller: import_legacy_topics(
-                self.data_dir, config.node_id, controller
-            ),
             peer_addresses=(
                 parse_node_addresses(config.peer_addresses, "peer address", "--peer-addresses")
                 if config.peer_addresses
@@ -135,8 +132,6 @@ class Broker:
     def image(self) -> MetadataImage:
         """The current metadata image (read-only; replaced on every committed change)."""
         return self.quorum.image
-
-    metadata = image  # the name the replica manager (step B) reads
 
     @property
     def cluster_id(self) -> str:
@@ -235,10 +230,9 @@ class Broker:
         log.info("broker stopped cleanly")
 
     def _after_ready(self) -> None:
-        """Registered and caught up: drop stray logs, retire an imported topics.json."""
+        """Registered and caught up: drop logs the metadata no longer places here."""
         assert self.local_logs is not None
         self.local_logs.delete_stray_logs(self.publisher.local)
-        retire_legacy_topics(self.data_dir, self.image)
 
     def _replica_manager(self) -> ReplicaManager | None:
         """Data replication (broker/replica_manager.py) in a cluster (``--quorum-voters``).

@@ -102,7 +102,6 @@ class MetadataQuorum:
         heartbeat_ms: int = 1_000,
         raft_config: RaftConfig | None = None,
         observer_host: str = "127.0.0.1",
-        on_first_controller: Callable[[Controller], list[Record]] | None = None,
         peer_addresses: dict[int, Address] | None = None,
     ) -> None:
         self.node_id = node_id
@@ -113,7 +112,6 @@ class MetadataQuorum:
         self.peer_addresses = dict(peer_addresses or {})
         self.controller_config = controller_config or ControllerConfig()
         self.heartbeat_ms = heartbeat_ms
-        self._on_first_controller = on_first_controller
         self.loader = MetadataLoader()
         self.incarnation_id = uuid.uuid4().hex
         self.broker_epoch = -1
@@ -322,8 +320,6 @@ class MetadataQuorum:
         records: list[Record] = []
         if self.image.cluster_id is None:
             records += self.controller.bootstrap(self.recorded_cluster_id).records
-        if self._on_first_controller is not None:
-            records += self._on_first_controller(self.controller)
         if records:
             self._propose_detached(records)
 

@@ -11,23 +11,8 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
-from pathlib import Path
-
-PRODUCER_ID_FILE = "producer-id-block"  # the single-node store, read once for migration
 
 Allocate = Callable[[int], Awaitable[int]]  # count -> first id of a fresh block
-
-
-def legacy_next_id(data_dir: Path) -> int:
-    """The end of the last block a pre-quorum single-node broker reserved (0 if none)."""
-    path = data_dir / PRODUCER_ID_FILE
-    if not path.exists():
-        return 0
-    text = path.read_text().strip()
-    try:
-        return int(text)
-    except ValueError:
-        raise ValueError(f"malformed {path}: {text!r}") from None
 
 
 class ProducerIdManager:

@@ -7,18 +7,23 @@ replicas that have nothing in common, so both are refused with a message that sa
 to fix. The cluster id is chosen once by the first controller (ClusterIdRecord in the
 metadata log); a directory that has never seen one adopts it on first contact.
 
-The file format is the broker's (``broker/metadata_store.py``); this module only adds
-the cluster-level checks, and reads a file written before the cluster id was known
-(``node.id`` alone).
+This module is the one home of the file: its format (``key=value`` lines: node id,
+cluster id, format version), the check at start (``check_node_id``) and the checks
+against the quorum. It also reads a file written before the cluster id was known
+(``node.id`` alone). Writes go through ``atomic_write`` (temp file, fsync, rename, fsync
+the directory), so a crash leaves the old file or the new one, never a torn one.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
-from logmq.broker.metadata_store import FORMAT_VERSION, META_PROPERTIES, MetaProperties
 from logmq.errors import ErrorCode, LogMQError
 from logmq.storage.checkpoint import atomic_write
+
+META_PROPERTIES = "meta.properties"
+FORMAT_VERSION = 1
 
 
 class ClusterIdentityError(LogMQError):
@@ -27,14 +32,57 @@ class ClusterIdentityError(LogMQError):
     code = ErrorCode.INCONSISTENT_CLUSTER_ID
 
 
-def read_properties(path: Path) -> dict[str, str]:
+class NodeIdMismatchError(ClusterIdentityError):
+    """The data dir belongs to another node id (or a newer format): serving it would
+    corrupt a cluster."""
+
+
+@dataclass(frozen=True, slots=True)
+class MetaProperties:
+    node_id: int
+    cluster_id: str
+    format_version: int = FORMAT_VERSION
+
+    def encode(self) -> bytes:
+        return (
+            "# logmq broker identity; do not edit\n"
+            f"node.id={self.node_id}\n"
+            f"cluster.id={self.cluster_id}\n"
+            f"format.version={self.format_version}\n"
+        ).encode()
+
+
+def parse_properties(text: str) -> dict[str, str]:
     values: dict[str, str] = {}
-    for line in path.read_text().splitlines():
+    for line in text.splitlines():
         line = line.strip()
         if line and not line.startswith("#") and "=" in line:
             key, value = line.split("=", 1)
             values[key.strip()] = value.strip()
     return values
+
+
+def read_properties(path: Path) -> dict[str, str]:
+    return parse_properties(path.read_text())
+
+
+def check_node_id(data_dir: str | Path, node_id: int) -> None:
+    """At start: refuse a data dir whose meta.properties names another node, or a format
+    newer than this broker reads."""
+    path = Path(data_dir) / META_PROPERTIES
+    if not path.exists():
+        return
+    recorded, _ = read_identity(data_dir)
+    if recorded is not None and recorded != node_id:
+        raise NodeIdMismatchError(
+            f"{path} says node.id={recorded} but the broker was started with "
+            f"--node-id {node_id}; use the matching node id or another data dir"
+        )
+    version = read_properties(path).get("format.version", str(FORMAT_VERSION))
+    if not version.isdigit() or int(version) > FORMAT_VERSION:
+        raise NodeIdMismatchError(
+            f"{path} has format.version={version}; this broker reads up to {FORMAT_VERSION}"
+        )
 
 
 def read_identity(data_dir: str | Path) -> tuple[int | None, str | None]:

@@ -42,7 +42,6 @@ CLEAN_SHUTDOWN = ".clean-shutdown"
 RECOVERY_POINT_CHECKPOINT = "recovery-point-checkpoint"
 REPLICATION_OFFSET_CHECKPOINT = "replication-offset-checkpoint"
 LOG_START_OFFSET_CHECKPOINT = "log-start-offset-checkpoint"
-LEGACY_TOPIC_CONFIG_FILE = "topic-config.json"  # older releases kept a copy of overrides here
 DELETE_SUFFIX = ".delete"
 
 
@@ -136,8 +135,6 @@ class LogManager:
             initial = initial()
         for topic, overrides in (initial or {}).items():
             self._topic_overrides[topic] = {str(k): str(v) for k, v in overrides.items()}
-        # The caller's metadata is authoritative; a stale copy must not mislead anyone.
-        (self.data_dir / LEGACY_TOPIC_CONFIG_FILE).unlink(missing_ok=True)
         rps = ckpt.read_offsets(self.data_dir / RECOVERY_POINT_CHECKPOINT)
         hws = ckpt.read_offsets(self.data_dir / REPLICATION_OFFSET_CHECKPOINT)
         lsos = ckpt.read_offsets(self.data_dir / LOG_START_OFFSET_CHECKPOINT)
