@@ -323,7 +323,7 @@ async def run_latency(cfg: BenchConfig, warmup: int) -> dict[str, Any]:
                     if received >= warmup:
                         latencies.append(now_ns - STAMP.unpack_from(r.value)[0])
                     received += 1
-                if received - len(recs) < warmup <= received:
+                if warmup > 0 and received - len(recs) < warmup <= received:
                     measured_from = now_ns / 1e9
                 progress.update(received, received * cfg.record_size)
         seconds = time.perf_counter() - measured_from

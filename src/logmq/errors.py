@@ -6,6 +6,7 @@ Kafka's where the meaning is the same, so operators can map what they know.
 
 from __future__ import annotations
 
+import errno
 from enum import IntEnum
 
 
@@ -225,6 +226,13 @@ class CommitFailedError(LogMQError):
     twice. ``.code`` is the broker's reason (UNKNOWN_MEMBER_ID, FENCED_MEMBER_EPOCH...)."""
 
     code = ErrorCode.UNKNOWN_MEMBER_ID
+
+
+def storage_error_for(err: OSError, what: str) -> StorageError:
+    """The error for a failed system call on storage: DiskFullError on ENOSPC/EDQUOT."""
+    if err.errno in (errno.ENOSPC, errno.EDQUOT):
+        return DiskFullError(f"disk full {what}: {err.strerror or err}")
+    return StorageError(f"I/O error {what}: {err}")
 
 
 class BootstrapError(LogMQError):

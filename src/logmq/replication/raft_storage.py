@@ -22,7 +22,6 @@ half-applied Ready must not be followed by another, so the shell stops the node 
 
 from __future__ import annotations
 
-import errno
 import os
 import struct
 from dataclasses import dataclass, field
@@ -31,7 +30,7 @@ from pathlib import Path
 import msgpack
 import xxhash
 
-from logmq.errors import DiskFullError, StorageError
+from logmq.errors import StorageError, storage_error_for
 from logmq.replication.raft_codec import (
     RaftCodecError,
     decode_entry,
@@ -406,9 +405,7 @@ class RaftStorage:
             raise
         except OSError as err:
             self._failed = err
-            if err.errno in (errno.ENOSPC, errno.EDQUOT):
-                raise DiskFullError(f"Raft storage in {self.dir}: {err}") from err
-            raise StorageError(f"Raft storage in {self.dir}: {err}") from err
+            raise storage_error_for(err, f"in Raft storage {self.dir}") from err
 
     def _write_hard_state(self, state: HardState, *, sync: bool) -> None:
         assert self._state_fd is not None

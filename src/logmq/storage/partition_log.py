@@ -21,6 +21,7 @@ from logmq.errors import (
     CorruptRecordError,
     OffsetOutOfRangeError,
     StorageError,
+    storage_error_for,
 )
 from logmq.storage import batch as b
 from logmq.storage import segment_swap
@@ -49,7 +50,6 @@ from logmq.storage.segment import (
     BatchInfo,
     FileSlice,
     LogSegment,
-    io_error,
     run_sync,
 )
 from logmq.storage.stamping import (
@@ -446,7 +446,7 @@ class PartitionLog:
                 old.active = True
                 raise
         except OSError as e:
-            raise io_error(e, f"rolling {self.dir.name} at offset {base}") from e
+            raise storage_error_for(e, f"rolling {self.dir.name} at offset {base}") from e
         self.segments.append(seg)
         self._bases.append(base)
         return seg

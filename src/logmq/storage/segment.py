@@ -8,7 +8,6 @@ checksummed once, on first read, before they are handed out.
 
 from __future__ import annotations
 
-import errno
 import logging
 import os
 from collections.abc import Iterator
@@ -16,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from logmq.errors import CorruptRecordError, DiskFullError, StorageError
+from logmq.errors import CorruptRecordError, storage_error_for
 from logmq.storage import batch as b
 from logmq.storage import checkpoint as ckpt
 from logmq.storage.index import IndexCorruptError, OffsetIndex, TimeIndex
@@ -34,13 +33,6 @@ DELETED_SUFFIX = ".deleted"
 _pwritev = os.pwritev
 _IOV_MAX = 1000
 _MAX_HINTS = 64
-
-
-def io_error(err: OSError, what: str) -> StorageError:
-    """The storage error for a failed system call: DiskFullError on ENOSPC or EDQUOT."""
-    if err.errno in (errno.ENOSPC, errno.EDQUOT):
-        return DiskFullError(f"disk full {what}")
-    return StorageError(f"I/O error {what}: {err}")
 
 
 def segment_name(base_offset: int, suffix: str) -> str:
@@ -345,7 +337,7 @@ class LogSegment:
                     written += _pwritev(fd, [rest[written:]], pos + written)
         except OSError as e:
             self._undo_partial_write(fd, pos)
-            raise io_error(e, f"appending to {self.log_path}") from e
+            raise storage_error_for(e, f"appending to {self.log_path}") from e
 
     @property
     def first_batch_timestamp(self) -> int | None:
