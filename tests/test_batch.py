@@ -49,7 +49,7 @@ def test_encode_values_bulk_path():
     h = b.validate(data)
     assert h.record_count == 1000 and h.size == len(data)
     rows = b.decode_rows(data)
-    assert rows[999] == [999, 0, b"k", b"x" * 100, None]
+    assert rows[999] == (999, 0, b"k", b"x" * 100, None)
 
 
 @settings(max_examples=200, deadline=None)

@@ -1,7 +1,7 @@
 """Proof that fetched record bytes go file -> socket without entering Python.
 
 In-process broker; every way the broker could read a segment into a Python object
-(FileSlice.read, os.preadv, and os.pread/os.read of more than a 65-byte batch header,
+(FileSlice.read, os.preadv, and os.pread/os.read of more than a 61-byte batch header,
 which the storage reads to find batch boundaries) is patched to fail for the duration
 of the fetches, and os.sendfile is wrapped to count bytes. The client (in
 this same process) must still receive exactly the produced batches, and the counted

@@ -9,7 +9,8 @@ import pytest
 from logmq.client.cluster import ClusterMetadata, parse_bootstrap
 from logmq.client.connection import BrokerConnection
 from logmq.errors import ConnectionError_, ErrorCode, UnsupportedVersionError
-from logmq.net.codec import FrameDecoder, decode_request, encode_response
+from logmq.net.codec import decode_request, encode_response
+from logmq.net.frame_reader import FrameReader
 
 
 class ScriptedServer:
@@ -23,7 +24,7 @@ class ScriptedServer:
 
     async def handle(self, reader, writer):
         self.writers.append(writer)
-        dec = FrameDecoder()
+        dec = FrameReader()
         while data := await reader.read(65536):
             for frame in dec.feed(data):
                 req = decode_request(frame)

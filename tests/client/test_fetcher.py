@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from logmq.client.fetcher import PartitionData, build_records, parse_fetch_response
 from logmq.errors import CorruptRecordError, ErrorCode
 from logmq.records import Record
-from logmq.storage.batch import Compression, encode_batch, stamp
+from logmq.storage.batch import HEADER_SIZE, Compression, encode_batch, stamp
 
 
 def make_log(batches, base=0, compression=Compression.NONE):
@@ -89,7 +89,7 @@ def test_corrupt_batch_raises_and_nothing_after_it_is_returned():
     good = [[(1, None, b"a", None)], [(1, None, b"b", None)], [(1, None, b"c", None)]]
     log = bytearray(make_log(good))
     second = len(make_log(good[:1]))
-    log[second + 70] ^= 0xFF  # a record byte of the second batch
+    log[second + HEADER_SIZE + 3] ^= 0xFF  # a record byte of the second batch
     pd = pdata(bytes(log))
     assert [r.value for r in pd.take(1)] == [b"a"]
     with pytest.raises(CorruptRecordError):

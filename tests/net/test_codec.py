@@ -1,18 +1,19 @@
-"""The sans-IO codec and server connection state machine, without sockets."""
+"""The sans-IO codec and server connection state machine, without sockets.
+
+Framing itself (chunked input, size limits) is tested in test_frame_reader.py.
+"""
 
 from __future__ import annotations
 
 import random
-import tracemalloc
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from logmq.errors import ErrorCode, FrameTooLargeError, InvalidFrameError
+from logmq.errors import ErrorCode, InvalidFrameError
 from logmq.net.codec import (
     SIZE,
-    FrameDecoder,
     decode_request,
     decode_response,
     encode_request,
@@ -24,6 +25,7 @@ from logmq.net.connection import (
     RequestReceived,
     ServerConnection,
 )
+from logmq.net.frame_reader import FrameReader
 
 bodies = st.dictionaries(
     st.text(max_size=10),
@@ -54,7 +56,7 @@ def joined(parts) -> bytes:
 )
 def test_request_round_trip(api_key, version, corr, client_id, body, tail):
     wire = joined(encode_request(api_key, version, corr, client_id, body, tail))
-    (frame,) = FrameDecoder().feed(wire)
+    (frame,) = FrameReader().feed(wire)
     req = decode_request(frame)
     assert (req.api_key, req.api_version, req.correlation_id) == (api_key, version, corr)
     assert req.client_id == client_id and req.body == body
@@ -65,53 +67,10 @@ def test_request_round_trip(api_key, version, corr, client_id, body, tail):
 @given(st.integers(0, 2**32 - 1), bodies, tails)
 def test_response_round_trip(corr, body, tail):
     wire = joined(encode_response(corr, body, tail))
-    (frame,) = FrameDecoder().feed(wire)
+    (frame,) = FrameReader().feed(wire)
     resp = decode_response(frame)
     assert resp.correlation_id == corr and resp.body == body
     assert bytes(resp.tail) == b"".join(tail)
-
-
-@settings(max_examples=50, deadline=None)
-@given(st.lists(st.tuples(bodies, tails), min_size=1, max_size=5), st.randoms())
-def test_partial_feeds_in_random_chunks(frames, rnd):
-    wire = b"".join(
-        joined(encode_request(3, 0, i, "c", body, tail)) for i, (body, tail) in enumerate(frames)
-    )
-    dec = FrameDecoder()
-    got = []
-    pos = 0
-    while pos < len(wire):
-        n = rnd.randint(1, 40)
-        got.extend(dec.feed(wire[pos : pos + n]))
-        pos += n
-    assert [decode_request(f).correlation_id for f in got] == list(range(len(frames)))
-    assert dec.buffered == 0
-
-
-def test_byte_by_byte_feed():
-    wire = joined(encode_request(18, 0, 7, "me", {"a": 1}, [b"xyz"]))
-    dec = FrameDecoder()
-    frames = []
-    for i in range(len(wire)):
-        frames.extend(dec.feed(wire[i : i + 1]))
-        if i < len(wire) - 1:
-            assert frames == []
-    (frame,) = frames
-    assert bytes(decode_request(frame).tail) == b"xyz"
-
-
-def test_oversize_frame_refused_before_allocation():
-    dec = FrameDecoder(max_frame_size=1 << 20)
-    tracemalloc.start()
-    try:
-        before = tracemalloc.get_traced_memory()[0]
-        with pytest.raises(FrameTooLargeError):
-            dec.feed(SIZE.pack(0xFFFFFFFF) + b"\x00" * 8)  # announces 4 GiB
-        grown = tracemalloc.get_traced_memory()[1] - before
-    finally:
-        tracemalloc.stop()
-    assert grown < 1 << 16
-    assert dec.buffered == 0
 
 
 @pytest.mark.parametrize(

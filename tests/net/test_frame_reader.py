@@ -1,7 +1,8 @@
-"""FrameReader: readinto-style framing, fed the way a BufferedProtocol loop feeds it."""
+"""FrameReader, the one frame reader: fed like a BufferedProtocol, by copy, or a stream."""
 
 from __future__ import annotations
 
+import asyncio
 import tracemalloc
 
 import pytest
@@ -9,8 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from logmq.errors import FrameTooLargeError
-from logmq.net.codec import SIZE
-from logmq.net.frame_reader import FrameReader
+from logmq.net.codec import SIZE, decode_request, encode_request
+from logmq.net.frame_reader import FrameReader, read_frame
 
 
 def framed(payloads: list[bytes]) -> bytes:
@@ -72,11 +73,12 @@ def test_oversize_frame_refused_before_allocation():
     try:
         before = tracemalloc.get_traced_memory()[0]
         with pytest.raises(FrameTooLargeError):
-            reader.feed(SIZE.pack(0xFFFFFFFF) + b"\x00" * 16)
+            reader.feed(SIZE.pack(0xFFFFFFFF) + b"\x00" * 16)  # announces 4 GiB
         grown = tracemalloc.get_traced_memory()[1] - before
     finally:
         tracemalloc.stop()
     assert grown < 1 << 16
+    assert reader.buffered == 0
 
 
 def test_feed_matches_small_and_empty_frames():
@@ -84,3 +86,67 @@ def test_feed_matches_small_and_empty_frames():
     frames = reader.feed(framed([b"", b"a", b"x" * 60, b"b"]))
     assert [bytes(f) for f in frames] == [b"", b"a", b"x" * 60, b"b"]
     frames[1][0] = ord("z")  # frames are writable (the storage stamps offsets in place)
+
+
+@settings(max_examples=50, deadline=None)
+@given(
+    st.lists(st.binary(max_size=300), min_size=1, max_size=8),
+    st.sampled_from([64, 256, 64 * 1024]),
+    st.randoms(),
+)
+def test_feed_in_random_chunks(payloads, scratch_size, rnd):
+    reader = FrameReader(scratch_size=scratch_size)
+    wire = framed(payloads)
+    got = []
+    pos = 0
+    while pos < len(wire):
+        n = rnd.randint(1, 40)
+        got.extend(bytes(f) for f in reader.feed(wire[pos : pos + n]))
+        pos += n
+    assert got == payloads
+    assert reader.buffered == 0
+
+
+def test_byte_by_byte_feed():
+    wire = b"".join(bytes(p) for p in encode_request(18, 0, 7, "me", {"a": 1}, [b"xyz"]))
+    reader = FrameReader()
+    frames = []
+    for i in range(len(wire)):
+        frames.extend(reader.feed(wire[i : i + 1]))
+        if i < len(wire) - 1:
+            assert frames == []
+    (frame,) = frames
+    assert bytes(decode_request(frame).tail) == b"xyz"
+
+
+# -- read_frame: the same framing over an asyncio stream (the Raft transport) -----------
+
+
+def stream(data: bytes, eof: bool = True) -> asyncio.StreamReader:
+    reader = asyncio.StreamReader()
+    reader.feed_data(data)
+    if eof:
+        reader.feed_eof()
+    return reader
+
+
+async def test_read_frame_reads_frames_one_at_a_time():
+    reader = stream(framed([b"hello", b"", b"x" * 1000]))
+    assert [await read_frame(reader, 1000) for _ in range(3)] == [b"hello", b"", b"x" * 1000]
+    with pytest.raises(asyncio.IncompleteReadError):
+        await read_frame(reader, 1000)
+
+
+async def test_read_frame_refuses_oversize_like_frame_reader():
+    # the size alone decides: the body is never awaited (the stream holds none of it)
+    reader = stream(SIZE.pack(1001), eof=False)
+    with pytest.raises(FrameTooLargeError) as streamed:
+        await read_frame(reader, 1000)
+    with pytest.raises(FrameTooLargeError) as buffered:
+        FrameReader(max_frame_size=1000).feed(SIZE.pack(1001))
+    assert str(streamed.value) == str(buffered.value)
+
+
+async def test_read_frame_stream_ending_mid_frame():
+    with pytest.raises(asyncio.IncompleteReadError):
+        await read_frame(stream(SIZE.pack(10) + b"abc"), 1000)

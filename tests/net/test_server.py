@@ -10,9 +10,11 @@ from typing import Any
 import pytest
 
 from logmq.errors import ErrorCode
-from logmq.net.codec import SIZE, Request
+from logmq.net.codec import SIZE, Request, encode_response_head
 from logmq.net.connection import UNKNOWN_CORRELATION_ID
-from logmq.net.server import SENDFILE_MIN_BYTES, Reply, ServerOptions, TcpServer
+from logmq.net.reply import Reply
+from logmq.net.server import SENDFILE_MIN_BYTES, ServerOptions, TcpServer
+from logmq.storage.segment import FileSlice
 from tests.harness import wait_until
 from tests.net.raw_client import RawClient
 
@@ -230,3 +232,65 @@ async def test_client_vanishing_mid_sendfile_harms_nobody(tmp_path):
     finally:
         await server.stop(5)
         script.file.close()
+
+
+# Tails mixing encoded bytes and file regions in any order (what a Kafka fetch response,
+# struct bytes between partitions' records, needs). ("r", pos, len) is a region of the file.
+LAYOUTS = {
+    "bytes-region-bytes-region-bytes": [
+        b"head",
+        ("r", 0, 300_000),
+        bytearray(b"between"),
+        ("r", 500_000, 200_000),
+        memoryview(b"end"),
+    ],
+    "region-region-bytes": [("r", 7, 100_000), ("r", 0, 100_000), b"only-bytes-last"],
+    "small-mix-buffered": [b"a", ("r", 3, 10), b"b", ("r", 20, 5), b"c"],
+}
+
+
+@pytest.mark.parametrize("zero_copy", [True, False])
+@pytest.mark.parametrize("layout", LAYOUTS)
+async def test_interleaved_bytes_and_regions_arrive_in_order(
+    tmp_path, monkeypatch, layout, zero_copy
+):
+    """The real writer over loopback: the received byte stream is the parts, in order."""
+    data = os.urandom(1 << 20)
+    path = tmp_path / "segment"
+    path.write_bytes(data)
+    sent = []
+    real_sendfile = os.sendfile
+
+    def counting_sendfile(out_fd, in_fd, offset, count):
+        n = real_sendfile(out_fd, in_fd, offset, count)
+        sent.append(n)
+        return n
+
+    monkeypatch.setattr(os, "sendfile", counting_sendfile)
+    spec = LAYOUTS[layout]
+    with open(path, "rb") as f:
+        tail = [FileSlice(f, p[1], p[2]) if isinstance(p, tuple) else p for p in spec]
+        expected_tail = b"".join(
+            data[p[1] : p[1] + p[2]] if isinstance(p, tuple) else bytes(p) for p in spec
+        )
+        region_bytes = sum(p[2] for p in spec if isinstance(p, tuple))
+
+        async def handler(req: Request) -> Reply:
+            return Reply({"layout": layout}, tail)
+
+        server = await start(handler, zero_copy=zero_copy, socket_buffer_bytes=64 << 10)
+        try:
+            async with await RawClient.connect(server.port) as c:
+                for _ in range(2):  # a second response proves the first ended exactly
+                    corr = c.send(ECHO, {})
+                    head = encode_response_head(corr, {"layout": layout}, len(expected_tail))
+                    expected = head + expected_tail
+                    async with asyncio.timeout(30):
+                        got = await c.reader.readexactly(len(expected))
+                    assert got == expected
+        finally:
+            await server.stop(5)
+    if zero_copy and len(expected_tail) >= SENDFILE_MIN_BYTES:
+        assert sum(sent) == 2 * region_bytes  # every region went file -> socket
+    else:
+        assert sent == []

@@ -24,7 +24,8 @@ from logmq.client.connection import BrokerConnection
 from logmq.cluster.controller_api import AlterPartitionRequest, AlterPartitionResponse
 from logmq.errors import ErrorCode, LogMQError
 from logmq.net.codec import ApiKey, Request
-from logmq.net.server import Reply, ServerOptions, TcpServer
+from logmq.net.reply import Reply
+from logmq.net.server import ServerOptions, TcpServer
 from logmq.storage import batch as b
 from logmq.storage.log_manager import LogManager
 

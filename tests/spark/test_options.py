@@ -93,7 +93,7 @@ def test_sink_options() -> None:
     [
         ({"topic": "a,b"}, "exactly one"),
         ({"acks": "0"}, "acks"),
-        ({"compression": "snappy"}, "compression"),
+        ({"compression": "brotli"}, "compression"),
         ({"batchSize": "-1"}, "batchSize"),
     ],
 )

@@ -33,7 +33,7 @@ from logmq.cluster.controller_api import NewTopic
 from logmq.errors import ErrorCode, InvalidConfigError, LogMQError
 from logmq.group import OFFSETS_TOPIC
 from logmq.net.codec import Request
-from logmq.net.server import Reply
+from logmq.net.reply import Reply
 from logmq.storage.config import LogConfig
 
 if TYPE_CHECKING:

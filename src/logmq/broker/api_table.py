@@ -12,7 +12,7 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
 from logmq.net.codec import ApiKey, Request
-from logmq.net.server import Reply
+from logmq.net.reply import Reply
 
 if TYPE_CHECKING:
     from logmq.broker.broker import Broker

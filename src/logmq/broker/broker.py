@@ -53,7 +53,8 @@ from logmq.cluster.meta_properties import check_node_id
 from logmq.cluster.metadata_image import MetadataImage
 from logmq.errors import ErrorCode, LogMQError
 from logmq.net.codec import ApiKey, Request
-from logmq.net.server import Reply, ServerOptions, TcpServer
+from logmq.net.reply import Reply
+from logmq.net.server import ServerOptions, TcpServer
 from logmq.storage.config import LogConfig
 from logmq.storage.log_manager import LogManager
 from logmq.storage.partition_log import PartitionLog

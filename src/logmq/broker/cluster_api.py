@@ -20,7 +20,7 @@ from logmq.cluster.controller_api import AlterPartitionRequest, AlterPartitionRe
 from logmq.cluster.metadata_image import PartitionRegistration
 from logmq.errors import ErrorCode
 from logmq.net.codec import Request
-from logmq.net.server import Reply
+from logmq.net.reply import Reply
 from logmq.replication.raft_service import NotLeaderError
 
 if TYPE_CHECKING:

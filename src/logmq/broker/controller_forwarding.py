@@ -20,7 +20,7 @@ from logmq.broker.controller_service import MetadataQuorum
 from logmq.cluster.controller_api import AlterPartitionRequest, AlterPartitionResponse
 from logmq.errors import ErrorCode, LogMQError
 from logmq.net.codec import ApiKey, Request
-from logmq.net.server import Reply
+from logmq.net.reply import Reply
 
 log = logging.getLogger("logmq.broker")
 

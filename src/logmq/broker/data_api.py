@@ -25,7 +25,7 @@ from logmq.broker.request_fields import InvalidRequestError, req_int, req_list, 
 from logmq.broker.topic_creation import PendingTopics
 from logmq.errors import ErrorCode, LogMQError
 from logmq.net.codec import Request
-from logmq.net.server import Reply
+from logmq.net.reply import FileRegion, Reply
 from logmq.replication.throttle import configured_rate
 from logmq.storage import batch as b
 
@@ -311,9 +311,9 @@ class DataApi:
                 topics, tail, _, _ = self._read(wanted, max_bytes)
                 return Reply({"error": 0, "topics": topics}, tail)
 
-    def _read(self, wanted, max_bytes: int) -> tuple[list, list, int, bool]:
+    def _read(self, wanted, max_bytes: int) -> tuple[list, list[FileRegion], int, bool]:
         topics = []
-        tail: list[Any] = []
+        tail: list[FileRegion] = []
         total = 0
         any_error = False
         budget = max_bytes
@@ -468,7 +468,7 @@ class DataApi:
         return throttled
 
     def _follower_reply(
-        self, topics: list, tail: list, throttled: dict[tuple[str, int], int], held: int
+        self, topics: list, tail: list[FileRegion], throttled: dict[tuple[str, int], int], held: int
     ) -> Reply:
         rm = self.replicas
         if throttled and rm is not None:
@@ -487,7 +487,7 @@ class DataApi:
         last may overdraw it); ``held`` counts those left out because nothing was left.
         """
         topics = []
-        tail: list[Any] = []
+        tail: list[FileRegion] = []
         total = 0
         budget = max_bytes
         hws: dict[tuple[str, int], int] = {}

@@ -38,7 +38,7 @@ from logmq.group import (
 )
 from logmq.group.assignors import ASSIGNORS
 from logmq.net.codec import Request
-from logmq.net.server import Reply
+from logmq.net.reply import Reply
 
 if TYPE_CHECKING:
     from logmq.broker.broker import Broker

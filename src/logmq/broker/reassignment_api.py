@@ -26,7 +26,7 @@ from logmq.cluster.controller_api import ApiResult
 from logmq.cluster.metadata_image import PartitionRegistration
 from logmq.errors import ErrorCode, LogMQError
 from logmq.net.codec import Request
-from logmq.net.server import Reply
+from logmq.net.reply import Reply
 
 if TYPE_CHECKING:
     from logmq.broker.broker import Broker

@@ -28,7 +28,7 @@ from logmq.storage.batch import (
 )
 
 TopicPartition = tuple[str, int]
-RECORD_OVERHEAD = 12  # msgpack framing per record, roughly: an estimate, not a promise
+RECORD_OVERHEAD = 12  # v2 varint framing per record, roughly: an estimate, not a promise
 _LOCK = threading.Lock()  # guards lazy waiter creation against completion in another thread
 
 
@@ -46,7 +46,7 @@ class ProducerBatch:
 
     Holds either per-record rows already in wire form (``records``: ``(index,
     timestamp - first_timestamp, key, value, headers or None)``, so encoding is one
-    msgpack call) or, for ``send_batch``, parallel value and key lists sharing one
+    compiled call) or, for ``send_batch``, parallel value and key lists sharing one
     timestamp. Completion is signalled once; waiters are made
     lazily (an asyncio future, a threading event, callbacks) so a batch nobody waits on
     costs nothing extra.

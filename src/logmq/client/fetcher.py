@@ -3,7 +3,7 @@
 A Fetch tail holds, per partition, whole batches exactly as the broker stored them;
 the first may start before the requested offset and the last may be cut short. Each
 batch is checksummed here (over a memoryview of the response, no copy) before anything
-is decoded, decoded with one msgpack call into tuples (half the cost of lists), and
+is decoded, decoded with one compiled call (``records_codec``) into tuples, and
 turned into Record tuples with one C-level ``map``/``zip`` pass per batch: no Python
 code runs per record.
 """
@@ -11,7 +11,6 @@ code runs per record.
 from __future__ import annotations
 
 import gc
-import zlib
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -19,11 +18,10 @@ from itertools import repeat
 from operator import add, itemgetter
 from typing import Any
 
-import msgpack
-
-from logmq.errors import CorruptRecordError, ErrorCode
+from logmq.errors import CorruptRecordError, ErrorCode, LogMQError
 from logmq.records import Record
 from logmq.storage.batch import (
+    ATTR_LOG_APPEND_TIME,
     HEADER_SIZE,
     LOG_OVERHEAD,
     MAX_BATCH_SIZE,
@@ -33,6 +31,7 @@ from logmq.storage.batch import (
     read_header,
     validate,
 )
+from logmq.storage.records_codec import decode_rows
 
 _tuple_new = tuple.__new__
 _OFFSET_DELTA, _TS_DELTA, _KEY, _VALUE, _HEADERS = (itemgetter(i) for i in range(5))
@@ -61,16 +60,14 @@ Row = tuple[int, int, bytes | None, bytes | None, tuple[tuple[str, bytes | None]
 
 def decode_batch_rows(buf: Any, pos: int, header: BatchHeader) -> Sequence[Row]:
     """The records of one validated batch as ``(offset_delta, timestamp_delta, key, value,
-    headers)`` tuples: one C call per batch."""
+    headers)`` tuples: one compiled call per batch."""
     mv = memoryview(buf)[pos + HEADER_SIZE : pos + header.size]
     try:
-        rows = msgpack.unpackb(decompress(header.compression, mv), use_list=False, raw=False)
-    except (ValueError, TypeError, msgpack.UnpackException, zlib.error) as e:
+        return decode_rows(decompress(header.compression, mv), header.record_count)
+    except LogMQError:
+        raise
+    except Exception as e:  # ValueError from the codec, zlib.error, lz4/zstd errors
         raise CorruptRecordError(f"cannot decode records: {e}") from None
-    if type(rows) is not tuple or len(rows) != header.record_count:
-        n = len(rows) if isinstance(rows, tuple) else "no"
-        raise CorruptRecordError(f"batch says {header.record_count} records, holds {n}")
-    return rows
 
 
 @dataclass(slots=True)
@@ -202,6 +199,10 @@ class PartitionData:
             header = validate(self.data, self.pos, contiguous=False)
             rows = decode_batch_rows(self.data, self.pos, header)
             self.pos += header.size
+            first_timestamp = header.first_timestamp
+            if header.attributes & ATTR_LOG_APPEND_TIME:  # Kafka: every record has it
+                first_timestamp = header.max_timestamp
+                rows = [(r[0], 0, r[2], r[3], r[4]) for r in rows]
             skip = self.position - header.base_offset
             if skip > 0:
                 if header.last_offset_delta == header.record_count - 1:
@@ -215,7 +216,7 @@ class PartitionData:
                 self.topic,
                 self.partition,
                 header.base_offset,
-                header.first_timestamp,
+                first_timestamp,
                 rows,
                 header.next_offset,
             )

@@ -1,8 +1,9 @@
-"""Sans-IO protocol codec: bytes in, frames and messages out; no sockets, no clocks.
+"""Sans-IO protocol codec: messages to frames and frames to messages; no sockets, no clocks.
 
-Every frame is ``u32 size`` followed by ``size`` bytes. A request frame carries a fixed
-header, a msgpack body and a raw tail; a response frame carries the correlation id, a
-msgpack body and a raw tail. Record batches travel in the tail as raw bytes: the body
+Every frame is ``u32 size`` followed by ``size`` bytes; splitting a byte stream into
+frames is frame_reader.py's job (one reader, one size check). A request frame carries a
+fixed header, a msgpack body and a raw tail; a response frame carries the correlation id,
+a msgpack body and a raw tail. Record batches travel in the tail as raw bytes: the body
 says how long each slice is (``"size"`` fields, in body order), so the broker never
 re-encodes records and can ``sendfile`` a fetch tail. docs/protocol.md is the spec.
 """
@@ -17,7 +18,7 @@ from typing import Any
 
 import msgpack
 
-from logmq.errors import FrameTooLargeError, InvalidFrameError
+from logmq.errors import InvalidFrameError
 
 SIZE = struct.Struct(">I")
 # api_key u16, api_version u16, correlation_id u32, client_id_len u16
@@ -179,54 +180,3 @@ def decode_response(frame: memoryview | bytes) -> Response:
         raise InvalidFrameError("body runs past the frame")
     body = unpack_body(mv[pos : pos + body_len])
     return Response(corr, body, mv[pos + body_len :])
-
-
-class FrameDecoder:
-    """Splits a byte stream into frames.
-
-    ``feed()`` takes whatever the socket produced and returns the complete frames (each
-    without its size prefix). A size above ``max_frame_size`` raises FrameTooLargeError
-    before anything is allocated for it.
-    """
-
-    __slots__ = ("_buf", "_need", "max_frame_size")
-
-    def __init__(self, max_frame_size: int = DEFAULT_MAX_FRAME_SIZE):
-        self.max_frame_size = max_frame_size
-        self._buf = bytearray()
-        self._need = -1  # size of the frame being read, -1 while reading its prefix
-
-    @property
-    def buffered(self) -> int:
-        return len(self._buf)
-
-    def feed(self, data: bytes | bytearray | memoryview) -> list[memoryview]:
-        self._buf += data
-        frames: list[memoryview] = []
-        buf = self._buf
-        pos = 0
-        n = len(buf)
-        view = memoryview(buf)
-        while True:
-            if self._need < 0:
-                if n - pos < 4:
-                    break
-                (size,) = SIZE.unpack_from(buf, pos)
-                if size > self.max_frame_size:
-                    self._buf = bytearray()
-                    raise FrameTooLargeError(
-                        f"frame of {size} bytes exceeds the {self.max_frame_size}-byte limit"
-                    )
-                self._need = size
-                pos += 4
-            if n - pos < self._need:
-                break
-            # one copy, so frames stay valid after the buffer is compacted; a writable
-            # copy, so the storage can stamp offsets into a produce tail in place
-            frames.append(memoryview(bytearray(view[pos : pos + self._need])))
-            pos += self._need
-            self._need = -1
-        view.release()
-        if pos:
-            del buf[:pos]
-        return frames

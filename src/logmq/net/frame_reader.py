@@ -1,19 +1,41 @@
-"""Frame splitting for ``readinto``-style receiving (asyncio.BufferedProtocol).
+"""The one frame reader: ``u32 size`` + ``size`` bytes, with a size limit checked first.
 
-FrameDecoder (codec.py) takes ``bytes`` the loop already allocated and copies twice
-(into its buffer, then out per frame). FrameReader instead lends the loop its own memory
-to read into: small frames land in a reusable scratch buffer and are copied out once;
-a frame too big for the scratch gets a buffer of its exact size, allocated after the
-size check, and the socket reads the rest of it straight into that final buffer — a
-1 MB produce is never copied in Python. Sans-IO: it never sees a socket.
+FrameReader serves ``readinto``-style receiving (asyncio.BufferedProtocol): it lends the
+loop its own memory to read into, so small frames land in a reusable scratch buffer and
+are copied out once, and a frame too big for the scratch gets a buffer of its exact size,
+allocated after the size check, which the socket reads the rest of it straight into — a
+1 MB produce is never copied in Python. FrameReader is sans-IO: it never sees a socket.
+``read_frame`` is the same framing for code on asyncio streams (the Raft transport), so
+the format, the limit check and its error exist once.
 """
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from logmq.errors import FrameTooLargeError
 from logmq.net.codec import DEFAULT_MAX_FRAME_SIZE, SIZE
 
+if TYPE_CHECKING:
+    import asyncio
+
 SCRATCH_SIZE = 64 * 1024  # per connection: 1,000 connections cost 64 MiB
+
+
+def frame_too_large(size: int, max_frame_size: int) -> FrameTooLargeError:
+    """The error for a frame announcing ``size`` bytes over the limit."""
+    return FrameTooLargeError(f"frame of {size} bytes exceeds the {max_frame_size}-byte limit")
+
+
+async def read_frame(reader: asyncio.StreamReader, max_frame_size: int) -> bytes:
+    """Read one frame's payload from a stream; FrameTooLargeError before allocating it.
+
+    Raises asyncio.IncompleteReadError if the stream ends mid-frame.
+    """
+    (size,) = SIZE.unpack(await reader.readexactly(SIZE.size))
+    if size > max_frame_size:
+        raise frame_too_large(size, max_frame_size)
+    return await reader.readexactly(size)
 
 
 class FrameReader:
@@ -66,7 +88,7 @@ class FrameReader:
         return self._split()
 
     def feed(self, data: bytes | bytearray | memoryview) -> list[memoryview]:
-        """Copy-in convenience with FrameDecoder's interface (tests, non-buffered loops)."""
+        """Copy ``data`` in and return the frames it completes (tests, ``bytes`` callers)."""
         src = memoryview(data)
         frames: list[memoryview] = []
         while src:
@@ -84,9 +106,7 @@ class FrameReader:
             (size,) = SIZE.unpack_from(buf, self._start)
             if size > self.max_frame_size:
                 self._start = self._end = 0
-                raise FrameTooLargeError(
-                    f"frame of {size} bytes exceeds the {self.max_frame_size}-byte limit"
-                )
+                raise frame_too_large(size, self.max_frame_size)
             body_start = self._start + SIZE.size
             have = self._end - body_start
             if have >= size:

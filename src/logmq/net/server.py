@@ -1,11 +1,15 @@
 """The asyncio shell around ServerConnection: sockets, tasks, flow control, sendfile.
 
+``ClientConnection`` is the broker's end of one client's connection (the client's end is
+``client.connection.BrokerConnection``).
+
 Each connection has one worker task that answers its requests strictly in order (the
 protocol promises pipelined answers in request order). The protocol object only frames
 and queues; it stops reading when ``max_in_flight`` requests are queued, so a client
 that floods gets TCP backpressure instead of unbounded broker memory. Fetch tails that
 are file regions are sent with ``os.sendfile`` after draining the transport (see
-zero_copy.py); bytes tails go through the transport.
+zero_copy.py); bytes tails go through the transport. What a handler answers (``Reply``)
+is defined sans-IO in reply.py.
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ import os
 import socket
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from logmq.errors import ErrorCode
@@ -28,6 +32,7 @@ from logmq.net.connection import (
     RequestReceived,
     ServerConnection,
 )
+from logmq.net.reply import Bytes, Reply, Tail, is_region, tail_size
 from logmq.net.zero_copy import sendfile_all
 
 log = logging.getLogger("logmq.net")
@@ -37,14 +42,6 @@ WRITE_HIGH_WATER = 1024 * 1024
 # larger ones are sent from the file with sendfile (see _write).
 SENDFILE_MIN_BYTES = 64 * 1024
 LINGER_S = 5.0  # how long a connection closing after a fatal error waits for the peer
-
-
-@dataclass(slots=True)
-class Reply:
-    """A response body plus tail parts: bytes, or file regions sent with sendfile."""
-
-    body: dict[str, Any]
-    tail: list[Any] = field(default_factory=list)
 
 
 Handler = Callable[[Request], Awaitable[Reply | None]]
@@ -66,10 +63,6 @@ class _NullMetrics:
     def bytes_in(self, n: int) -> None: ...
     def bytes_out(self, n: int) -> None: ...
     def request_done(self, api_key: int, seconds: float) -> None: ...
-
-
-def _is_region(part: Any) -> bool:
-    return not isinstance(part, bytes | bytearray | memoryview)
 
 
 class _Signal:
@@ -99,8 +92,8 @@ class _Signal:
         self._set = False
 
 
-class BrokerConnection(asyncio.BufferedProtocol):
-    """One client connection: queues requests, answers them in order from a worker task.
+class ClientConnection(asyncio.BufferedProtocol):
+    """One client's connection to the broker: queues requests, answers them in order.
 
     A BufferedProtocol: the loop reads straight into memory the FrameReader lends it,
     so a large produce frame is received into its final buffer without a copy.
@@ -404,14 +397,7 @@ class BrokerConnection(asyncio.BufferedProtocol):
         if self._closed.is_set():
             return
         tail = reply.tail
-        tail_len = 0
-        has_region = False
-        for p in tail:
-            if _is_region(p):
-                has_region = True
-                tail_len += p.length
-            else:
-                tail_len += len(p)
+        tail_len, has_region = tail_size(tail)
         head = encode_response_head(correlation_id, reply.body, tail_len)
         self._server.metrics.bytes_out(len(head) + tail_len)
         if not has_region:
@@ -423,7 +409,7 @@ class BrokerConnection(asyncio.BufferedProtocol):
         if self._write_resumed is not None:
             await self._write_resumed  # the client is slow: do not queue more for it
 
-    def _write_buffered(self, head: bytes, tail: list[Any]) -> None:
+    def _write_buffered(self, head: bytes, tail: Tail) -> None:
         """Read file regions into memory and write everything through the transport.
 
         For small responses (a caught-up consumer's fetch) this is one pread per region
@@ -432,9 +418,9 @@ class BrokerConnection(asyncio.BufferedProtocol):
         """
         t = self.transport
         assert t is not None
-        parts = [head]
+        parts: list[Bytes] = [head]
         for p in tail:
-            if _is_region(p):
+            if is_region(p):
                 data = p.read()
                 if len(data) != p.length:  # truncated under us: the frame would lie
                     log.info("file region for %s came up short; closing", self.peer)
@@ -445,15 +431,20 @@ class BrokerConnection(asyncio.BufferedProtocol):
                 parts.append(p)
         t.writelines(parts)
 
-    async def _write_zero_copy(self, head: bytes, tail: list[Any]) -> None:
+    async def _write_zero_copy(self, head: bytes, tail: Tail) -> None:
+        """Bytes parts through the transport, regions with sendfile, in tail order.
+
+        Before each region the bytes queued so far are written and the transport drained,
+        so any interleaving of bytes and regions reaches the socket in order.
+        """
         t = self.transport
         assert t is not None and self._dup_fd is not None
-        pending: list[Any] = [head]
+        pending: list[Bytes] = [head]
         self._sending_file = True
         self._update_reading()
         try:
             for part in tail:
-                if not _is_region(part):
+                if not is_region(part):
                     pending.append(part)
                     continue
                 t.writelines(pending)
@@ -513,13 +504,13 @@ class TcpServer:
         self.options = options
         self.metrics = metrics or _NullMetrics()
         self._server: asyncio.base_events.Server | None = None
-        self._connections: set[BrokerConnection] = set()
+        self._connections: set[ClientConnection] = set()
         self.port = 0
 
     async def start(self, host: str, port: int) -> None:
         loop = asyncio.get_running_loop()
         self._server = await loop.create_server(
-            lambda: BrokerConnection(self), host, port, reuse_address=True, backlog=1024
+            lambda: ClientConnection(self), host, port, reuse_address=True, backlog=1024
         )
         self.port = self._server.sockets[0].getsockname()[1]
 
@@ -527,14 +518,14 @@ class TcpServer:
     def connection_count(self) -> int:
         return len(self._connections)
 
-    def admit(self, conn: BrokerConnection) -> bool:
+    def admit(self, conn: ClientConnection) -> bool:
         if self._server is None or len(self._connections) >= self.options.max_connections:
             return False
         self._connections.add(conn)
         self.metrics.connection_opened()
         return True
 
-    def forget(self, conn: BrokerConnection) -> None:
+    def forget(self, conn: ClientConnection) -> None:
         if conn in self._connections:
             self._connections.discard(conn)
             self.metrics.connection_closed()

@@ -7,23 +7,13 @@ transport must reach the socket first, or the stream would be reordered), call
 non-blocking file description; when the socket is full we wait for writability with
 ``loop.add_writer`` on the dup (the transport keeps its own registration on the original
 descriptor). Record bytes go from the page cache to the socket without entering Python.
+The regions it sends are net/reply.py's FileRegion (storage.segment.FileSlice).
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
-from typing import Any, Protocol
-
-
-class FileRegion(Protocol):
-    """What the storage hands out for a read (storage.partition_log.FileSlice)."""
-
-    file: Any  # has fileno(); stays open while the region is in use
-    position: int
-    length: int
-
-    def read(self) -> bytes: ...
 
 
 class ShortFileError(OSError):

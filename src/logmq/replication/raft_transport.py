@@ -2,12 +2,14 @@
 
 Each member listens on its quorum address and dials every peer it sends to, so a pair of
 members uses two connections, each carrying one direction: no races deciding which of two
-simultaneous dials survives. A frame is ``[u32 length][payload]``. The dialer's first frame
-is a hello (msgpack map: magic, version, node id, cluster id, voter ids, listen address)
-and the listener answers with its own hello or ``{"error": ...}``; members that disagree
-on the cluster id or on the voter set refuse each other with a clear message instead of
-forming a quorum. The listen address tells the listener where to reach a dialer it has
-no address for (an observer: ``on_peer_hello``).
+simultaneous dials survives. A frame is ``[u32 length][payload]``, the client protocol's
+framing, read with its ``read_frame`` (net/frame_reader.py: same size check, same
+FrameTooLargeError). The dialer's first frame is a hello (msgpack map: magic, version,
+node id, cluster id, voter ids, listen address) and the listener answers with its own
+hello or ``{"error": ...}``; members that disagree on the cluster id or on the voter set
+refuse each other with a clear message instead of forming a quorum. The listen address
+tells the listener where to reach a dialer it has no address for (an observer:
+``on_peer_hello``).
 
 Sending never blocks the Raft loop: each peer has a bounded queue drained by its own
 task, which reconnects with exponential backoff. When the queue is full the oldest message
@@ -20,36 +22,30 @@ import asyncio
 import contextlib
 import logging
 import socket
-import struct
 from collections import deque
 from collections.abc import Callable, Iterable
 from typing import Any
 
 import msgpack
 
+from logmq.errors import InvalidFrameError
+from logmq.net.codec import SIZE
+from logmq.net.frame_reader import read_frame
 from logmq.replication.raft_service import RaftTransport
 
 log = logging.getLogger("logmq.raft.transport")
 
 MAGIC = "logmq-raft"
 VERSION = 1
-_LEN = struct.Struct(">I")
 HANDSHAKE_TIMEOUT = 5.0
 
 
 class FrameError(Exception):
-    """The peer sent something that is not a frame of this protocol."""
-
-
-async def read_frame(reader: asyncio.StreamReader, max_bytes: int) -> bytes:
-    (length,) = _LEN.unpack(await reader.readexactly(_LEN.size))
-    if length > max_bytes:
-        raise FrameError(f"frame of {length} bytes exceeds the limit of {max_bytes}")
-    return await reader.readexactly(length)
+    """The peer's hello refused us or is not ours (bad framing is InvalidFrameError)."""
 
 
 def frame(payload: bytes) -> bytes:
-    return _LEN.pack(len(payload)) + payload
+    return SIZE.pack(len(payload)) + payload
 
 
 class _Peer:
@@ -91,7 +87,14 @@ class _Peer:
                 self.connected, delay = True, t.backoff_initial
                 eof = asyncio.create_task(reader.read(1))  # the listener never sends more
                 await self._pump(writer, eof)
-            except (OSError, EOFError, TimeoutError, FrameError, asyncio.IncompleteReadError) as e:
+            except (
+                OSError,
+                EOFError,
+                TimeoutError,
+                FrameError,
+                InvalidFrameError,
+                asyncio.IncompleteReadError,
+            ) as e:
                 log.debug("raft transport %d -> %d: %s", t.node_id, self.node_id, e)
             except RuntimeError as e:
                 # uvloop refuses writes on a transport a reset already closed
@@ -317,7 +320,13 @@ class TcpTransport(RaftTransport):
                         self._on_message(payload)
                     except Exception:
                         log.exception("raft transport %d: message handler failed", self.node_id)
-        except (OSError, TimeoutError, FrameError, asyncio.IncompleteReadError, RuntimeError) as e:
+        except (
+            OSError,
+            TimeoutError,
+            InvalidFrameError,
+            asyncio.IncompleteReadError,
+            RuntimeError,
+        ) as e:
             # (RuntimeError: uvloop refuses a write on a transport a reset closed)
             log.debug("raft transport %d <- %s: %s", self.node_id, peer, e)
         finally:

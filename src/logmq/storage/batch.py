@@ -1,12 +1,13 @@
-"""The record batch: one format for clients, the wire and the disk.
+"""The record batch: Kafka's RecordBatch v2, one format for clients, the wire and the disk.
 
-A batch is a fixed 65-byte big-endian header followed by the records, msgpack-encoded
-and optionally compressed. The broker stamps ``base_offset`` and ``leader_epoch``, which
-sit before the checksum, so assigning offsets never re-hashes; everything from
-``attributes`` to the end is covered by an xxh3-64 checksum. The broker validates a batch
-from its header and checksum alone and never decodes the records it stores; only a
-topic's compression.type makes it re-wrap them in another codec (``recompress``). See
-docs/format.md for the byte layout.
+A batch is Kafka's 61-byte big-endian header followed by the records (zigzag-varint
+Kafka records, compressed as a whole by the batch's codec). The broker stamps
+``base_offset`` and ``partition_leader_epoch``, which sit before the CRC, so assigning
+offsets never re-hashes; everything from ``attributes`` to the end is covered by a
+CRC-32C. The broker validates a batch from its header and CRC alone and never decodes
+the records it stores; only a topic's compression.type makes it re-wrap them in
+another codec (``recompress``). The records section itself is encoded and decoded by
+``records_codec`` (compiled). See docs/format.md for the byte layout.
 """
 
 from __future__ import annotations
@@ -18,30 +19,32 @@ from dataclasses import dataclass
 from operator import itemgetter
 from typing import Any
 
-import msgpack
-import xxhash
+from crc32c import crc32c
 
 from logmq.errors import CorruptRecordError, LogMQError
+from logmq.storage import records_codec
 
-#   base_offset q, batch_length i, leader_epoch i, magic b, checksum Q, attributes h,
-#   last_offset_delta i, first_timestamp q, max_timestamp q, producer_id q,
+#   base_offset q, batch_length i, partition_leader_epoch i, magic b, crc I, attributes h,
+#   last_offset_delta i, base_timestamp q, max_timestamp q, producer_id q,
 #   producer_epoch h, base_sequence i, record_count i
-HEADER = struct.Struct(">qiibQhiqqqhii")
-HEADER_SIZE = HEADER.size  # 65
+HEADER = struct.Struct(">qiibIhiqqqhii")
+HEADER_SIZE = HEADER.size  # 61
 LOG_OVERHEAD = 12  # base_offset + batch_length: batch_length counts the bytes after them
 BASE_OFFSET_POS = 0
 LENGTH_POS = 8
 LEADER_EPOCH_POS = 12
 MAGIC_POS = 16
 CHECKSUM_POS = 17
-CHECKSUM_START = 25  # the checksum covers attributes .. end of batch
-MAGIC = 1
+CHECKSUM_START = 21  # the CRC covers attributes .. end of batch
+ATTRIBUTES_POS = 21
+MAX_TIMESTAMP_POS = 35
+MAGIC = 2
 MAX_BATCH_SIZE = 1 << 30  # a header announcing more than this is corrupt, not big
 MAX_INFLATED_SIZE = 64 << 20  # the broker decompresses a batch to at most this (or 64x)
 
 _Q = struct.Struct(">q")
 _I = struct.Struct(">i")
-_STAMP = struct.Struct(">qii")  # base_offset, batch_length, leader_epoch
+_CRC = struct.Struct(">I")
 _TS_DELTA = itemgetter(1)
 
 NO_PRODUCER_ID = -1
@@ -50,15 +53,17 @@ NO_SEQUENCE = -1
 
 
 class Compression:
-    """Codec ids stored in attribute bits 0-2."""
+    """Kafka's codec ids, stored in attribute bits 0-2."""
 
     NONE = 0
     GZIP = 1
-    ZSTD = 2
+    SNAPPY = 2
     LZ4 = 3
+    ZSTD = 4
     MASK = 0x07
+    LAST = ZSTD
 
-    NAMES = {"none": NONE, "gzip": GZIP, "zstd": ZSTD, "lz4": LZ4}
+    NAMES = {"none": NONE, "gzip": GZIP, "snappy": SNAPPY, "lz4": LZ4, "zstd": ZSTD}
 
     @classmethod
     def parse(cls, value: str | int | None) -> int:
@@ -98,31 +103,82 @@ def _lz4():
     return lz4.frame
 
 
-def compress(codec: int, data: bytes) -> bytes:
+def _snappy():
+    try:
+        import cramjam
+    except ImportError:  # pragma: no cover - depends on extras
+        raise LogMQError("snappy compression needs the 'cramjam' package") from None
+    return cramjam.snappy
+
+
+# Kafka's Java client writes snappy in xerial's stream framing: this magic, a version and
+# a compatible version (i32 each), then blocks of [i32 length][raw snappy]. librdkafka
+# writes raw snappy; readers take both.
+_XERIAL_MAGIC = b"\x82SNAPPY\x00"
+_XERIAL_HEADER = _XERIAL_MAGIC + struct.pack(">ii", 1, 1)
+_XERIAL_BLOCK = 32 * 1024
+
+
+def _snappy_compress(data: Any) -> bytes:
+    raw = _snappy().compress_raw
+    mv = memoryview(data)
+    out = [_XERIAL_HEADER]
+    for i in range(0, len(mv), _XERIAL_BLOCK):
+        block = bytes(raw(mv[i : i + _XERIAL_BLOCK]))
+        out.append(_I.pack(len(block)))
+        out.append(block)
+    return b"".join(out)
+
+
+def _snappy_decompress(data: Any, max_size: int | None) -> bytes:
+    s = _snappy()
+    mv = memoryview(data)
+    if bytes(mv[:8]) != _XERIAL_MAGIC:
+        blocks = [mv]
+    else:
+        blocks, pos = [], 16
+        while pos < len(mv):
+            if len(mv) - pos < 4:
+                raise CorruptRecordError("truncated snappy block length")
+            (n,) = _I.unpack_from(mv, pos)
+            if n < 0 or pos + 4 + n > len(mv):
+                raise CorruptRecordError("snappy block runs past the batch")
+            blocks.append(mv[pos + 4 : pos + 4 + n])
+            pos += 4 + n
+    if max_size is not None:
+        total = sum(s.decompress_raw_len(bytes(blk)) for blk in blocks)
+        if total > max_size:
+            raise CorruptRecordError(f"records decompress to more than {max_size} bytes")
+    return b"".join(bytes(s.decompress_raw(bytes(blk))) for blk in blocks)
+
+
+def compress(codec: int, data: Any) -> Any:
     if codec == Compression.NONE:
         return data
     if codec == Compression.GZIP:
         c = zlib.compressobj(6, zlib.DEFLATED, 31)
         return c.compress(data) + c.flush()
-    if codec == Compression.ZSTD:
-        return _zstd().ZstdCompressor(level=3).compress(data)
+    if codec == Compression.SNAPPY:
+        return _snappy_compress(data)
     if codec == Compression.LZ4:
         return _lz4().compress(data)
+    if codec == Compression.ZSTD:
+        return _zstd().ZstdCompressor(level=3).compress(data)
     raise CorruptRecordError(f"unknown compression codec {codec}")
 
 
-def decompress(
-    codec: int, data: bytes | memoryview, max_size: int | None = None
-) -> bytes | memoryview:
+def decompress(codec: int, data: Any, max_size: int | None = None) -> Any:
     """The records of a compressed batch; with ``max_size``, refuse to inflate beyond it
     (a small batch that decompresses to gigabytes must not take the broker's memory)."""
     if codec == Compression.NONE:
         return data
+    if codec == Compression.SNAPPY:
+        return _snappy_decompress(data, max_size)
     if max_size is None:
         if codec == Compression.GZIP:
             return zlib.decompress(data, 47)
         if codec == Compression.ZSTD:
-            return _zstd().ZstdDecompressor().decompress(bytes(data))
+            return _zstd().ZstdDecompressor().decompressobj().decompress(bytes(data))
         if codec == Compression.LZ4:
             return _lz4().decompress(bytes(data))
         raise CorruptRecordError(f"unknown compression codec {codec}")
@@ -196,14 +252,14 @@ def peek_size(buf: Any, pos: int = 0) -> int:
 
 
 def compute_checksum(buf: Any, pos: int, size: int) -> int:
-    mv = memoryview(buf)
-    return xxhash.xxh3_64_intdigest(mv[pos + CHECKSUM_START : pos + size])
+    """CRC-32C of ``attributes`` .. end of the batch at ``pos`` (no copy)."""
+    return crc32c(memoryview(buf)[pos + CHECKSUM_START : pos + size])
 
 
 def validate(
     buf: Any, pos: int = 0, *, contiguous: bool = True, end: int | None = None
 ) -> BatchHeader:
-    """Check one batch at ``pos`` from its header and checksum, without decoding records.
+    """Check one batch at ``pos`` from its header and CRC, without decoding records.
 
     ``contiguous`` requires offset deltas 0..n-1 (true of every batch a producer
     sends); compacted batches on disk may have gaps, so readers of those pass False.
@@ -229,10 +285,10 @@ def validate(
         raise CorruptRecordError(
             f"last offset delta {h.last_offset_delta} does not fit {h.record_count} records"
         )
-    if h.compression > Compression.LZ4:
+    if h.compression > Compression.LAST:
         raise CorruptRecordError(f"unknown compression codec {h.compression}")
     if compute_checksum(buf, pos, size) != h.checksum:
-        raise CorruptRecordError("checksum mismatch")
+        raise CorruptRecordError("checksum mismatch (CRC-32C)")
     return h
 
 
@@ -242,7 +298,7 @@ def iter_headers(
     """Yield (position, header) of each complete batch in a buffer of concatenated batches.
 
     Stops quietly at a trailing partial batch (fetch responses may end in one); does not
-    verify checksums: use validate() for that.
+    verify CRCs: use validate() for that.
     """
     limit = len(buf) if end is None else end
     while limit - pos >= HEADER_SIZE:
@@ -255,25 +311,28 @@ def iter_headers(
 
 
 def stamp(buf: Any, pos: int, base_offset: int, leader_epoch: int) -> None:
-    """Write broker-assigned fields into a writable buffer; the checksum stays valid."""
+    """Write broker-assigned fields into a writable buffer; the CRC stays valid."""
     _Q.pack_into(buf, pos + BASE_OFFSET_POS, base_offset)
     _I.pack_into(buf, pos + LEADER_EPOCH_POS, leader_epoch)
 
 
-def _assemble(
-    payload: bytes,
+def assemble(
+    records: Any,
     *,
     count: int,
     last_offset_delta: int,
     first_timestamp: int,
     max_timestamp: int,
     attributes: int,
-    base_offset: int,
-    leader_epoch: int,
-    producer_id: int,
-    producer_epoch: int,
-    base_sequence: int,
+    base_offset: int = 0,
+    leader_epoch: int = -1,
+    producer_id: int = NO_PRODUCER_ID,
+    producer_epoch: int = NO_PRODUCER_EPOCH,
+    base_sequence: int = NO_SEQUENCE,
 ) -> bytes:
+    """One batch around an uncompressed records section: compressed by the codec in
+    ``attributes``, with its length and CRC filled in."""
+    payload = compress(attributes & Compression.MASK, records)
     out = bytearray(HEADER_SIZE + len(payload))
     HEADER.pack_into(
         out,
@@ -293,9 +352,7 @@ def _assemble(
         count,
     )
     out[HEADER_SIZE:] = payload
-    struct.pack_into(
-        ">Q", out, CHECKSUM_POS, xxhash.xxh3_64_intdigest(memoryview(out)[CHECKSUM_START:])
-    )
+    _CRC.pack_into(out, CHECKSUM_POS, crc32c(memoryview(out)[CHECKSUM_START:]))
     return bytes(out)
 
 
@@ -321,23 +378,15 @@ def encode_batch(
         raise ValueError("a batch holds at least one record")
     first_ts = records[0][0]
     max_ts = max(r[0] for r in records)
-    if offset_deltas is None:
-        rows = [
-            [i, ts - first_ts, k, v, list(h) if h else None]
-            for i, (ts, k, v, h) in enumerate(records)
-        ]
-        last_delta = len(records) - 1
-    else:
-        rows = [
-            [d, ts - first_ts, k, v, list(h) if h else None]
-            for d, (ts, k, v, h) in zip(offset_deltas, records, strict=True)
-        ]
-        last_delta = offset_deltas[-1]
-    payload = compress(compression, msgpack.packb(rows, use_bin_type=True))
-    return _assemble(
-        payload,
+    deltas = range(len(records)) if offset_deltas is None else offset_deltas
+    rows = [
+        (d, ts - first_ts, k, v, h or None)
+        for d, (ts, k, v, h) in zip(deltas, records, strict=True)
+    ]
+    return assemble(
+        records_codec.encode_rows(rows),
         count=len(records),
-        last_offset_delta=last_delta,
+        last_offset_delta=rows[-1][0],
         first_timestamp=first_ts,
         max_timestamp=max_ts,
         attributes=compression,
@@ -363,20 +412,13 @@ def encode_values(
     n = len(values)
     if n == 0:
         raise ValueError("a batch holds at least one record")
-    if keys is None:
-        rows = [[i, 0, None, v, None] for i, v in enumerate(values)]
-    else:
-        rows = [[i, 0, k, v, None] for i, (k, v) in enumerate(zip(keys, values, strict=True))]
-    payload = compress(compression, msgpack.packb(rows, use_bin_type=True))
-    return _assemble(
-        payload,
+    return assemble(
+        records_codec.encode_values(values, keys),
         count=n,
         last_offset_delta=n - 1,
         first_timestamp=timestamp,
         max_timestamp=timestamp,
         attributes=compression,
-        base_offset=0,
-        leader_epoch=-1,
         producer_id=producer_id,
         producer_epoch=producer_epoch,
         base_sequence=base_sequence,
@@ -396,51 +438,53 @@ def encode_rows(
 
     Each row is ``(offset_delta, timestamp_delta, key, value, headers or None)`` with
     offset deltas exactly 0..n-1 and timestamp deltas from ``first_timestamp`` (the
-    producer's accumulator appends records this way), so encoding is one msgpack call
-    and no Python code runs per record. Rows are trusted, not checked.
+    producer's accumulator appends records this way), so encoding is one compiled call
+    and no Python code runs per record.
     """
     n = len(rows)
     if n == 0:
         raise ValueError("a batch holds at least one record")
     max_delta = max(map(_TS_DELTA, rows))
-    payload = compress(compression, msgpack.packb(rows, use_bin_type=True))
-    return _assemble(
-        payload,
+    return assemble(
+        records_codec.encode_rows(rows),
         count=n,
         last_offset_delta=n - 1,
         first_timestamp=first_timestamp,
         max_timestamp=first_timestamp + max_delta,
         attributes=compression,
-        base_offset=0,
-        leader_epoch=-1,
         producer_id=producer_id,
         producer_epoch=producer_epoch,
         base_sequence=base_sequence,
     )
 
 
-def decode_rows(buf: Any, pos: int = 0, header: BatchHeader | None = None) -> list[list]:
+def decode_rows(
+    buf: Any, pos: int = 0, header: BatchHeader | None = None, max_size: int | None = None
+) -> list[tuple]:
     """Decode the records of one (already validated) batch into raw rows.
 
-    Each row is ``[offset_delta, timestamp_delta, key, value, headers]``; this is the
-    batch-wise path: one C call per batch, no per-record Python.
+    Each row is ``(offset_delta, timestamp_delta, key, value, headers or None)``; this
+    is the batch-wise path: one compiled call per batch, no per-record Python.
+    ``max_size`` bounds decompression (the broker passes it; clients trust their broker).
     """
     h = header or read_header(buf, pos)
     mv = memoryview(buf)[pos + HEADER_SIZE : pos + h.size]
     try:
-        return msgpack.unpackb(decompress(h.compression, mv), use_list=True, raw=False)
-    except (ValueError, msgpack.UnpackException, zlib.error) as e:
+        return records_codec.decode_rows(decompress(h.compression, mv, max_size), h.record_count)
+    except LogMQError:
+        raise
+    except Exception as e:  # ValueError from the codec, zlib.error, lz4/zstd errors
         raise CorruptRecordError(f"cannot decode records: {e}") from None
 
 
 def recompress(buf: Any, pos: int, header: BatchHeader, codec: int) -> bytes:
     """The batch at ``pos`` re-encoded in ``codec`` (a topic's compression.type).
 
-    The codec wraps the msgpack records as a whole, so only that wrapping changes: the
-    records stay the same bytes, which keeps every record field by construction and
-    costs no Python per record. The header keeps every field but the codec bits, the
-    length and the checksum. ``header`` must come from a validated batch; a payload
-    that does not decompress raises CorruptRecordError.
+    In v2 the codec wraps the records section as a whole, so only that wrapping
+    changes: the records stay the same bytes, which keeps every record field by
+    construction and costs no Python per record. The header keeps every field but the
+    codec bits, the length and the CRC. ``header`` must come from a validated batch; a
+    payload that does not decompress raises CorruptRecordError.
     """
     h = header
     mv = memoryview(buf)[pos + HEADER_SIZE : pos + h.size]
@@ -450,8 +494,8 @@ def recompress(buf: Any, pos: int, header: BatchHeader, codec: int) -> bytes:
         raise  # too large, or a codec package missing on this broker
     except Exception as e:  # zlib.error, lz4's RuntimeError, zstandard.ZstdError
         raise CorruptRecordError(f"cannot decompress records to recompress them: {e}") from None
-    return _assemble(
-        compress(codec, records),
+    return assemble(
+        records,
         count=h.record_count,
         last_offset_delta=h.last_offset_delta,
         first_timestamp=h.first_timestamp,
@@ -471,10 +515,7 @@ def decode_records(
     """Decode one batch into ``(offset, timestamp, key, value, headers)`` tuples."""
     h = validate(buf, pos, contiguous=False) if verify else read_header(buf, pos)
     rows = decode_rows(buf, pos, h)
-    if len(rows) != h.record_count:
-        raise CorruptRecordError(f"batch says {h.record_count} records, holds {len(rows)}")
     base, ts0 = h.base_offset, h.first_timestamp
-    return [
-        (base + r[0], ts0 + r[1], r[2], r[3], [tuple(x) for x in r[4]] if r[4] else [])
-        for r in rows
-    ]
+    if h.attributes & ATTR_LOG_APPEND_TIME:  # as in Kafka, every record has the append time
+        return [(base + r[0], h.max_timestamp, r[2], r[3], list(r[4] or ())) for r in rows]
+    return [(base + r[0], ts0 + r[1], r[2], r[3], list(r[4] or ())) for r in rows]

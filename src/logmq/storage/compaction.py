@@ -35,11 +35,10 @@ from operator import add, ge, itemgetter
 from pathlib import Path
 from typing import Any
 
-import msgpack
-
 from logmq.errors import CorruptRecordError, InvalidRecordError, StorageError
 from logmq.storage import batch as b
 from logmq.storage import checkpoint as ckpt
+from logmq.storage import records_codec
 from logmq.storage.offset_map import NO_KEY, OffsetMap, key_hashes
 
 CLEANER_CHECKPOINT = "cleaner-offset-checkpoint"
@@ -69,7 +68,7 @@ def check_record_keys(data: Any, max_batch_bytes: int | None = None) -> None:
         h = b.validate(mv, pos, end=end)
         if max_batch_bytes is not None and h.size > max_batch_bytes:
             return
-        rows = b.decode_rows(mv, pos, h)
+        rows = b.decode_rows(mv, pos, h, max(b.MAX_INFLATED_SIZE, 64 * h.size))
         if None in map(_KEY, rows):
             raise InvalidRecordError("a compacted topic cannot accept a record without a key")
         pos += h.size
@@ -338,7 +337,7 @@ class RecordFilter:
             kept = 1
             last = rows[-1]
             if last[3] is not None and hashes[-1] is not NO_KEY:  # superseded
-                rows[-1] = [last[0], last[1], last[2], None, last[4]]
+                rows[-1] = (last[0], last[1], last[2], None, last[4])
                 converted = True
             if rows[-1][3] is None:
                 horizon = (
@@ -360,7 +359,7 @@ class RecordFilter:
         return data
 
 
-def rewrite_batch(h: b.BatchHeader, rows: list[list[Any]], horizon: int) -> bytes:
+def rewrite_batch(h: b.BatchHeader, rows: list[tuple], horizon: int) -> bytes:
     """Re-encode surviving rows under ``h``'s offsets, producer fields and codec.
 
     With a delete horizon the batch's ``first_timestamp`` carries it and record
@@ -375,10 +374,9 @@ def rewrite_batch(h: b.BatchHeader, rows: list[list[Any]], horizon: int) -> byte
         first = old_first + rows[0][1]
     if first != old_first:
         shift = old_first - first
-        rows = [[r[0], r[1] + shift, r[2], r[3], r[4]] for r in rows]
-    payload = b.compress(h.compression, msgpack.packb(rows, use_bin_type=True))
-    return b._assemble(
-        payload,
+        rows = [(r[0], r[1] + shift, r[2], r[3], r[4]) for r in rows]
+    return b.assemble(
+        records_codec.encode_rows(rows),
         count=len(rows),
         last_offset_delta=h.last_offset_delta,
         first_timestamp=first,

@@ -161,8 +161,9 @@ BROKER_CODECS: dict[str, int | None] = {
     "uncompressed": Compression.NONE,
     "none": Compression.NONE,
     "gzip": Compression.GZIP,
-    "zstd": Compression.ZSTD,
+    "snappy": Compression.SNAPPY,
     "lz4": Compression.LZ4,
+    "zstd": Compression.ZSTD,
 }
 
 TOPIC_CONFIG_KEYS: tuple[ConfigKey, ...] = (

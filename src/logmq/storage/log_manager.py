@@ -30,6 +30,7 @@ from logmq.storage import checkpoint as ckpt
 from logmq.storage.compaction import CleanStats, check_record_keys
 from logmq.storage.config import LogConfig
 from logmq.storage.disk_space import DiskSpace
+from logmq.storage.format_upgrade import upgrade_data_dir
 from logmq.storage.log_cleaner import DEFAULT_BUFFER_BYTES, DEFAULT_INTERVAL_MS, LogCleaner
 from logmq.storage.open_files import OpenFileCache
 from logmq.storage.partition_log import AppendInfo, PartitionLog, parse_dir_name
@@ -128,13 +129,15 @@ class LogManager:
         self.started = True
 
     def _load_all(self) -> None:
-        marker = self.data_dir / CLEAN_SHUTDOWN
-        clean = marker.exists()
         initial = self._initial_overrides
         if callable(initial):
             initial = initial()
         for topic, overrides in (initial or {}).items():
             self._topic_overrides[topic] = {str(k): str(v) for k, v in overrides.items()}
+        # Batch format 1 data is converted before any log opens (may drop the marker).
+        upgrade_data_dir(self.data_dir, compacted=lambda t: self.config_for(t).compact)
+        marker = self.data_dir / CLEAN_SHUTDOWN
+        clean = marker.exists()
         rps = ckpt.read_offsets(self.data_dir / RECOVERY_POINT_CHECKPOINT)
         hws = ckpt.read_offsets(self.data_dir / REPLICATION_OFFSET_CHECKPOINT)
         lsos = ckpt.read_offsets(self.data_dir / LOG_START_OFFSET_CHECKPOINT)

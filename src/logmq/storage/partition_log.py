@@ -1,19 +1,22 @@
-"""The partition log: an ordered list of segments with offsets, retention and recovery.
+"""The partition log: an ordered list of segments, appended to, read, rolled and truncated.
 
 All work is per batch: a produce request's slice is validated header-and-checksum,
 stamped with offsets without copying (stamping.py) and written with one ``pwritev``;
 reads hand out a FileSlice for sendfile. Durability timing (fsync) is the
 LogManager's business; this class offers a synchronous ``flush`` and a split
 ``flush_jobs``/``flush_done`` so the manager can run fsyncs in a worker thread.
+
+The rest of a log's life is in its own modules, each working on a PartitionLog:
+opening and crash recovery in log_loader.py, retention and delayed file deletion in
+retention.py, installing the log cleaner's output in cleaned_install.py.
 """
 
 from __future__ import annotations
 
 import bisect
 import logging
-import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -24,34 +27,18 @@ from logmq.errors import (
     storage_error_for,
 )
 from logmq.storage import batch as b
-from logmq.storage import segment_swap
-from logmq.storage.compaction import (
-    NO_HORIZON,
-    CleanerCheckpoint,
-    CleaningPlan,
-    CleanStats,
-    plan_cleaning,
-)
+from logmq.storage import cleaned_install, retention
+from logmq.storage.compaction import CleaningPlan, CleanStats, plan_cleaning
 from logmq.storage.config import LogConfig
-from logmq.storage.leader_epoch import FILE_NAME as EPOCH_FILE
-from logmq.storage.leader_epoch import LeaderEpochCache
+from logmq.storage.log_loader import load_log, rebuild_producer_state
 from logmq.storage.open_files import OpenFileCache
 from logmq.storage.producer_state import (
     ProducerEntry,
-    ProducerStateManager,
     delete_snapshots,
     list_snapshots,
-    load_latest_snapshot,
     write_snapshot,
 )
-from logmq.storage.segment import (
-    DELETED_SUFFIX,
-    LOG_SUFFIX,
-    BatchInfo,
-    FileSlice,
-    LogSegment,
-    run_sync,
-)
+from logmq.storage.segment import BatchInfo, FileSlice, LogSegment, run_sync
 from logmq.storage.stamping import (
     F_LAST_OFFSET_DELTA,
     F_LENGTH,
@@ -61,6 +48,7 @@ from logmq.storage.stamping import (
     STAMP,
     AppendInfo,
     RawHeader,
+    StampedWrite,
     check_batch,
     count_offsets,
     stamp_batches,
@@ -114,25 +102,33 @@ class PartitionLog:
         self.cache = cache if cache is not None else OpenFileCache()
         self.clock = clock
         self.dir.mkdir(parents=True, exist_ok=True)
-        self.segments: list[LogSegment] = []
-        self._bases: list[int] = []
-        self.producer_state = ProducerStateManager()
-        self.leader_epochs = LeaderEpochCache(self.dir / EPOCH_FILE)
         self._appended_messages = 0
         self._flushed_messages = 0
         self.last_flush_ms = clock()
-        self.cut_bytes = 0  # bytes recovery removed at open
-        self._pending_deletes: list[tuple[int, list[Path]]] = []  # (due ms, files)
+        self._pending_deletes = retention.PendingDeletes()
         self.closed = False
+        loaded = load_log(
+            self.dir,
+            self.config,
+            self._segment,
+            clean_shutdown=clean_shutdown,
+            recovery_point=recovery_point,
+            log_start_offset=log_start_offset,
+        )
+        self.segments: list[LogSegment] = loaded.segments
+        self._bases = [s.base_offset for s in self.segments]
+        self.log_start_offset = loaded.log_start_offset
+        self.log_end_offset = loaded.log_end_offset
+        self.recovery_point = self.log_end_offset
+        self.cut_bytes = loaded.cut_bytes  # bytes recovery removed at open
+        self.producer_state = loaded.producer_state
+        self.leader_epochs = loaded.leader_epochs
         # Compaction state (log_cleaner.py): where the dirty section starts, the earliest
         # delete horizon of a kept tombstone, and whether the cleaner ever rewrote this log.
-        self.first_dirty_offset = 0
-        self.next_delete_horizon = NO_HORIZON
-        self._cleaned_before = False
-        self._load(clean_shutdown, recovery_point, log_start_offset)
+        self.first_dirty_offset = loaded.first_dirty_offset
+        self.next_delete_horizon = loaded.next_delete_horizon
+        self.cleaned_before = loaded.cleaned_before
         self._hw = min(max(high_watermark, 0), self.log_end_offset)
-
-    # -- opening --------------------------------------------------------------------------
 
     def _segment(self, base: int, *, active: bool = False, create: bool = False) -> LogSegment:
         seg = LogSegment(
@@ -147,88 +143,13 @@ class PartitionLog:
         seg.created_ms = self.clock()
         return seg
 
-    def _load(self, clean: bool, recovery_point: int | None, start: int) -> None:
-        segment_swap.recover(self.dir)  # a crash in the middle of a cleaner swap
-        self._load_cleaner_checkpoint()
-        bases = []
-        for name in os.listdir(self.dir):
-            path = self.dir / name
-            if name.endswith((DELETED_SUFFIX, ".tmp")):
-                path.unlink(missing_ok=True)  # finish an interrupted delete / write
-            elif name.endswith(LOG_SUFFIX) and name[:20].isdigit():
-                bases.append(int(name[:20]))
-        bases.sort()
-        if not bases:
-            self.segments = [self._segment(max(start, 0), active=True, create=True)]
-        else:
-            self.segments = [self._segment(x, active=(x == bases[-1])) for x in bases]
-        self._bases = [s.base_offset for s in self.segments]
-        if not clean:
-            self._recover(recovery_point)
-        try:
-            self.log_end_offset = self.segments[-1].next_offset
-        except CorruptRecordError as e:
-            # "Clean" but the tail is damaged (edited or disk fault): recover that segment.
-            log.error("damaged tail in %s despite a clean shutdown: %s", self.dir, e)
-            self._recover(self.segments[-1].base_offset)
-            self.log_end_offset = self.segments[-1].next_offset
-        self.log_start_offset = min(max(start, self.segments[0].base_offset), self.log_end_offset)
-        self.recovery_point = self.log_end_offset
-        self.first_dirty_offset = min(
-            max(self.first_dirty_offset, self.log_start_offset), self.log_end_offset
-        )
-        self.leader_epochs.truncate_from_end(self.log_end_offset)
-        self.leader_epochs.truncate_from_start(self.log_start_offset)
-        self._rebuild_producer_state()
+    def _replace_segments(self, start: int, stop: int, new: list[LogSegment]) -> None:
+        """``segments[start:stop] = new``, keeping the base offsets in step.
 
-    def _recover(self, recovery_point: int | None) -> None:
-        """Re-validate segments from the one holding the recovery point; cut at damage."""
-        first = 0
-        if recovery_point is not None:
-            first = max(0, bisect.bisect_right(self._bases, recovery_point) - 1)
-        gaps = self.allows_offset_gaps
-        for i in range(first, len(self.segments)):
-            seg = self.segments[i]
-            cut = seg.recover(allow_gaps=gaps)
-            self.cut_bytes += cut
-            gap = i + 1 < len(self.segments) and (
-                seg.next_offset > self._bases[i + 1]
-                if gaps
-                else seg.next_offset != self._bases[i + 1]
-            )
-            if (cut or gap) and i + 1 < len(self.segments):
-                dropped = self.segments[i + 1 :]
-                log.warning(
-                    "recovery of %s dropped %d later segments after damage in %s",
-                    self.dir,
-                    len(dropped),
-                    seg.log_path.name,
-                )
-                for later in dropped:
-                    self.cut_bytes += later.size
-                    later.delete()
-                del self.segments[i + 1 :]
-                break
-        self._bases = [s.base_offset for s in self.segments]
-        last = self.segments[-1]
-        if not last.active:
-            last.close()  # reopens lazily with writable, preallocated indexes
-            last.active = True
-
-    def _rebuild_producer_state(self) -> None:
-        leo = self.log_end_offset
-        delete_snapshots(self.dir, above=leo)
-        start = load_latest_snapshot(self.dir, self.producer_state, leo)
-        if start < 0:
-            start = self.segments[0].base_offset
-        for seg in self.segments[max(0, bisect.bisect_right(self._bases, start) - 1) :]:
-            if seg.next_offset <= start:
-                continue
-            found = seg.locate(start)
-            if found is None:
-                continue
-            for _, h in seg.iter_headers(found[0]):
-                self.producer_state.replay(h)
+        How retention.py and cleaned_install.py change the segment list.
+        """
+        self.segments[start:stop] = new
+        self._bases[start:stop] = [s.base_offset for s in new]
 
     # -- properties -----------------------------------------------------------------------
 
@@ -252,13 +173,20 @@ class PartitionLog:
         return sum(s.size for s in self.segments)
 
     # -- appending ------------------------------------------------------------------------
+    #
+    # Two entry points, for the two ways offsets arrive: ``append`` (a leader assigns
+    # them from the log end, under its epoch) and ``append_as_follower`` (batches keep
+    # the leader's offsets, gaps included, and epochs). Both end in ``_write``: the
+    # roll check and the one segment write.
 
     def append(self, data: Any, *, leader_epoch: int = 0) -> AppendInfo:
         """Validate, assign offsets to and write one or more batches; all or nothing.
 
         One batch without a producer id, in CreateTime, is the produce hot path and is
-        handled inline here (every statement runs per produced batch); anything else
-        goes through ``_append_many``.
+        stamped inline here (every statement runs per produced batch). Several batches,
+        idempotent producers (whose retries are answered, not written) and
+        LogAppendTime (which rewrites checksummed fields) are stamped by
+        ``_stamp_many``. Both then share the write and the bookkeeping.
         """
         if self.closed:
             self._check_open()
@@ -269,43 +197,39 @@ class PartitionLog:
             raise CorruptRecordError("empty produce data: no record batch")
         f = check_batch(mv, 0, limit, cfg.max_message_bytes, True)
         size = f[F_LENGTH] + _LOG_OVERHEAD
-        if size != limit or f[F_PRODUCER_ID] >= 0 or cfg.message_timestamp_type == "LogAppendTime":
-            return self._append_many(mv, f, size, leader_epoch)
         first = self.log_end_offset
-        nxt = first + f[F_LAST_OFFSET_DELTA] + 1
-        max_ts = f[F_MAX_TIMESTAMP]
-        seg = self.segments[-1]
-        used = seg.size
-        if used and (
-            used + size > cfg.segment_bytes
-            or nxt - seg.base_offset > _MAX_REL_OFFSET
-            or seg.index_full
-            or self._segment_expired(seg, max_ts)
-        ):
-            seg = self.roll(first)
-        seg.append_batch(
-            STAMP.pack(first, f[F_LENGTH], leader_epoch),
-            mv[_STAMP_SIZE:size],
-            size,
-            first,
-            max_ts,
-            nxt,
-        )
-        self.log_end_offset = nxt
+        pending = None
+        if size == limit and f[F_PRODUCER_ID] < 0 and cfg.message_timestamp_type != "LogAppendTime":
+            nxt = first + f[F_LAST_OFFSET_DELTA] + 1
+            max_ts = f[F_MAX_TIMESTAMP]
+            count = f[F_RECORD_COUNT]
+            parts = [STAMP.pack(first, f[F_LENGTH], leader_epoch), mv[_STAMP_SIZE:size]]
+            batches: Sequence[tuple[int, int, int, int]] = ((0, size, first, max_ts),)
+        else:
+            stamped = self._stamp_many(mv, f, size, leader_epoch)
+            if isinstance(stamped, AppendInfo):
+                return stamped  # every batch an idempotent retry: nothing to write
+            w, pending = stamped
+            parts, size, batches = w.parts, w.size, w.infos
+            nxt, max_ts, count = w.next_offset, w.max_timestamp, w.record_count
+        self._write(parts, size, batches, first, nxt, max_ts)
+        if pending:
+            self.producer_state.commit(pending)
         if self.auto_high_watermark:
             self._hw = nxt
         if leader_epoch > self.leader_epochs.latest_epoch:
             self.leader_epochs.assign(leader_epoch, first)
-        count = f[F_RECORD_COUNT]
         self._appended_messages += count
         return AppendInfo(first, nxt - 1, max_ts, count, False)
 
-    def _append_many(
+    def _stamp_many(
         self, mv: memoryview, f: RawHeader, size: int, leader_epoch: int
-    ) -> AppendInfo:
-        """``append`` for several batches, idempotent producers or LogAppendTime.
+    ) -> tuple[StampedWrite, dict[int, ProducerEntry]] | AppendInfo:
+        """Stamp several batches, idempotent producers' or LogAppendTime ones.
 
-        ``f`` and ``size`` describe the first batch, already validated.
+        ``f`` and ``size`` describe the first batch, already validated. Returns the
+        write plus the producer state to commit once it is done, or, if every batch is
+        a retry of one already written, the original offsets (``duplicate``).
         """
         cfg = self.config
         limit = len(mv)
@@ -324,18 +248,9 @@ class PartitionLog:
                 count = sum(h.record_count for _, h in headers)
                 return AppendInfo(dups[0].first_offset, dups[-1].last_offset, max_ts, count, True)
         now = self.clock()
-        first = self.log_end_offset
         append_time = now if cfg.message_timestamp_type == "LogAppendTime" else None
-        w = stamp_batches(mv, keep, first, leader_epoch, log_append_time=append_time)
-        self._write(w.parts, w.size, w.infos, first, w.next_offset, w.max_timestamp)
-        if pending:
-            self.producer_state.commit(pending)
-        if leader_epoch > self.leader_epochs.latest_epoch:
-            self.leader_epochs.assign(leader_epoch, first)
-        self._appended_messages += w.record_count
-        if self.auto_high_watermark:
-            self._hw = w.next_offset
-        return AppendInfo(first, w.next_offset - 1, w.max_timestamp, w.record_count, False)
+        w = stamp_batches(mv, keep, self.log_end_offset, leader_epoch, log_append_time=append_time)
+        return w, pending
 
     def _check_producers(
         self, headers: list[tuple[int, b.BatchHeader]], pending: dict[int, ProducerEntry]
@@ -385,25 +300,28 @@ class PartitionLog:
         self,
         parts: list[Any],
         size: int,
-        infos: list[BatchInfo],
+        batches: Sequence[tuple[int, int, int, int]],
         first: int,
         next_offset: int,
         max_timestamp: int,
     ) -> None:
-        seg = self.active_segment
-        if seg.size and self._should_roll(seg, size, next_offset, max_timestamp):
-            seg = self.roll(first)
-        seg.append(parts, size, infos, next_offset)
-        self.log_end_offset = next_offset
+        """Write stamped batches at the log end, rolling first if the active segment is done.
 
-    def _should_roll(self, seg: LogSegment, size: int, next_offset: int, max_ts: int) -> bool:
-        cfg = self.config
-        return (
-            seg.size + size > cfg.segment_bytes
-            or seg.index_full
+        The write every append shares (``LogSegment.append`` has the ``batches``
+        format). A non-empty active segment rolls when the write would overflow
+        segment.bytes, 32-bit relative offsets or an index, or segment.ms has passed.
+        """
+        seg = self.segments[-1]
+        used = seg.size
+        if used and (
+            used + size > self.config.segment_bytes
             or next_offset - seg.base_offset > _MAX_REL_OFFSET
-            or self._segment_expired(seg, max_ts)
-        )
+            or seg.index_full
+            or self._segment_expired(seg, max_timestamp)
+        ):
+            seg = self.roll(first)
+        seg.append(parts, size, batches, next_offset)
+        self.log_end_offset = next_offset
 
     def _segment_expired(
         self, seg: LogSegment, timestamp: int | None, now_ms: int | None = None
@@ -451,6 +369,25 @@ class PartitionLog:
         self._bases.append(base)
         return seg
 
+    def roll_if_old(self, now_ms: int | None = None) -> bool:
+        """Roll a non-empty active segment older than segment.ms (called periodically).
+
+        A compacted log's active segment also rolls once its first batch is older
+        than max.compaction.lag.ms: only rolled segments can be cleaned.
+        """
+        seg = self.active_segment
+        if not seg.size:
+            return False
+        expired = self._segment_expired(seg, None, now_ms)
+        lag = self.config.max_compaction_lag_ms
+        if not expired and lag is not None and self.config.compact:
+            first_ts = seg.first_batch_timestamp
+            now = self.clock() if now_ms is None else now_ms
+            expired = first_ts is not None and first_ts >= 0 and now - first_ts >= lag
+        if expired:
+            self.roll()
+        return expired
+
     # -- reading --------------------------------------------------------------------------
 
     def read(
@@ -493,7 +430,7 @@ class PartitionLog:
                 return max(found[0], self.log_start_offset), found[1]
         return None
 
-    # -- truncation and retention ---------------------------------------------------------
+    # -- truncation (replication) ----------------------------------------------------------
 
     def truncate_to(self, offset: int) -> None:
         """Remove every batch whose last offset is >= ``offset`` (replication truncation).
@@ -527,7 +464,7 @@ class PartitionLog:
         self.first_dirty_offset = min(self.first_dirty_offset, leo)
         self.leader_epochs.truncate_from_end(leo)
         self.producer_state.clear()
-        self._rebuild_producer_state()
+        rebuild_producer_state(self.dir, self.segments, leo, self.producer_state)
 
     def truncate_fully_and_start_at(self, offset: int) -> None:
         """Drop everything and restart the log at ``offset`` (a follower far behind)."""
@@ -542,153 +479,44 @@ class PartitionLog:
         self.producer_state.clear()
         delete_snapshots(self.dir, above=-1)
 
+    # -- retention (retention.py) ---------------------------------------------------------
+
     def advance_log_start_offset(self, offset: int) -> int:
         """Make offsets below ``offset`` unreadable and delete segments wholly below it.
 
         Capped at the high watermark, like retention: uncommitted data stays.
         """
         self._check_open()
-        offset = min(offset, self._hw)
-        if offset > self.log_start_offset:
-            self.log_start_offset = offset
-            self.leader_epochs.truncate_from_start(offset)
-        deleted = 0
-        while len(self.segments) > 1 and self.segments[1].base_offset <= self.log_start_offset:
-            self._delete_oldest()
-            deleted += 1
-        return deleted
-
-    def _delete_oldest(self) -> None:
-        seg = self.segments.pop(0)
-        self._bases.pop(0)
-        log.info("deleting segment %s", seg.log_path)
-        self._retire(seg)
-        self.log_start_offset = max(self.log_start_offset, self.segments[0].base_offset)
-        self.leader_epochs.truncate_from_start(self.log_start_offset)
-        delete_snapshots(self.dir, below=min(self.log_start_offset, self._latest_snapshot()))
-
-    def _latest_snapshot(self) -> int:
-        snaps = list_snapshots(self.dir)
-        return snaps[-1] if snaps else 0
+        return retention.advance_log_start_offset(self, offset)
 
     def delete_old_segments(self, now_ms: int | None = None) -> int:
         """Apply retention.ms and retention.bytes below the high watermark.
 
-        Only when cleanup.policy includes delete (Kafka: a compact-only topic keeps
-        every key's newest record however old).
-
-        Never deletes the active segment, nor a segment holding data at or above the
-        HW (a replicated log's tail is not yet committed). Also runs the deletion pass
-        for file.delete.delay.ms. Returns the number of segments deleted.
+        Also runs the deletion pass for file.delete.delay.ms. Returns the number of
+        segments deleted (see retention.delete_old_segments for the rules).
         """
         self._check_open()
         now = self.clock() if now_ms is None else now_ms
         self.delete_expired_files(now)
-        cfg = self.config
-        if not cfg.delete:
-            return 0  # cleanup.policy=compact: the cleaner, not retention, bounds the log
-        segs = self.segments
-        deleted = 0
-        if cfg.retention_ms >= 0:
-            while (
-                len(segs) > 1
-                and segs[1].base_offset <= self._hw
-                and now - segs[0].max_timestamp > cfg.retention_ms
-            ):
-                self._delete_oldest()
-                deleted += 1
-        if cfg.retention_bytes >= 0:
-            total = self.size_bytes()
-            while (
-                len(segs) > 1
-                and segs[1].base_offset <= self._hw
-                and total - segs[0].size >= cfg.retention_bytes
-            ):
-                total -= segs[0].size
-                self._delete_oldest()
-                deleted += 1
-        return deleted
-
-    def roll_if_old(self, now_ms: int | None = None) -> bool:
-        """Roll a non-empty active segment older than segment.ms (called periodically).
-
-        A compacted log's active segment also rolls once its first batch is older
-        than max.compaction.lag.ms: only rolled segments can be cleaned.
-        """
-        seg = self.active_segment
-        if not seg.size:
-            return False
-        expired = self._segment_expired(seg, None, now_ms)
-        lag = self.config.max_compaction_lag_ms
-        if not expired and lag is not None and self.config.compact:
-            first_ts = seg.first_batch_timestamp
-            now = self.clock() if now_ms is None else now_ms
-            expired = first_ts is not None and first_ts >= 0 and now - first_ts >= lag
-        if expired:
-            self.roll()
-        return expired
+        return retention.delete_old_segments(self, now)
 
     def delete_expired_files(self, now_ms: int | None = None) -> int:
         """Remove ``.deleted`` files whose file.delete.delay.ms has passed; returns how many.
 
         The log manager should call this periodically; retention passes call it too.
         """
-        if not self._pending_deletes:
-            return 0
-        now = self.clock() if now_ms is None else now_ms
-        removed = 0
-        keep = []
-        for due, paths in self._pending_deletes:
-            if due > now:
-                keep.append((due, paths))
-                continue
-            for path in paths:
-                try:
-                    path.unlink()
-                    removed += 1
-                except FileNotFoundError:
-                    pass
-                except OSError as e:
-                    log.error("could not remove %s: %s", path, e)
-        self._pending_deletes = keep
-        return removed
+        return self._pending_deletes.remove_due(now_ms, self.clock)
 
     def _retire(self, seg: LogSegment) -> None:
-        """Delete a segment: renamed to ``.deleted`` now, removed after file.delete.delay.ms.
+        """Delete a segment: renamed to ``.deleted`` now, removed after file.delete.delay.ms."""
+        self._pending_deletes.retire(seg, self.config.file_delete_delay_ms, self.clock)
 
-        The delay gives anything still reading the old files by name time to finish;
-        a restart removes leftovers, so the rename alone is the point of no return.
-        """
-        paths = seg.rename_for_delete()
-        delay = self.config.file_delete_delay_ms
-        if delay > 0:
-            self._pending_deletes.append((self.clock() + delay, paths))
-        else:
-            for path in paths:
-                path.unlink(missing_ok=True)
-
-    # -- compaction -----------------------------------------------------------------------
+    # -- compaction (compaction.py plans, log_cleaner.py runs, cleaned_install.py installs)
 
     @property
     def allows_offset_gaps(self) -> bool:
-        """Whether recovery accepts gaps between batch offsets.
-
-        The cleaner drops whole batches, and followers copy compacted batches as they
-        are, so a compacted log (or one the cleaner ever rewrote) is checked for
-        increasing offsets only; other logs for an exact chain.
-        """
-        return self.config.compact or self._cleaned_before
-
-    def _load_cleaner_checkpoint(self) -> None:
-        try:
-            cp = CleanerCheckpoint.read(self.dir)
-        except StorageError as e:
-            log.error("%s; the whole log counts as dirty", e)
-            cp = CleanerCheckpoint()
-        if cp is not None:
-            self._cleaned_before = True
-            self.first_dirty_offset = cp.first_dirty_offset
-            self.next_delete_horizon = cp.next_delete_horizon
+        """Whether recovery accepts gaps between batch offsets (cleaned_install.py)."""
+        return cleaned_install.allows_offset_gaps(self.config, self.cleaned_before)
 
     def cleaning_plan(
         self, now_ms: int | None = None, *, force: bool = False
@@ -700,29 +528,9 @@ class PartitionLog:
         """Swap a cleaned segment in for the segments it replaces (event loop thread).
 
         False, leaving the log untouched, if those segments are no longer all here
-        (retention, truncation or deletion got there first). Readers holding slices of
-        the old files keep them: old segments are retired like deleted ones.
+        (see cleaned_install.install_cleaned).
         """
-        old = cleaned.replaced
-        if self.closed or not old:
-            return False
-        i = next((k for k, seg in enumerate(self.segments) if seg is old[0]), -1)
-        n = len(old)
-        if i < 0 or i + n >= len(self.segments):
-            return False
-        if any(x is not y for x, y in zip(self.segments[i : i + n], old, strict=True)):
-            return False
-        base = cleaned.base_offset
-        segment_swap.commit(self.dir, base)  # from here on a crash completes the swap
-        self._cleaned_before = True
-        for seg in old:
-            self._retire(seg)
-        segment_swap.finish(self.dir, base)
-        fresh = self._segment(base)
-        fresh.verified.add(0, fresh.size)  # the cleaner checksummed what it wrote
-        self.segments[i : i + n] = [fresh]
-        self._bases[i : i + n] = [base]
-        return True
+        return cleaned_install.install_cleaned(self, cleaned)
 
     def cleaning_done(self, first_dirty: int, horizon: int) -> tuple[int, int]:
         """Note a finished cleaning; returns the (first dirty offset, delete horizon) to

@@ -16,7 +16,7 @@ from logmq.storage import batch as b
 from logmq.storage.stamping import F_LENGTH, check_batch
 
 _ATTR = struct.Struct(">h")
-_ATTRIBUTES_POS = b.CHECKSUM_START
+_ATTRIBUTES_POS = b.ATTRIBUTES_POS
 _CODEC_MASK = b.Compression.MASK
 
 
@@ -48,7 +48,7 @@ def to_codec(data: Any, codec: int, max_batch_bytes: int) -> Any:
 
 
 def _all_in(mv: memoryview, codec: int) -> bool:
-    """Whether every batch's codec bits say ``codec`` (header peeks, no checksum)."""
+    """Whether every batch's codec bits say ``codec`` (header peeks, no CRC)."""
     end = len(mv)
     pos = 0
     while pos < end:

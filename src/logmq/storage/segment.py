@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from logmq.errors import CorruptRecordError, storage_error_for
 from logmq.storage import batch as b
@@ -83,9 +83,12 @@ class FileSlice:
         return os.pread(self.file.fileno(), self.length, self.position)
 
 
-@dataclass(slots=True)
-class BatchInfo:
-    """Where one batch of an append landed, for the indexes."""
+class BatchInfo(NamedTuple):
+    """Where one batch of an append landed, for the indexes.
+
+    A tuple so that ``LogSegment.append`` unpacks it as it does the hot path's
+    plain ``(position, size, base_offset, max_timestamp)``.
+    """
 
     position: int  # relative to the start of the write
     size: int
@@ -251,43 +254,20 @@ class LogSegment:
     # -- appending ------------------------------------------------------------------------
 
     def append(
-        self, parts: list[Any], size: int, batches: list[BatchInfo], next_offset: int
-    ) -> None:
-        """Write stamped batches (as buffers) with one vectored syscall; all or nothing."""
-        pos = self.size
-        self._open()
-        assert self._file is not None and self._index is not None and self._time_index
-        self._write(self._file.fileno(), parts, size, pos)
-        idx, tidx = self._index, self._time_index
-        max_ts, since = self.max_timestamp, self.bytes_since_index
-        for info in batches:
-            if since >= self.index_interval and info.position + pos > 0:
-                idx.append(info.base_offset, pos + info.position)
-                tidx.append(max_ts, info.base_offset)
-                since = 0
-            max_ts = max(max_ts, info.max_timestamp)
-            since += info.size
-        if pos == 0 and batches:
-            self._first_batch_ts = batches[0].max_timestamp
-        self.bytes_since_index = since
-        self.size = pos + size
-        self.verified.add(pos, self.size)
-        self._next_offset = next_offset
-        self._max_timestamp = max_ts
-
-    def append_batch(
         self,
-        prefix: bytes,
-        body: Any,
+        parts: list[Any],
         size: int,
-        base_offset: int,
-        max_timestamp: int,
+        batches: Sequence[tuple[int, int, int, int]],
         next_offset: int,
     ) -> None:
-        """``append`` for one stamped batch (prefix + rest): the produce hot path.
+        """Write stamped batches with one vectored syscall and index them; all or nothing.
 
-        Every statement here runs once per produced batch, so it reads cached index
-        tails and skips calls that would do nothing; ``append`` is the general form.
+        The one write path of a segment, for a leader's single produced batch as for
+        a follower's copy of many. ``parts`` are the buffers of the write, ``size``
+        their total; ``batches`` gives each batch's (position in the write, size, base
+        offset, max timestamp), as BatchInfo or, on the produce hot path, a plain
+        tuple. Every statement runs once per produced batch, so it reads cached index
+        tails and skips calls that would do nothing.
         """
         pos = self.size
         file = self._file
@@ -297,10 +277,9 @@ class LogSegment:
             assert file is not None
         else:
             self.cache.touch(self)
-        parts = [prefix, body]
         try:
             written = _pwritev(file.fd, parts, pos)
-        except OSError:
+        except OSError:  # also EINVAL for more buffers than IOV_MAX: _write joins them
             written = -1  # _write repeats the write and reports the error
         if written != size:
             self._write(file.fd, parts, size, pos)
@@ -308,15 +287,20 @@ class LogSegment:
         if max_ts is None:
             max_ts = self.max_timestamp
         since = self.bytes_since_index
-        if since >= self.index_interval and pos:
-            self._index.append(base_offset, pos)  # type: ignore[union-attr]
-            tidx = self._time_index
-            if max_ts > tidx.last_key:  # type: ignore[union-attr]
-                tidx.append(max_ts, base_offset)  # type: ignore[union-attr]
-            since = 0
-        elif not pos:
-            self._first_batch_ts = max_timestamp
-        self.bytes_since_index = since + size
+        for rel, batch_size, base_offset, batch_ts in batches:
+            at = pos + rel
+            if since >= self.index_interval and at:
+                self._index.append(base_offset, at)  # type: ignore[union-attr]
+                tidx = self._time_index
+                if max_ts > tidx.last_key:  # type: ignore[union-attr]
+                    tidx.append(max_ts, base_offset)  # type: ignore[union-attr]
+                since = 0
+            elif not at:
+                self._first_batch_ts = batch_ts
+            if batch_ts > max_ts:
+                max_ts = batch_ts
+            since += batch_size
+        self.bytes_since_index = since
         self.size = end = pos + size
         ends = self.verified.ends
         if ends and ends[-1] == pos:
@@ -324,7 +308,7 @@ class LogSegment:
         else:
             self.verified.add(pos, end)
         self._next_offset = next_offset
-        self._max_timestamp = max_timestamp if max_timestamp > max_ts else max_ts
+        self._max_timestamp = max_ts
 
     def _write(self, fd: int, parts: list[Any], size: int, pos: int) -> None:
         try:

@@ -1,6 +1,6 @@
 """Turning produce bytes into stamped write buffers (sans-IO, per batch).
 
-Validation reads headers and checksums only, and keeps each header as the plain tuple
+Validation reads headers and CRCs only, and keeps each header as the plain tuple
 ``batch.HEADER`` unpacks: building a frozen ``BatchHeader`` costs more than the
 checksum of a 100 KB batch, so one is made only where producer state needs it.
 Stamping never copies a batch: each one becomes a fresh 16-byte prefix (base offset,
@@ -15,7 +15,7 @@ import struct
 from dataclasses import dataclass, field
 from typing import Any
 
-import xxhash
+from crc32c import crc32c
 
 from logmq.errors import CorruptRecordError, MessageTooLargeError
 from logmq.storage import batch as b
@@ -23,9 +23,9 @@ from logmq.storage.segment import BatchInfo
 
 _ATTR = struct.Struct(">h")
 _Q = struct.Struct(">q")
-_CHECKSUM = struct.Struct(">Q")
-_ATTRIBUTES_POS = 25
-_MAX_TIMESTAMP_POS = 39
+_CHECKSUM = struct.Struct(">I")
+_ATTRIBUTES_POS = b.ATTRIBUTES_POS
+_MAX_TIMESTAMP_POS = b.MAX_TIMESTAMP_POS
 STAMP = struct.Struct(">qii")  # base_offset, batch_length, leader_epoch: not checksummed
 assert STAMP.size == b.MAGIC_POS
 
@@ -51,7 +51,7 @@ Located = list[tuple[int, b.BatchHeader]]  # (position in the request, header)
 RawLocated = list[tuple[int, RawHeader]]
 
 _unpack_header = b.HEADER.unpack_from
-_hash = xxhash.xxh3_64_intdigest
+_hash = crc32c
 _HEADER_SIZE = b.HEADER_SIZE
 _OVERHEAD = b.LOG_OVERHEAD
 _MIN_LENGTH = b.HEADER_SIZE - b.LOG_OVERHEAD
@@ -59,7 +59,7 @@ _CHECKSUM_START = b.CHECKSUM_START
 _MAX_BATCH_SIZE = b.MAX_BATCH_SIZE
 _MAGIC = b.MAGIC
 _CODEC_MASK = b.Compression.MASK
-_LAST_CODEC = b.Compression.LZ4
+_LAST_CODEC = b.Compression.LAST
 
 
 @dataclass(slots=True)
@@ -114,7 +114,7 @@ def check_batch(
     ):
         _reject(f, avail, max_batch_bytes, contiguous)
     if _hash(mv[pos + _CHECKSUM_START : pos + size]) != f[F_CHECKSUM]:
-        raise CorruptRecordError("checksum mismatch")
+        raise CorruptRecordError("checksum mismatch (CRC-32C)")
     return f
 
 

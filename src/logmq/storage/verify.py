@@ -13,13 +13,15 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
-from logmq.errors import CorruptRecordError
+from logmq.errors import CorruptRecordError, StorageError
 from logmq.storage import batch as b
 
 log = logging.getLogger(__name__)
 
 RECOVERY_CHUNK = 4 << 20
 VERIFY_CHUNK = 4 << 20
+# Batches of logmq's format before Kafka's v2: never truncated as damage (format_upgrade.py).
+OLD_MAGIC = 1
 
 
 class VerifiedRanges:
@@ -98,6 +100,11 @@ class RecoveryScan:
                     h = b.validate(chunk, pos, contiguous=False)
                     check_chain(h, expect, epoch, self.allow_gaps)
                 except CorruptRecordError as e:
+                    if rem > b.MAGIC_POS and chunk[pos + b.MAGIC_POS] == OLD_MAGIC:
+                        raise StorageError(
+                            f"batch at position {self.valid + pos} is in logmq's batch format "
+                            "1: this log was not converted to format 2 (docs/format.md)"
+                        ) from None
                     self.valid += pos
                     self.reason = str(e)
                     return

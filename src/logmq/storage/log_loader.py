@@ -1,0 +1,194 @@
+"""Opening a partition directory: segment discovery, crash recovery, producer state.
+
+Owns everything between "here is a directory" and "here is a consistent log", so that
+PartitionLog only ever sees a loaded one: finishing an interrupted cleaner swap or
+delete, reading the cleaner checkpoint, re-validating the segments after an unclean
+shutdown (from the one holding the recovery point, cutting at the first damage),
+trimming the leader-epoch cache to the offsets that survived and replaying batch
+headers into producer state from the latest snapshot. ``load_log`` runs once, at
+open; ``rebuild_producer_state`` runs again after a truncation.
+"""
+
+from __future__ import annotations
+
+import bisect
+import logging
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from logmq.errors import CorruptRecordError
+from logmq.storage import segment_swap
+from logmq.storage.cleaned_install import allows_offset_gaps, read_cleaner_checkpoint
+from logmq.storage.compaction import NO_HORIZON
+from logmq.storage.config import LogConfig
+from logmq.storage.leader_epoch import FILE_NAME as EPOCH_FILE
+from logmq.storage.leader_epoch import LeaderEpochCache
+from logmq.storage.producer_state import (
+    ProducerStateManager,
+    delete_snapshots,
+    load_latest_snapshot,
+)
+from logmq.storage.segment import DELETED_SUFFIX, LOG_SUFFIX, LogSegment
+
+__all__ = [
+    "LoadedLog",
+    "find_segment_bases",
+    "load_log",
+    "rebuild_producer_state",
+    "recover_segments",
+]
+
+log = logging.getLogger(__name__)
+
+# new_segment(base_offset, active=..., create=...): PartitionLog._segment
+SegmentFactory = Callable[..., LogSegment]
+
+
+@dataclass(slots=True)
+class LoadedLog:
+    """What a partition directory holds, made consistent."""
+
+    segments: list[LogSegment]  # never empty; the last one is active
+    log_start_offset: int
+    log_end_offset: int
+    cut_bytes: int  # bytes recovery removed (0 after a clean shutdown)
+    first_dirty_offset: int  # from the cleaner checkpoint, clamped to the log
+    next_delete_horizon: int
+    cleaned_before: bool  # a cleaner checkpoint exists: offsets may have gaps
+    producer_state: ProducerStateManager
+    leader_epochs: LeaderEpochCache
+
+
+def load_log(
+    directory: Path,
+    config: LogConfig,
+    new_segment: SegmentFactory,
+    *,
+    clean_shutdown: bool,
+    recovery_point: int | None,
+    log_start_offset: int,
+) -> LoadedLog:
+    """Open the log in ``directory``; recover it unless it was shut down cleanly.
+
+    ``recovery_point``: the offset up to which everything was flushed (recovery
+    starts at its segment; None re-validates all). An empty directory gets one
+    active segment at ``log_start_offset``.
+    """
+    leader_epochs = LeaderEpochCache(directory / EPOCH_FILE)
+    segment_swap.recover(directory)  # a crash in the middle of a cleaner swap
+    checkpoint = read_cleaner_checkpoint(directory)
+    cleaned_before = checkpoint is not None
+    first_dirty = checkpoint.first_dirty_offset if checkpoint else 0
+    horizon = checkpoint.next_delete_horizon if checkpoint else NO_HORIZON
+    bases = find_segment_bases(directory)
+    if not bases:
+        segments = [new_segment(max(log_start_offset, 0), active=True, create=True)]
+    else:
+        segments = [new_segment(x, active=(x == bases[-1])) for x in bases]
+    gaps = allows_offset_gaps(config, cleaned_before)
+    cut = 0
+    if not clean_shutdown:
+        cut += recover_segments(directory, segments, recovery_point, allow_gaps=gaps)
+    try:
+        end = segments[-1].next_offset
+    except CorruptRecordError as e:
+        # "Clean" but the tail is damaged (edited or disk fault): recover that segment.
+        log.error("damaged tail in %s despite a clean shutdown: %s", directory, e)
+        cut += recover_segments(directory, segments, segments[-1].base_offset, allow_gaps=gaps)
+        end = segments[-1].next_offset
+    start = min(max(log_start_offset, segments[0].base_offset), end)
+    first_dirty = min(max(first_dirty, start), end)
+    leader_epochs.truncate_from_end(end)
+    leader_epochs.truncate_from_start(start)
+    producers = ProducerStateManager()
+    rebuild_producer_state(directory, segments, end, producers)
+    return LoadedLog(
+        segments, start, end, cut, first_dirty, horizon, cleaned_before, producers, leader_epochs
+    )
+
+
+def find_segment_bases(directory: Path) -> list[int]:
+    """Base offsets of the segments in ``directory``, ascending.
+
+    Removes what an interrupted delete (``.deleted``) or write (``.tmp``) left.
+    """
+    bases = []
+    for name in os.listdir(directory):
+        if name.endswith((DELETED_SUFFIX, ".tmp")):
+            (directory / name).unlink(missing_ok=True)
+        elif name.endswith(LOG_SUFFIX) and name[:20].isdigit():
+            bases.append(int(name[:20]))
+    bases.sort()
+    return bases
+
+
+def recover_segments(
+    directory: Path,
+    segments: list[LogSegment],
+    recovery_point: int | None,
+    *,
+    allow_gaps: bool,
+) -> int:
+    """Re-validate segments from the one holding the recovery point; cut at damage.
+
+    Segments after a damaged one (or after a break in the offset chain) are deleted
+    and dropped from ``segments``, whose last one ends up active. Returns the number
+    of bytes removed.
+    """
+    bases = [s.base_offset for s in segments]
+    first = 0
+    if recovery_point is not None:
+        first = max(0, bisect.bisect_right(bases, recovery_point) - 1)
+    cut_bytes = 0
+    for i in range(first, len(segments)):
+        seg = segments[i]
+        cut = seg.recover(allow_gaps=allow_gaps)
+        cut_bytes += cut
+        gap = i + 1 < len(segments) and (
+            seg.next_offset > bases[i + 1] if allow_gaps else seg.next_offset != bases[i + 1]
+        )
+        if (cut or gap) and i + 1 < len(segments):
+            dropped = segments[i + 1 :]
+            log.warning(
+                "recovery of %s dropped %d later segments after damage in %s",
+                directory,
+                len(dropped),
+                seg.log_path.name,
+            )
+            for later in dropped:
+                cut_bytes += later.size
+                later.delete()
+            del segments[i + 1 :]
+            break
+    last = segments[-1]
+    if not last.active:
+        last.close()  # reopens lazily with writable, preallocated indexes
+        last.active = True
+    return cut_bytes
+
+
+def rebuild_producer_state(
+    directory: Path,
+    segments: list[LogSegment],
+    log_end_offset: int,
+    producer_state: ProducerStateManager,
+) -> None:
+    """Load the latest producer snapshot at or below the log end, replay the rest.
+
+    Snapshots above the log end (left by a truncation or a cut tail) are deleted.
+    """
+    delete_snapshots(directory, above=log_end_offset)
+    start = load_latest_snapshot(directory, producer_state, log_end_offset)
+    if start < 0:
+        start = segments[0].base_offset
+    bases = [s.base_offset for s in segments]
+    for seg in segments[max(0, bisect.bisect_right(bases, start) - 1) :]:
+        if seg.next_offset <= start:
+            continue
+        found = seg.locate(start)
+        if found is None:
+            continue
+        for _, h in seg.iter_headers(found[0]):
+            producer_state.replay(h)
