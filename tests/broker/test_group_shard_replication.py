@@ -190,6 +190,24 @@ class FakeBroker:
     def local_log(self, topic: str, partition: int):
         return self.logs.get_log(topic, partition)
 
+    def service(self):
+        """The service over this fake: it is the quorum (``image``) and the local logs."""
+        from logmq.broker.group_coordinator import GroupCoordinatorService
+
+        async def no_controller(api_key: int, body: dict) -> dict:
+            raise AssertionError("no controller in this test")
+
+        return GroupCoordinatorService(
+            self.config,
+            self,  # type: ignore[arg-type]
+            self.logs,
+            self,  # type: ignore[arg-type]
+            None,
+            self.waiters,
+            None,  # type: ignore[arg-type]
+            no_controller,
+        )
+
 
 class _Topic:
     def __init__(self, n: int) -> None:
@@ -227,10 +245,8 @@ def group_shard_state(service, group: str):
 
 
 async def test_leadership_regained_at_a_newer_epoch_reloads_what_others_wrote(logs):
-    from logmq.broker.group_coordinator import GroupCoordinatorService
-
     broker = FakeBroker(logs)
-    service = GroupCoordinatorService(broker)  # type: ignore[arg-type]
+    service = broker.service()
     service.start()
     service.on_partitions_changed(broker.image, changes(leaders=[broker.part]))  # epoch 1
     shard = await active_shard(service)
@@ -246,10 +262,8 @@ async def test_leadership_regained_at_a_newer_epoch_reloads_what_others_wrote(lo
 
 
 async def test_resign_then_lead_again_in_one_loop_turn_keeps_a_shard(logs):
-    from logmq.broker.group_coordinator import GroupCoordinatorService
-
     broker = FakeBroker(logs)
-    service = GroupCoordinatorService(broker)  # type: ignore[arg-type]
+    service = broker.service()
     service.start()
     service.on_partitions_changed(broker.image, changes(leaders=[broker.part]))  # epoch 1
     await active_shard(service)

@@ -11,8 +11,10 @@ without the metadata quorum.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any
 
 from logmq.broker.config import BrokerConfig
 from logmq.broker.data_api import DataApi
@@ -34,21 +36,50 @@ Key = tuple[str, int]
 
 
 class MiniBroker:
-    """What DataApi needs of a broker, without the metadata quorum: logs, waiters, server."""
+    """DataApi over real logs, waiters and a server, without the metadata quorum.
+
+    It is also DataApi's leader-log lookup (every local log leads) and its topic creator
+    (which creates nothing).
+    """
 
     def __init__(self, node_id: int, data_dir: Path, configs: dict[str, str]) -> None:
         self.config = BrokerConfig(data_dir=data_dir, port=0, node_id=node_id)
         self.topic_configs = configs
-        self.topics = None  # no auto-creation
         self.logs = LogManager(data_dir)
         self.waiters = FetchWaiters()
         self.metrics = BrokerMetrics()
-        self.data = DataApi(self)  # type: ignore[arg-type]
         self.server = TcpServer(
             self.handle,
             ServerOptions(max_frame_size=self.config.max_frame_size),
             self.metrics,
             is_concurrent=lambda req: req.api_key == ApiKey.PRODUCE,
+        )
+        self._handlers: dict[int, Any] = {}
+
+    @property
+    def port(self) -> int:
+        return self.server.port
+
+    async def start(
+        self,
+        keys: list[Key],
+        make_replicas: Callable[[LogManager, FetchWaiters], ReplicaManager],
+        port: int = 0,
+    ) -> None:
+        self.image = SimpleNamespace(topics={topic for topic, _ in keys})  # no auto-create
+        await self.logs.start()
+        for topic, partition in keys:
+            self.logs.create_log(topic, partition, dict(self.topic_configs))
+        self.replicas = make_replicas(self.logs, self.waiters)
+        self.data = DataApi(
+            logs=self.logs,
+            leader_logs=self,
+            image=lambda: self.image,  # type: ignore[arg-type,return-value]
+            replicas=self.replicas,
+            waiters=self.waiters,
+            topic_creator=self,
+            metrics=self.metrics,
+            max_fetch_wait_ms=self.config.max_fetch_wait_ms,
         )
         self._handlers = {
             ApiKey.PRODUCE: self.data.produce,
@@ -56,16 +87,6 @@ class MiniBroker:
             ApiKey.LIST_OFFSETS: self.data.list_offsets,
             ApiKey.OFFSET_FOR_LEADER_EPOCH: self.data.offsets_for_leader_epoch,
         }
-
-    @property
-    def port(self) -> int:
-        return self.server.port
-
-    async def start(self, keys: list[Key], port: int = 0) -> None:
-        self.image = SimpleNamespace(topics={topic for topic, _ in keys})  # no auto-create
-        await self.logs.start()
-        for topic, partition in keys:
-            self.logs.create_log(topic, partition, dict(self.topic_configs))
         await self.server.start("127.0.0.1", port)
 
     async def stop(self) -> None:
@@ -103,16 +124,18 @@ class Node:
     async def start(self) -> None:
         state = self.cluster.controller.state
         self.broker = MiniBroker(self.id, self.data_dir, self.cluster.configs)
-        await self.broker.start(list(state))
-        self.rm = ReplicaManager(
-            self.id,
-            self.broker.logs,
-            self.broker.waiters,
-            alter_partition=self.cluster.controller.alter_partition,
-            broker_address=self.cluster.address,
-            config=self.cluster.replication,
+        await self.broker.start(
+            list(state),
+            lambda logs, waiters: ReplicaManager(
+                self.id,
+                logs,
+                waiters,
+                alter_partition=self.cluster.controller.alter_partition,
+                broker_address=self.cluster.address,
+                config=self.cluster.replication,
+            ),
         )
-        self.broker.data.replicas = self.rm
+        self.rm = self.broker.replicas
         await self.rm.start()
         await self.rm.apply_changes(
             self.cluster.controller.change_for(self.id, s) for s in state.values()

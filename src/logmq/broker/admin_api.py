@@ -37,7 +37,12 @@ from logmq.net.reply import Reply
 from logmq.storage.config import LogConfig
 
 if TYPE_CHECKING:
-    from logmq.broker.broker import Broker
+    from logmq.broker.config import BrokerConfig
+    from logmq.broker.controller_service import MetadataQuorum
+    from logmq.broker.metadata_store import ImageTopics
+    from logmq.broker.metrics import BrokerMetrics
+    from logmq.broker.producer_ids import ProducerIdManager
+    from logmq.broker.topic_creation import TopicCreator
 
 MAX_PRODUCER_EPOCH = 32767
 
@@ -47,8 +52,23 @@ def _entry(name: str, code: ErrorCode = ErrorCode.NONE, message: str | None = No
 
 
 class AdminApi:
-    def __init__(self, broker: Broker):
-        self.b = broker
+    """Metadata, topic, config and producer-id APIs over the metadata quorum."""
+
+    def __init__(
+        self,
+        config: BrokerConfig,
+        quorum: MetadataQuorum,
+        topics: ImageTopics,
+        topic_creator: TopicCreator,
+        producer_ids: ProducerIdManager,
+        metrics: BrokerMetrics,
+    ) -> None:
+        self.config = config
+        self.quorum = quorum
+        self.topics = topics
+        self.topic_creator = topic_creator
+        self.producer_ids = producer_ids
+        self.metrics = metrics
 
     def api_list(self) -> list[list[int]]:
         from logmq.broker.api_table import SUPPORTED_APIS
@@ -60,7 +80,7 @@ class AdminApi:
 
     # -- Metadata ---------------------------------------------------------------------
     def _topic_metadata(self, name: str) -> dict[str, Any]:
-        t = self.b.image.topics[name]
+        t = self.quorum.image.topics[name]
         partitions = []
         for p in sorted(t.partitions):
             part = t.partitions[p]
@@ -83,7 +103,7 @@ class AdminApi:
         """Registered, unfenced brokers as clients reach them."""
         return [
             {"node_id": reg.broker_id, "host": reg.host, "port": reg.port}
-            for _, reg in sorted(self.b.image.brokers.items())
+            for _, reg in sorted(self.quorum.image.brokers.items())
             if not reg.fenced
         ]
 
@@ -92,14 +112,14 @@ class AdminApi:
         auto = req_field(req.body, "allow_auto_create", bool, False)
         topics = []
         if names is None:
-            topics = [self._topic_metadata(n) for n in sorted(self.b.image.topics)]
+            topics = [self._topic_metadata(n) for n in sorted(self.quorum.image.topics)]
         else:
             for name in names:
                 if not isinstance(name, str):
                     raise InvalidRequestError("topic names must be strings")
-                if name not in self.b.image.topics and auto:
-                    await self.b.auto_create(name)
-                if name not in self.b.image.topics:
+                if name not in self.quorum.image.topics and auto:
+                    await self.topic_creator.auto_create(name)
+                if name not in self.quorum.image.topics:
                     code = (
                         ErrorCode.INVALID_TOPIC_EXCEPTION
                         if topic_name_error(name)
@@ -110,10 +130,10 @@ class AdminApi:
                     )
                 else:
                     topics.append(self._topic_metadata(name))
-        controller = self.b.quorum.controller_id
+        controller = self.quorum.controller_id
         return Reply(
             {
-                "cluster_id": self.b.cluster_id,
+                "cluster_id": self.quorum.image.cluster_id,
                 "controller_id": controller if controller is not None else -1,
                 "brokers": self.live_brokers(),
                 "topics": topics,
@@ -123,7 +143,7 @@ class AdminApi:
     def _done(self, req: Request, body: dict[str, Any]) -> Reply:
         """A controller answer; a forwarding broker also gets the metadata offset to await."""
         if req.body.get("forwarded_by") is not None:
-            body["metadata_offset"] = self.b.image.offset
+            body["metadata_offset"] = self.quorum.image.offset
         return Reply(body)
 
     # -- CreateTopics / DeleteTopics (on the controller) ------------------------------
@@ -168,17 +188,17 @@ class AdminApi:
                 seen.add(name)
                 wanted.append((i, self._new_topic(spec)))
             except LogMQError as e:
-                self.b.metrics.error(req.api_key, e.code)
+                self.metrics.error(req.api_key, e.code)
                 results[i] = _entry(name, e.code, str(e))
         if wanted:
             topics = [t for _, t in wanted]
-            created = await self.b.quorum.submit(
+            created = await self.quorum.submit(
                 lambda c: c.create_topics(topics, validate_only=validate_only)
             )
             for i, t in wanted:
                 r = created[t.name]
                 if r.error is not ErrorCode.NONE:
-                    self.b.metrics.error(req.api_key, r.error)
+                    self.metrics.error(req.api_key, r.error)
                 results[i] = _entry(t.name, r.error, r.message or None)
         return self._done(req, {"topics": [results[i] for i in sorted(results)]})
 
@@ -198,7 +218,7 @@ class AdminApi:
                 seen.add(name)
                 name = req_str(spec, "topic")
                 count = req_int(spec, "count")
-                if name not in self.b.image.topics:
+                if name not in self.quorum.image.topics:
                     problem = topic_name_error(name)
                     if problem:
                         raise LogMQError(problem, ErrorCode.INVALID_TOPIC_EXCEPTION)
@@ -215,7 +235,7 @@ class AdminApi:
                         f"got {count}",
                         ErrorCode.INVALID_PARTITIONS,
                     )
-                result = await self.b.quorum.submit(
+                result = await self.quorum.submit(
                     lambda c, n=name, k=count: c.create_partitions(
                         n, k, validate_only=validate_only
                     )
@@ -224,7 +244,7 @@ class AdminApi:
                     raise LogMQError(result.message, result.error)
                 out.append(_entry(name))
             except LogMQError as e:
-                self.b.metrics.error(req.api_key, e.code)
+                self.metrics.error(req.api_key, e.code)
                 out.append(_entry(name, e.code, str(e)))
         return self._done(req, {"topics": out})
 
@@ -234,7 +254,7 @@ class AdminApi:
         for name in names:
             if not isinstance(name, str):
                 raise InvalidRequestError("topic names must be strings")
-            if name not in self.b.image.topics:
+            if name not in self.quorum.image.topics:
                 out.append(
                     _entry(name, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"unknown topic {name!r}")
                 )
@@ -243,7 +263,7 @@ class AdminApi:
                 message = f"{name!r} is an internal topic and cannot be deleted"
                 out.append(_entry(name, ErrorCode.INVALID_TOPIC_EXCEPTION, message))
                 continue
-            results = await self.b.quorum.submit(lambda c, n=name: c.delete_topics([n]))
+            results = await self.quorum.submit(lambda c, n=name: c.delete_topics([n]))
             r = results[name]
             out.append(_entry(name, r.error, r.message or None))
         return self._done(req, {"topics": out})
@@ -263,10 +283,10 @@ class AdminApi:
         ]
 
     def _base_config(self) -> LogConfig:
-        return LogConfig.from_dict(dict(self.b.config.topic_defaults))
+        return LogConfig.from_dict(dict(self.config.topic_defaults))
 
     def _broker_configs(self) -> list[dict]:
-        cfg = self.b.config
+        cfg = self.config
         out = []
         for name in cfg.field_names():
             value = getattr(cfg, name)
@@ -284,8 +304,7 @@ class AdminApi:
 
     async def describe_configs(self, req: Request) -> Reply:
         resources = req_list(req.body, "resources")
-        store = self.b.topics
-        assert store is not None
+        store = self.topics
         out = []
         for res in resources:
             rtype = req_str(res, "type")
@@ -305,9 +324,9 @@ class AdminApi:
                 else:
                     entry["configs"] = self._topic_configs(info)
             elif rtype == "broker":
-                if name not in ("", str(self.b.config.node_id)):
+                if name not in ("", str(self.config.node_id)):
                     entry["error"] = int(ErrorCode.INVALID_REQUEST)
-                    entry["message"] = f"this is broker {self.b.config.node_id}, not {name!r}"
+                    entry["message"] = f"this is broker {self.config.node_id}, not {name!r}"
                 else:
                     entry["configs"] = self._broker_configs()
             else:
@@ -319,8 +338,7 @@ class AdminApi:
     async def alter_configs(self, req: Request) -> Reply:
         resources = req_list(req.body, "resources")
         validate_only = req_field(req.body, "validate_only", bool, False)
-        store = self.b.topics
-        assert store is not None
+        store = self.topics
         out = []
         for res in resources:
             rtype = req_str(res, "type")
@@ -343,7 +361,7 @@ class AdminApi:
                 LogConfig.from_dict(dict(new))
                 if name == OFFSETS_TOPIC:
                     _check_offsets_configs(info.configs, new)
-                result = await self.b.quorum.submit(
+                result = await self.quorum.submit(
                     lambda c, n=name, ch=changes: c.alter_configs(
                         n, ch, validate_only=validate_only
                     )
@@ -362,8 +380,7 @@ class AdminApi:
             raise InvalidRequestError("transactions are not supported yet")
         pid = req_int(body, "producer_id", -1)
         epoch = req_int(body, "producer_epoch", -1)
-        ids = self.b.producer_ids
-        assert ids is not None
+        ids = self.producer_ids
         if pid >= 0 and 0 <= epoch < MAX_PRODUCER_EPOCH and ids.was_issued(pid):
             return Reply({"error": 0, "producer_id": pid, "producer_epoch": epoch + 1})
         return Reply({"error": 0, "producer_id": await ids.next_id(), "producer_epoch": 0})

@@ -15,7 +15,11 @@ from logmq.net.codec import ApiKey, Request
 from logmq.net.reply import Reply
 
 if TYPE_CHECKING:
-    from logmq.broker.broker import Broker
+    from logmq.broker.admin_api import AdminApi
+    from logmq.broker.cluster_api import ClusterApi
+    from logmq.broker.data_api import DataApi
+    from logmq.broker.group_api import GroupApi
+    from logmq.broker.reassignment_api import ReassignmentApi
 
 Handler = Callable[[Request], Awaitable[Reply | None]]
 
@@ -109,37 +113,43 @@ CONCURRENT_APIS = frozenset(
 )
 
 
-def handler_table(b: Broker) -> dict[int, Handler]:
-    """api key -> the method of the broker's API objects that answers it."""
+def handler_table(
+    admin: AdminApi,
+    data: DataApi,
+    group_api: GroupApi,
+    cluster_api: ClusterApi,
+    reassignment_api: ReassignmentApi,
+) -> dict[int, Handler]:
+    """api key -> the method of the native API objects that answers it."""
     return {
-        ApiKey.API_VERSIONS: b.admin.api_versions,
-        ApiKey.METADATA: b.admin.metadata,
-        ApiKey.CREATE_TOPICS: b.admin.create_topics,
-        ApiKey.DELETE_TOPICS: b.admin.delete_topics,
-        ApiKey.DESCRIBE_CONFIGS: b.admin.describe_configs,
-        ApiKey.ALTER_CONFIGS: b.admin.alter_configs,
-        ApiKey.CREATE_PARTITIONS: b.admin.create_partitions,
-        ApiKey.INIT_PRODUCER_ID: b.admin.init_producer_id,
-        ApiKey.PRODUCE: b.data.produce,
-        ApiKey.FETCH: b.data.fetch,
-        ApiKey.LIST_OFFSETS: b.data.list_offsets,
-        ApiKey.FIND_COORDINATOR: b.group_api.find_coordinator,
-        ApiKey.CONSUMER_GROUP_HEARTBEAT: b.group_api.consumer_group_heartbeat,
-        ApiKey.OFFSET_COMMIT: b.group_api.offset_commit,
-        ApiKey.OFFSET_FETCH: b.group_api.offset_fetch,
-        ApiKey.LIST_GROUPS: b.group_api.list_groups,
-        ApiKey.CONSUMER_GROUP_DESCRIBE: b.group_api.consumer_group_describe,
-        ApiKey.DELETE_GROUPS: b.group_api.delete_groups,
-        ApiKey.OFFSET_DELETE: b.group_api.offset_delete,
-        ApiKey.OFFSET_FOR_LEADER_EPOCH: b.data.offsets_for_leader_epoch,
-        ApiKey.DESCRIBE_CLUSTER: b.cluster_api.describe_cluster,
-        ApiKey.DESCRIBE_QUORUM: b.cluster_api.describe_quorum,
-        ApiKey.BROKER_REGISTRATION: b.cluster_api.broker_registration,
-        ApiKey.BROKER_HEARTBEAT: b.cluster_api.broker_heartbeat,
-        ApiKey.ALLOCATE_PRODUCER_IDS: b.cluster_api.allocate_producer_ids,
-        ApiKey.ALTER_PARTITION: b.cluster_api.alter_partition,
-        ApiKey.DESCRIBE_LOG_DIRS: b.reassignment_api.describe_log_dirs,
-        ApiKey.ELECT_LEADERS: b.reassignment_api.elect_leaders,
-        ApiKey.ALTER_PARTITION_REASSIGNMENTS: b.reassignment_api.alter_partition_reassignments,
-        ApiKey.LIST_PARTITION_REASSIGNMENTS: b.reassignment_api.list_partition_reassignments,
+        ApiKey.API_VERSIONS: admin.api_versions,
+        ApiKey.METADATA: admin.metadata,
+        ApiKey.CREATE_TOPICS: admin.create_topics,
+        ApiKey.DELETE_TOPICS: admin.delete_topics,
+        ApiKey.DESCRIBE_CONFIGS: admin.describe_configs,
+        ApiKey.ALTER_CONFIGS: admin.alter_configs,
+        ApiKey.CREATE_PARTITIONS: admin.create_partitions,
+        ApiKey.INIT_PRODUCER_ID: admin.init_producer_id,
+        ApiKey.PRODUCE: data.produce,
+        ApiKey.FETCH: data.fetch,
+        ApiKey.LIST_OFFSETS: data.list_offsets,
+        ApiKey.FIND_COORDINATOR: group_api.find_coordinator,
+        ApiKey.CONSUMER_GROUP_HEARTBEAT: group_api.consumer_group_heartbeat,
+        ApiKey.OFFSET_COMMIT: group_api.offset_commit,
+        ApiKey.OFFSET_FETCH: group_api.offset_fetch,
+        ApiKey.LIST_GROUPS: group_api.list_groups,
+        ApiKey.CONSUMER_GROUP_DESCRIBE: group_api.consumer_group_describe,
+        ApiKey.DELETE_GROUPS: group_api.delete_groups,
+        ApiKey.OFFSET_DELETE: group_api.offset_delete,
+        ApiKey.OFFSET_FOR_LEADER_EPOCH: data.offsets_for_leader_epoch,
+        ApiKey.DESCRIBE_CLUSTER: cluster_api.describe_cluster,
+        ApiKey.DESCRIBE_QUORUM: cluster_api.describe_quorum,
+        ApiKey.BROKER_REGISTRATION: cluster_api.broker_registration,
+        ApiKey.BROKER_HEARTBEAT: cluster_api.broker_heartbeat,
+        ApiKey.ALLOCATE_PRODUCER_IDS: cluster_api.allocate_producer_ids,
+        ApiKey.ALTER_PARTITION: cluster_api.alter_partition,
+        ApiKey.DESCRIBE_LOG_DIRS: reassignment_api.describe_log_dirs,
+        ApiKey.ELECT_LEADERS: reassignment_api.elect_leaders,
+        ApiKey.ALTER_PARTITION_REASSIGNMENTS: reassignment_api.alter_partition_reassignments,
+        ApiKey.LIST_PARTITION_REASSIGNMENTS: reassignment_api.list_partition_reassignments,
     }

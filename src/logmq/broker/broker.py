@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Any
 
 from logmq.broker.admin_api import AdminApi
 from logmq.broker.api_table import (
@@ -26,6 +25,7 @@ from logmq.broker.api_table import (
     GROUP_APIS,
     READ_ONLY_APIS,
     SUPPORTED_APIS,
+    Handler,
     handler_table,
 )
 from logmq.broker.cluster_api import ClusterApi
@@ -42,7 +42,7 @@ from logmq.broker.group_api import GroupApi
 from logmq.broker.group_coordinator import GroupCoordinatorService
 from logmq.broker.local_logs import LocalLogs, RemovedLogs
 from logmq.broker.metadata_publisher import MetadataPublisher
-from logmq.broker.metadata_store import ImageTopics, TopicInfo
+from logmq.broker.metadata_store import ImageTopics
 from logmq.broker.metrics import BrokerMetrics, MetricsServer
 from logmq.broker.producer_ids import ProducerIdManager
 from logmq.broker.reassignment_api import ReassignmentApi
@@ -57,7 +57,6 @@ from logmq.net.reply import Reply
 from logmq.net.server import ServerOptions, TcpServer
 from logmq.storage.config import LogConfig
 from logmq.storage.log_manager import LogManager
-from logmq.storage.partition_log import PartitionLog
 
 log = logging.getLogger("logmq.broker")
 
@@ -67,6 +66,20 @@ def error_body(code: ErrorCode, message: str) -> dict:
 
 
 class Broker:
+    """One broker: the pieces that need no storage are built here, the services in
+    ``start()`` once the logs are open, each with its collaborators passed in."""
+
+    # Built by start(), after storage: every handler's collaborators exist before the
+    # first request is read, so nothing below checks for None.
+    logs: LogManager
+    local_logs: LocalLogs
+    replicas: ReplicaManager | None  # data replication, in a cluster only
+    groups: GroupCoordinatorService
+    data: DataApi
+    admin: AdminApi
+    group_api: GroupApi
+    reassignment_api: ReassignmentApi
+
     def __init__(self, config: BrokerConfig):
         self.config = config
         self.data_dir = Path(config.data_dir)
@@ -90,11 +103,6 @@ class Broker:
             ),
         )
         self.publisher = MetadataPublisher(config.node_id)
-        self.replicas: ReplicaManager | None = None  # data replication, in a cluster only
-        self.topics: ImageTopics | None = None
-        self.logs: LogManager | None = None
-        self.local_logs: LocalLogs | None = None
-        self.producer_ids: ProducerIdManager | None = None
         self.waiters = FetchWaiters()
         self.metrics = BrokerMetrics(self._partition_stats, lambda: self.waiters.parked)
         self.server = TcpServer(
@@ -112,16 +120,21 @@ class Broker:
             is_read_only=lambda req: req.api_key in READ_ONLY_APIS,
         )
         self.metrics_server: MetricsServer | None = None
-        self.admin = AdminApi(self)
-        self.data = DataApi(self)
-        self.groups = GroupCoordinatorService(self)
-        self.group_api = GroupApi(self)
-        self.cluster_api = ClusterApi(self)
-        self.reassignment_api = ReassignmentApi(self)
-        self.metrics.register_group_stats(self.groups.stats)
-        self._handlers = handler_table(self)
+        self._handlers: dict[int, Handler] = {}  # filled by start(); the forwarder shares it
         self.forwarder = ControllerForwarder(config.node_id, self.quorum, self._handlers)
-        self.topic_creator = TopicCreator(self)
+        self.topics = ImageTopics(lambda: self.quorum.image)
+        self.producer_ids = ProducerIdManager(
+            self.forwarder.allocate_producer_ids,
+            lambda: self.quorum.image.next_producer_id,
+            config.producer_id_block_size,
+        )
+        self.topic_creator = TopicCreator(
+            self.quorum,
+            self.topics,
+            self.forwarder.run_on_controller,
+            auto_create_topics=config.auto_create_topics,
+        )
+        self.cluster_api = ClusterApi(config.node_id, self.quorum)
         self._started = False
 
     # -- lifecycle ---------------------------------------------------------------------
@@ -150,12 +163,6 @@ class Broker:
         cfg = self.config
         self.data_dir.mkdir(parents=True, exist_ok=True)
         check_node_id(self.data_dir, cfg.node_id)
-        self.topics = ImageTopics(lambda: self.quorum.image)
-        self.producer_ids = ProducerIdManager(
-            self.forwarder.allocate_producer_ids,
-            lambda: self.image.next_producer_id,
-            cfg.producer_id_block_size,
-        )
         default = LogConfig.from_dict(dict(cfg.topic_defaults)) if cfg.topic_defaults else None
         image = lambda: self.quorum.image  # noqa: E731
         # the metadata image is the one home of topic configs; the storage mirrors them
@@ -168,10 +175,7 @@ class Broker:
             min_free_bytes=cfg.min_free_bytes,
         )
         await self.logs.start()
-        self.metrics.register_storage(self.logs.disk)
-        self.quorum.storage_full = lambda: self.logs.disk.full  # carried by heartbeats
-        self.local_logs = LocalLogs(cfg.node_id, self.logs, image, self.waiters)
-        self.replicas = self._replica_manager()
+        self._build_services()
         # order matters: logs exist before the replicas use them, and go after they stop
         self.publisher.add_listener(self.local_logs)
         if self.replicas is not None:
@@ -212,6 +216,46 @@ class Broker:
             self.port,
         )
 
+    def _build_services(self) -> None:
+        """The services over the open logs, each given exactly what it uses."""
+        cfg = self.config
+        logs = self.logs
+        self.metrics.register_storage(logs.disk)
+        self.quorum.storage_full = lambda: logs.disk.full  # carried by heartbeats
+        self.local_logs = LocalLogs(cfg.node_id, logs, lambda: self.quorum.image, self.waiters)
+        self.replicas = self._replica_manager()
+        self.groups = GroupCoordinatorService(
+            cfg,
+            self.quorum,
+            logs,
+            self.local_logs,
+            self.replicas,
+            self.waiters,
+            self.topic_creator,
+            self.forwarder.run_on_controller,
+        )
+        self.metrics.register_group_stats(self.groups.stats)
+        self.data = DataApi(
+            logs=logs,
+            leader_logs=self.local_logs,
+            image=lambda: self.quorum.image,
+            replicas=self.replicas,
+            waiters=self.waiters,
+            topic_creator=self.topic_creator,
+            metrics=self.metrics,
+            max_fetch_wait_ms=cfg.max_fetch_wait_ms,
+        )
+        self.admin = AdminApi(
+            cfg, self.quorum, self.topics, self.topic_creator, self.producer_ids, self.metrics
+        )
+        self.group_api = GroupApi(self.groups, self.metrics)
+        self.reassignment_api = ReassignmentApi(cfg.node_id, self.quorum, logs, self.metrics)
+        self._handlers.update(
+            handler_table(
+                self.admin, self.data, self.group_api, self.cluster_api, self.reassignment_api
+            )
+        )
+
     async def stop(self) -> None:
         if not self._started:
             return
@@ -226,13 +270,11 @@ class Broker:
         self.topic_creator.stop()
         self.data.stop()
         await self.quorum.stop()
-        assert self.logs is not None
         await self.logs.stop()
         log.info("broker stopped cleanly")
 
     def _after_ready(self) -> None:
         """Registered and caught up: drop logs the metadata no longer places here."""
-        assert self.local_logs is not None
         self.local_logs.delete_stray_logs(self.publisher.local)
 
     def _replica_manager(self) -> ReplicaManager | None:
@@ -242,8 +284,6 @@ class Broker:
         """
         if self.config.quorum_voters is None:
             return None
-        assert self.logs is not None
-
         rm = ReplicaManager(
             self.config.node_id,
             self.logs,
@@ -253,46 +293,11 @@ class Broker:
             broker_epoch=lambda: self.quorum.broker_epoch,
             config=ReplicationConfig(replica_lag_time_max_ms=self.config.replica_lag_time_max_ms),
         )
-        self.data.replicas = rm
         self.metrics.register_reassignment_throttle(rm.inbound_throttle, rm.outbound_throttle)
         return rm
 
-    # -- what the API handlers and subsystems call (see local_logs.py, topic_creation.py,
-    # controller_forwarding.py) -----------------------------------------------------------
-    def local_log(self, topic: str, partition: int) -> PartitionLog | None:
-        """This broker's replica of a partition, whatever its role."""
-        assert self.local_logs is not None
-        return self.local_logs.local_log(topic, partition)
-
-    def get_log(self, topic: str, partition: int) -> PartitionLog | None:
-        """The log of a partition this broker leads; None if unknown.
-
-        NOT_LEADER_OR_FOLLOWER (retriable: clients refresh metadata) when another broker
-        leads it or it has no leader.
-        """
-        assert self.local_logs is not None
-        return self.local_logs.get_log(topic, partition)
-
-    async def run_on_controller(self, api_key: int, body: dict[str, Any]) -> dict[str, Any]:
-        """Run a metadata-changing request on the controller, here or forwarded."""
-        return await self.forwarder.run_on_controller(api_key, body)
-
-    def create_internal_topic_soon(
-        self, name: str, partitions: int, configs: dict[str, str] | None = None
-    ) -> None:
-        """For broker subsystems (group coordinator): create a ``__`` topic if missing."""
-        self.topic_creator.create_internal_topic_soon(name, partitions, configs)
-
-    def maybe_auto_create(self, topic: str) -> TopicInfo | None:
-        """Start auto-creating ``topic`` when allowed; None: it does not exist yet."""
-        return self.topic_creator.maybe_auto_create(topic)
-
-    async def auto_create(self, topic: str) -> TopicInfo | None:
-        """Auto-create ``topic`` (Metadata with allow_auto_create) and wait for it."""
-        return await self.topic_creator.auto_create(topic)
-
     def _partition_stats(self):
-        if self.logs is None:
+        if not self._started:
             return []
         return [
             (plog.topic, plog.partition, plog.log_end_offset, plog.size_bytes())

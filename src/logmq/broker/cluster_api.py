@@ -24,16 +24,19 @@ from logmq.net.reply import Reply
 from logmq.replication.raft_service import NotLeaderError
 
 if TYPE_CHECKING:
-    from logmq.broker.broker import Broker
+    from logmq.broker.controller_service import MetadataQuorum
 
 
 class ClusterApi:
-    def __init__(self, broker: Broker) -> None:
-        self.b = broker
+    """Cluster and quorum APIs, answered from this broker's metadata quorum."""
+
+    def __init__(self, node_id: int, quorum: MetadataQuorum) -> None:
+        self.node_id = node_id
+        self.quorum = quorum
 
     async def describe_cluster(self, req: Request) -> Reply:
-        image = self.b.image
-        quorum = self.b.quorum
+        image = self.quorum.image
+        quorum = self.quorum
         controller = quorum.controller_id
         brokers = [
             {
@@ -77,7 +80,7 @@ class ClusterApi:
         )
 
     async def describe_quorum(self, req: Request) -> Reply:
-        return Reply({"error": 0, "node_id": self.b.config.node_id, **self.b.quorum.quorum_state()})
+        return Reply({"error": 0, "node_id": self.node_id, **self.quorum.quorum_state()})
 
     async def broker_registration(self, req: Request) -> Reply:
         body = req.body
@@ -86,7 +89,7 @@ class ClusterApi:
         host = req_str(body, "host")
         port = req_int(body, "port")
         cluster_id = req_field(body, "cluster_id", str, None)
-        quorum = self.b.quorum
+        quorum = self.quorum
         if not quorum.is_controller:
             raise NotLeaderError(leader_id=quorum.controller_id)
         response = await quorum.submit(
@@ -109,7 +112,7 @@ class ClusterApi:
         caught_up = req_field(body, "caught_up", bool, False)
         want_shutdown = req_field(body, "want_shutdown", bool, False)
         storage_full = req_field(body, "storage_full", bool, None)  # None: not reported
-        quorum = self.b.quorum
+        quorum = self.quorum
         if not quorum.is_controller:
             raise NotLeaderError(leader_id=quorum.controller_id)
         response = await quorum.submit(
@@ -136,7 +139,7 @@ class ClusterApi:
         broker_id = req_int(body, "broker_id")
         epoch = req_int(body, "broker_epoch")
         count = req_int(body, "count")
-        quorum = self.b.quorum
+        quorum = self.quorum
         if not quorum.is_controller:
             raise NotLeaderError(leader_id=quorum.controller_id)
         r = await quorum.submit(lambda c: c.allocate_producer_ids(broker_id, epoch, count))
@@ -163,7 +166,7 @@ class ClusterApi:
             req_int(body, "partition_epoch"),
             tuple(new_isr),
         )
-        quorum = self.b.quorum
+        quorum = self.quorum
         if not quorum.is_controller:
             raise NotLeaderError(leader_id=quorum.controller_id)
         r = await quorum.submit(lambda c: c.alter_partition(request))

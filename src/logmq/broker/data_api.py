@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Protocol
 
 from logmq.broker.metadata_store import is_internal
 from logmq.broker.request_fields import InvalidRequestError, req_int, req_list, req_str
@@ -30,8 +31,12 @@ from logmq.replication.throttle import configured_rate
 from logmq.storage import batch as b
 
 if TYPE_CHECKING:
-    from logmq.broker.broker import Broker
+    from logmq.broker.fetch_waiter import FetchWaiters
+    from logmq.broker.metadata_store import TopicInfo
+    from logmq.broker.metrics import BrokerMetrics
     from logmq.broker.replica_manager import ReplicaManager
+    from logmq.cluster.metadata_image import MetadataImage
+    from logmq.storage.log_manager import LogManager
     from logmq.storage.partition_log import PartitionLog
 
 log = logging.getLogger("logmq.broker")
@@ -82,14 +87,44 @@ def first_record_at_or_after(plog: PartitionLog, ts: int) -> tuple[int, int]:
     return -1, -1
 
 
+class LeaderLogs(Protocol):
+    def get_log(self, topic: str, partition: int) -> PartitionLog | None:
+        """The log of a partition this broker leads (NOT_LEADER_OR_FOLLOWER otherwise)."""
+
+
+class AutoCreator(Protocol):
+    def maybe_auto_create(self, topic: str) -> TopicInfo | None: ...
+
+    async def auto_create(self, topic: str) -> TopicInfo | None: ...
+
+
 class DataApi:
-    def __init__(self, broker: Broker):
-        self.b = broker
+    """Produce, Fetch, ListOffsets and OffsetForLeaderEpoch over the logs and replicas."""
+
+    def __init__(
+        self,
+        *,
+        logs: LogManager,
+        leader_logs: LeaderLogs,
+        image: Callable[[], MetadataImage],
+        replicas: ReplicaManager | None,
+        waiters: FetchWaiters,
+        topic_creator: AutoCreator,
+        metrics: BrokerMetrics,
+        max_fetch_wait_ms: int,
+    ) -> None:
+        self.logs = logs
+        self.leader_logs = leader_logs
+        self.image = image
+        # None on a single broker: every partition is a single replica.
+        self.replicas = replicas
+        self.waiters = waiters
+        self.topic_creator = topic_creator
+        self.metrics = metrics
+        self.max_fetch_wait_ms = max_fetch_wait_ms
         self._event_loop: asyncio.AbstractEventLoop | None = None
-        # Set by the broker in cluster mode; None: every partition is a single replica.
-        self.replicas: ReplicaManager | None = None
         # Produces to topics being auto-created wait here, in arrival order.
-        self.pending_topics = PendingTopics(lambda topic: self.b.auto_create(topic))
+        self.pending_topics = PendingTopics(topic_creator.auto_create)
 
     def stop(self) -> None:
         """Cancel auto-creations still running (the broker is shutting down)."""
@@ -103,15 +138,14 @@ class DataApi:
         return loop
 
     def _log_for(self, topic: str, partition: int, *, auto_create: bool = False) -> PartitionLog:
-        plog = self.b.get_log(topic, partition)
+        plog = self.leader_logs.get_log(topic, partition)
         if (
             plog is None
             and auto_create
-            and self.b.topics is not None
-            and topic not in self.b.topics
-            and self.b.maybe_auto_create(topic) is not None
+            and topic not in self.image().topics
+            and self.topic_creator.maybe_auto_create(topic) is not None
         ):
-            plog = self.b.get_log(topic, partition)
+            plog = self.leader_logs.get_log(topic, partition)
         if plog is None:
             raise LogMQError(
                 f"unknown topic or partition {topic}-{partition}",
@@ -121,8 +155,7 @@ class DataApi:
 
     def _local_log(self, topic: str, partition: int) -> PartitionLog | None:
         """This broker's replica, whatever its role (the replica manager checked it)."""
-        logs = self.b.logs
-        return logs.get_log(topic, partition) if logs is not None else None
+        return self.logs.get_log(topic, partition)
 
     # -- Produce ----------------------------------------------------------------------
     async def produce(self, req: Request) -> Reply | None:
@@ -197,21 +230,20 @@ class DataApi:
                     ErrorCode.INVALID_TOPIC_EXCEPTION,
                 )
             pending = self.pending_topics
-            if topic not in self.b.image.topics or pending.waiting(topic):
+            if topic not in self.image().topics or pending.waiting(topic):
                 await pending.wait(topic)  # auto-create runs on the controller; in order
             plog = self._log_for(topic, partition)
             if not data:
                 raise LogMQError("empty record set", ErrorCode.CORRUPT_MESSAGE)
-            assert self.b.logs is not None
             rm = self.replicas
             key = (topic, partition)
             if rm is not None and key in rm.replicas:
                 info = await self._append_replicated(rm, key, plog, data, acks, timeout_ms)
             else:
-                info = await self.b.logs.append(plog, data, leader_epoch=LEADER_EPOCH)
+                info = await self.logs.append(plog, data, leader_epoch=LEADER_EPOCH)
                 plog.high_watermark = plog.log_end_offset
                 if not info.duplicate:
-                    self.b.waiters.notify(key)
+                    self.waiters.notify(key)
             append_time = (
                 info.max_timestamp if plog.config.message_timestamp_type == "LogAppendTime" else -1
             )
@@ -224,7 +256,7 @@ class DataApi:
                 log_start_offset=plog.log_start_offset,
             )
         except LogMQError as e:
-            self.b.metrics.error(api_key, e.code)
+            self.metrics.error(api_key, e.code)
             return _perror(
                 partition, e.code, str(e), base_offset=-1, log_append_time=-1, log_start_offset=-1
             )
@@ -252,11 +284,10 @@ class DataApi:
         error, epoch = rm.check_append(key, acks, plog.config.min_insync_replicas)
         if error is not ErrorCode.NONE:
             raise LogMQError(f"cannot append to {key[0]}-{key[1]}: {error.name}", error)
-        assert self.b.logs is not None
-        info = await self.b.logs.append(plog, data, leader_epoch=epoch)
+        info = await self.logs.append(plog, data, leader_epoch=epoch)
         if not info.duplicate:
             rm.on_append(key, plog.log_end_offset)
-            self.b.waiters.notify(key)
+            self.waiters.notify(key)
         if acks == -1:
             # A retried duplicate waits too: its first attempt may not be replicated yet.
             error = await rm.wait_replicated(key, info.last_offset + 1, timeout_ms)
@@ -271,7 +302,7 @@ class DataApi:
     # -- Fetch ------------------------------------------------------------------------
     async def fetch(self, req: Request) -> Reply:
         body = req.body
-        max_wait_ms = min(max(req_int(body, "max_wait_ms", 0), 0), self.b.config.max_fetch_wait_ms)
+        max_wait_ms = min(max(req_int(body, "max_wait_ms", 0), 0), self.max_fetch_wait_ms)
         min_bytes = req_int(body, "min_bytes", 1)
         max_bytes = req_int(body, "max_bytes", 50 * 1024 * 1024)
         if max_bytes < 0:
@@ -306,7 +337,7 @@ class DataApi:
             remaining = deadline - loop.time()
             if total >= min_bytes or any_error or remaining <= 0 or not tps:
                 return Reply({"error": 0, "topics": topics}, tail)
-            if not await self.b.waiters.wait(tps, remaining):
+            if not await self.waiters.wait(tps, remaining):
                 # timed out; one last read so the answer is current
                 topics, tail, _, _ = self._read(wanted, max_bytes)
                 return Reply({"error": 0, "topics": topics}, tail)
@@ -372,7 +403,7 @@ class DataApi:
         rm = self.replicas
         replica = rm.replicas.get((topic, partition)) if rm is not None else None
         if replica is None:  # no replica manager: the metadata image knows the epoch
-            part = self.b.image.partition(topic, partition)
+            part = self.image().partition(topic, partition)
             current = part.leader_epoch if part is not None else LEADER_EPOCH
         elif not replica.is_leader:
             raise LogMQError(
@@ -438,7 +469,7 @@ class DataApi:
             if held:  # the quota allows more before the deadline: read again then
                 assert rm is not None
                 wait = min(remaining, max(rm.outbound_throttle.wait_time(now), 0.001))
-            if not await self.b.waiters.wait(tps, wait) and (not held or wait >= remaining):
+            if not await self.waiters.wait(tps, wait) and (not held or wait >= remaining):
                 topics, tail, _, _, held = self._read_for_follower(
                     wanted, max_bytes, errors, throttled
                 )

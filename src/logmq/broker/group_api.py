@@ -41,8 +41,8 @@ from logmq.net.codec import Request
 from logmq.net.reply import Reply
 
 if TYPE_CHECKING:
-    from logmq.broker.broker import Broker
     from logmq.broker.group_coordinator import GroupCoordinatorService
+    from logmq.broker.metrics import BrokerMetrics
 
 MAX_ID_BYTES = 1024  # group, member and instance ids: they are part of every record key
 MAX_SUBSCRIBED_TOPICS = 10_000
@@ -113,12 +113,11 @@ def _message(code: ErrorCode, fallback: str | None = None) -> str | None:
 
 
 class GroupApi:
-    def __init__(self, broker: Broker):
-        self.b = broker
+    """The native group APIs: thin translations onto the group coordinator service."""
 
-    @property
-    def groups(self) -> GroupCoordinatorService:
-        return self.b.groups
+    def __init__(self, groups: GroupCoordinatorService, metrics: BrokerMetrics) -> None:
+        self.groups = groups
+        self.metrics = metrics
 
     # -- FindCoordinator ----------------------------------------------------------------
     async def find_coordinator(self, req: Request) -> Reply:
@@ -148,7 +147,7 @@ class GroupApi:
                 node, host, port = await self.groups.find_coordinator(key)
                 entry.update(node_id=node, host=host, port=port)
             except LogMQError as exc:
-                self.b.metrics.error(req.api_key, exc.code)
+                self.metrics.error(req.api_key, exc.code)
                 entry.update(error=int(exc.code), message=str(exc))
             out.append(entry)
         return Reply({"coordinators": out})
@@ -167,7 +166,7 @@ class GroupApi:
         owned_list = parse_tp_list(body, "owned_partitions")
 
         def answer(code: ErrorCode, message: str | None = None) -> Reply:
-            self.b.metrics.error(req.api_key, code)
+            self.metrics.error(req.api_key, code)
             return Reply(
                 {
                     "error": int(code),
@@ -278,7 +277,7 @@ class GroupApi:
 
         def answer(codes: dict[TopicPartition, ErrorCode], top: ErrorCode, message: str | None):
             if top is not ErrorCode.NONE:
-                self.b.metrics.error(req.api_key, top)
+                self.metrics.error(req.api_key, top)
             return Reply(
                 {
                     "error": int(top),
@@ -314,7 +313,7 @@ class GroupApi:
             return answer({}, exc.code, str(exc))
         committed = sum(1 for code in codes.values() if code is ErrorCode.NONE)
         if committed:
-            self.b.metrics.offsets_committed(committed)
+            self.metrics.offsets_committed(committed)
         top = ErrorCode.NONE
         distinct = set(codes.values())
         if len(distinct) == 1 and (only := distinct.pop()) in _REQUEST_WIDE:
@@ -329,7 +328,7 @@ class GroupApi:
 
         def answer(top: ErrorCode, message: str | None, topics: list) -> Reply:
             if top is not ErrorCode.NONE:
-                self.b.metrics.error(req.api_key, top)
+                self.metrics.error(req.api_key, top)
             return Reply({"error": int(top), "message": message, "topics": topics})
 
         def entries(found: dict) -> list:
@@ -458,7 +457,7 @@ class GroupApi:
 
         def answer(code: ErrorCode, message: str | None) -> Reply:
             if code is not ErrorCode.NONE:
-                self.b.metrics.error(req.api_key, code)
+                self.metrics.error(req.api_key, code)
             rows = [
                 {"topic": t, "partitions": [{"partition": p, "error": int(code)} for p in ps]}
                 for t, ps in topics

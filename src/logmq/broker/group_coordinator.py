@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from logmq.broker.group_shard import CoordinatorError, GroupShard, LocalOnly, ShardReplication
@@ -29,10 +29,15 @@ from logmq.group import OFFSETS_TOPIC, GroupConfig, coordinator_partition
 from logmq.net.codec import ApiKey
 
 if TYPE_CHECKING:
-    from logmq.broker.broker import Broker
+    from logmq.broker.config import BrokerConfig
+    from logmq.broker.controller_service import MetadataQuorum
+    from logmq.broker.fetch_waiter import FetchWaiters
+    from logmq.broker.local_logs import LocalLogs
     from logmq.broker.metadata_publisher import PartitionChanges
     from logmq.broker.replica_manager import ReplicaManager
+    from logmq.broker.topic_creation import TopicCreator
     from logmq.cluster.metadata_image import MetadataImage
+    from logmq.storage.log_manager import LogManager
     from logmq.storage.partition_log import PartitionLog
 
 log = logging.getLogger("logmq.group")
@@ -78,9 +83,27 @@ class ReplicatedOffsets:
 
 
 class GroupCoordinatorService:
-    def __init__(self, broker: Broker) -> None:
-        self._b = broker
-        cfg = broker.config
+    def __init__(
+        self,
+        cfg: BrokerConfig,
+        quorum: MetadataQuorum,
+        logs: LogManager,
+        local_logs: LocalLogs,
+        replicas: ReplicaManager | None,
+        waiters: FetchWaiters,
+        topic_creator: TopicCreator,
+        run_on_controller: Callable[[int, dict[str, Any]], Awaitable[dict[str, Any]]],
+    ) -> None:
+        self.node_id = cfg.node_id
+        self.offsets_topic_partitions = cfg.offsets_topic_partitions
+        self.commit_timeout_ms = cfg.offsets_commit_timeout_ms
+        self.quorum = quorum
+        self.logs = logs
+        self.local_logs = local_logs
+        self.replicas = replicas  # None on a single broker: no replication
+        self.waiters = waiters
+        self.topic_creator = topic_creator
+        self.run_on_controller = run_on_controller
         self.config = GroupConfig(
             session_timeout_ms=cfg.group_session_timeout_ms,
             heartbeat_interval_ms=cfg.group_heartbeat_interval_ms,
@@ -106,11 +129,11 @@ class GroupCoordinatorService:
         """
         self._started = True
         self._refresh_topic_counts()
-        image = self._b.image
+        image = self.quorum.image
         offsets = image.topics.get(OFFSETS_TOPIC)
         self.partition_count = len(offsets.partitions) if offsets is not None else 0
         for part in image.partitions():
-            if part.topic == OFFSETS_TOPIC and part.leader == self._b.config.node_id:
+            if part.topic == OFFSETS_TOPIC and part.leader == self.node_id:
                 self.on_became_leader(part.partition, part.leader_epoch)
 
     async def stop(self) -> None:
@@ -161,24 +184,23 @@ class GroupCoordinatorService:
         """
         if self.partition_count or not self._started:
             return
-        b = self._b
-        rf = max(1, min(3, len(b.image.active_brokers())))
+        rf = max(1, min(3, len(self.quorum.image.active_brokers())))
         body = {
             "topic": OFFSETS_TOPIC,
-            "partitions": b.config.offsets_topic_partitions,
+            "partitions": self.offsets_topic_partitions,
             "replication_factor": rf,
             "configs": OFFSETS_TOPIC_CONFIGS,
             "internal": True,
         }
         try:
-            await b.run_on_controller(ApiKey.CREATE_TOPICS, {"topics": [body]})
+            await self.run_on_controller(ApiKey.CREATE_TOPICS, {"topics": [body]})
         except LogMQError as exc:
             log.warning("cannot create %s: %s", OFFSETS_TOPIC, exc)
 
     def coordinator_for(self, group_id: str) -> tuple[int, str, int]:
         """(node id, host, port) of the broker leading ``group_id``'s offsets partition."""
         partition = self.partition_for(group_id)
-        image = self._b.image
+        image = self.quorum.image
         part = image.partition(OFFSETS_TOPIC, partition)
         reg = image.brokers.get(part.leader) if part is not None else None
         if reg is None or reg.fenced:
@@ -198,29 +220,28 @@ class GroupCoordinatorService:
             if current.leader_epoch >= leader_epoch:
                 return  # the same leadership (an ISR change, say)
             self._retire(partition)  # led again at a newer epoch: memory may be stale
-        b = self._b
-        assert b.logs is not None
         key = (OFFSETS_TOPIC, partition)
+        local_logs, waiters = self.local_logs, self.waiters
 
         def get_log() -> PartitionLog | None:
-            return b.local_log(OFFSETS_TOPIC, partition)
+            return local_logs.local_log(OFFSETS_TOPIC, partition)
 
         # In a cluster every write goes through the replica (refused if it is missing);
         # only a broker without replication answers after its own fsync.
         replication: ShardReplication = LocalOnly(leader_epoch)
-        if b.replicas is not None:
-            replication = ReplicatedOffsets(b.replicas, partition, get_log)
+        if self.replicas is not None:
+            replication = ReplicatedOffsets(self.replicas, partition, get_log)
         shard = GroupShard(
             partition,
             self.partition_count,
-            b.logs,
+            self.logs,
             get_log,
             self.config,
             lambda: self._topic_counts,
             leader_epoch=leader_epoch,
             replication=replication,
-            replication_timeout_ms=b.config.offsets_commit_timeout_ms,
-            on_append=lambda: b.waiters.notify(key),
+            replication_timeout_ms=self.commit_timeout_ms,
+            on_append=lambda: waiters.notify(key),
         )
         self._shards[partition] = shard
         shard.load()
@@ -242,9 +263,11 @@ class GroupCoordinatorService:
             return self.partition_count
         if not self._started:
             raise CoordinatorError("the broker is stopping", ErrorCode.COORDINATOR_NOT_AVAILABLE)
-        partitions = self._b.config.offsets_topic_partitions
+        partitions = self.offsets_topic_partitions
         try:
-            self._b.create_internal_topic_soon(OFFSETS_TOPIC, partitions, OFFSETS_TOPIC_CONFIGS)
+            self.topic_creator.create_internal_topic_soon(
+                OFFSETS_TOPIC, partitions, OFFSETS_TOPIC_CONFIGS
+            )
         except (LogMQError, OSError) as exc:
             log.error("cannot create %s: %s", OFFSETS_TOPIC, exc)
             raise CoordinatorError(
@@ -281,7 +304,7 @@ class GroupCoordinatorService:
             shard.metadata_changed(deleted)
 
     def _refresh_topic_counts(self) -> None:
-        image = self._b.image
+        image = self.quorum.image
         # a new dict each time: shards and groups may hold on to the previous one
         self._previous_counts = self._topic_counts
         self._topic_counts = {name: len(t.partitions) for name, t in image.topics.items()}

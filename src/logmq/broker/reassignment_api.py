@@ -29,7 +29,9 @@ from logmq.net.codec import Request
 from logmq.net.reply import Reply
 
 if TYPE_CHECKING:
-    from logmq.broker.broker import Broker
+    from logmq.broker.controller_service import MetadataQuorum
+    from logmq.broker.metrics import BrokerMetrics
+    from logmq.storage.log_manager import LogManager
     from logmq.storage.partition_log import PartitionLog
 
 TopicPartition = tuple[str, int]
@@ -90,13 +92,20 @@ def _log_dir_entry(plog: PartitionLog) -> dict[str, Any]:
 
 
 class ReassignmentApi:
-    def __init__(self, broker: Broker) -> None:
-        self.b = broker
+    """Reassignment, leader election and log-dir APIs."""
+
+    def __init__(
+        self, node_id: int, quorum: MetadataQuorum, logs: LogManager, metrics: BrokerMetrics
+    ) -> None:
+        self.node_id = node_id
+        self.quorum = quorum
+        self.logs = logs
+        self.metrics = metrics
 
     def _done(self, req: Request, body: dict[str, Any]) -> Reply:
         """A controller answer; a forwarding broker also gets the metadata offset to await."""
         if req.body.get("forwarded_by") is not None:
-            body["metadata_offset"] = self.b.image.offset
+            body["metadata_offset"] = self.quorum.image.offset
         return Reply(body)
 
     # -- AlterPartitionReassignments (on the controller) --------------------------------
@@ -109,7 +118,7 @@ class ReassignmentApi:
                     f"throttle_bytes_per_sec must be >= 0 (0 removes the throttle), got {throttle}"
                 )
         except InvalidRequestError as e:  # answered in the usual shape: one kind of refusal
-            self.b.metrics.error(req.api_key, e.code)
+            self.metrics.error(req.api_key, e.code)
             return Reply({"error": int(e.code), "message": str(e), "partitions": []})
         moves: dict[TopicPartition, tuple[int, ...] | None] = {}
         checked: list[tuple[TopicPartition, ApiResult]] = []  # in request order
@@ -128,16 +137,14 @@ class ReassignmentApi:
                 refused.append(ApiResult(e.code, f"{name}: {e}"))
                 checked.append((key, refused[-1]))
         if refused:
-            self.b.metrics.error(req.api_key, ErrorCode.INVALID_REQUEST)
+            self.metrics.error(req.api_key, ErrorCode.INVALID_REQUEST)
             out = [_result_entry(k, r) for k, r in checked]
             message = "; ".join(r.message for r in refused) + " (nothing was started)"
             body = {"error": int(ErrorCode.INVALID_REQUEST), "message": message, "partitions": out}
             return self._done(req, body)
-        result = await self.b.quorum.submit(
-            lambda c: c.alter_reassignments(moves, throttle=throttle)
-        )
+        result = await self.quorum.submit(lambda c: c.alter_reassignments(moves, throttle=throttle))
         if result.error is not ErrorCode.NONE:
-            self.b.metrics.error(req.api_key, result.error)
+            self.metrics.error(req.api_key, result.error)
         return self._done(
             req,
             {
@@ -150,7 +157,7 @@ class ReassignmentApi:
     # -- ListPartitionReassignments -------------------------------------------------------
     async def list_partition_reassignments(self, req: Request) -> Reply:
         keys = _partition_keys(req.body)
-        image = self.b.image
+        image = self.quorum.image
         if keys is None:
             moving = sorted(image.reassignments(), key=lambda p: p.key)
         else:
@@ -167,19 +174,16 @@ class ReassignmentApi:
     # -- DescribeLogDirs (this broker's own logs) -------------------------------------------
     async def describe_log_dirs(self, req: Request) -> Reply:
         keys = _partition_keys(req.body)
-        logs = self.b.logs
-        assert logs is not None
+        logs, image = self.logs, self.quorum.image
         if keys is None:
             found = sorted(logs.logs(), key=lambda plog: (plog.topic, plog.partition))
         else:
             found = [
                 plog
-                for plog in (self.b.local_log(*key) for key in dict.fromkeys(keys))
-                if plog is not None
+                for plog in (logs.get_log(*key) for key in dict.fromkeys(keys))
+                if plog is not None and image.partition(plog.topic, plog.partition) is not None
             ]
-        return Reply(
-            {"broker_id": self.b.config.node_id, "partitions": [_log_dir_entry(p) for p in found]}
-        )
+        return Reply({"broker_id": self.node_id, "partitions": [_log_dir_entry(p) for p in found]})
 
     # -- ElectLeaders (on the controller) ---------------------------------------------------
     async def elect_leaders(self, req: Request) -> Reply:
@@ -195,12 +199,12 @@ class ReassignmentApi:
             if key in seen:
                 raise InvalidRequestError(f"{key[0]}-{key[1]} appears twice in the request")
             seen.add(key)
-        results = await self.b.quorum.submit(
+        results = await self.quorum.submit(
             lambda c: c.elect_leaders(keys, unclean=election == UNCLEAN)
         )
         for r in results.values():
             if not r.ok and r.error is not ErrorCode.ELECTION_NOT_NEEDED:
-                self.b.metrics.error(req.api_key, r.error)
+                self.metrics.error(req.api_key, r.error)
         return self._done(
             req, {"partitions": [_result_entry(k, r) for k, r in sorted(results.items())]}
         )

@@ -21,7 +21,8 @@ from logmq.net.codec import ApiKey
 from logmq.storage.config import LogConfig
 
 if TYPE_CHECKING:
-    from logmq.broker.broker import Broker
+    from logmq.broker.controller_service import MetadataQuorum
+    from logmq.broker.metadata_store import ImageTopics
 
 log = logging.getLogger("logmq.broker")
 
@@ -97,8 +98,20 @@ class PendingTopics:
 
 
 class TopicCreator:
-    def __init__(self, broker: Broker) -> None:
-        self.b = broker
+    """Creates topics the broker itself needs (auto-created, internal) on the controller."""
+
+    def __init__(
+        self,
+        quorum: MetadataQuorum,
+        topics: ImageTopics,
+        run_on_controller: Callable[[int, dict[str, Any]], Awaitable[dict[str, Any]]],
+        *,
+        auto_create_topics: bool,
+    ) -> None:
+        self.quorum = quorum
+        self.topics = topics
+        self.run_on_controller = run_on_controller
+        self.auto_create_topics = auto_create_topics
         self._background: set[asyncio.Task[Any]] = set()
         self._creating: set[str] = set()
 
@@ -120,7 +133,7 @@ class TopicCreator:
 
         async def create() -> None:
             try:
-                out = await self.b.run_on_controller(ApiKey.CREATE_TOPICS, {"topics": [body]})
+                out = await self.run_on_controller(ApiKey.CREATE_TOPICS, {"topics": [body]})
                 for entry in out.get("topics", []):
                     if entry.get("error") not in (0, int(ErrorCode.TOPIC_ALREADY_EXISTS)):
                         log.warning("cannot create topic %s: %s", name, entry.get("message"))
@@ -140,7 +153,7 @@ class TopicCreator:
             raise LogMQError(problem, ErrorCode.INVALID_TOPIC_EXCEPTION)
         cfg = dict(configs or {})
         LogConfig.from_dict(cfg)
-        rf = max(1, min(3, len(self.b.image.active_brokers())))
+        rf = max(1, min(3, len(self.quorum.image.active_brokers())))
         body = {
             "topic": name,
             "partitions": partitions,
@@ -152,7 +165,7 @@ class TopicCreator:
 
     def maybe_auto_create(self, topic: str) -> TopicInfo | None:
         """Start auto-creating ``topic`` when allowed; None: it does not exist yet."""
-        if not self.b.config.auto_create_topics or topic_name_error(topic):
+        if not self.auto_create_topics or topic_name_error(topic):
             return None
         if topic.startswith("__"):
             return None
@@ -162,15 +175,14 @@ class TopicCreator:
 
     async def auto_create(self, topic: str) -> TopicInfo | None:
         """Auto-create ``topic`` (Metadata with allow_auto_create) and wait for it."""
-        topics = self.b.topics
-        assert topics is not None
-        if not self.b.config.auto_create_topics or topic_name_error(topic):
+        topics = self.topics
+        if not self.auto_create_topics or topic_name_error(topic):
             return None
         if topic.startswith("__"):
             return None
         log.info("auto-creating topic %s", topic)
-        await self.b.run_on_controller(ApiKey.CREATE_TOPICS, {"topics": [{"topic": topic}]})
+        await self.run_on_controller(ApiKey.CREATE_TOPICS, {"topics": [{"topic": topic}]})
         # Another creator (a Metadata request, another broker) may have won the race and
         # our answer was TOPIC_ALREADY_EXISTS: either way, wait until our image has it.
-        await self.b.quorum.wait_for(lambda image: topic in image.topics, CREATE_WAIT_S)
+        await self.quorum.wait_for(lambda image: topic in image.topics, CREATE_WAIT_S)
         return topics.get(topic)
