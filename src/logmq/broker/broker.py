@@ -81,6 +81,7 @@ class Broker:
     reassignment_api: ReassignmentApi
 
     def __init__(self, config: BrokerConfig):
+        self._started = False
         self.config = config
         self.data_dir = Path(config.data_dir)
         self.quorum = MetadataQuorum(
@@ -135,7 +136,6 @@ class Broker:
             auto_create_topics=config.auto_create_topics,
         )
         self.cluster_api = ClusterApi(config.node_id, self.quorum)
-        self._started = False
 
     # -- lifecycle ---------------------------------------------------------------------
     @property
