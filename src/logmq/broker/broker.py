@@ -73,7 +73,7 @@ class Broker:
     # first request is read, so nothing below checks for None.
     logs: LogManager
     local_logs: LocalLogs
-    replicas: ReplicaManager | None  # data replication, in a cluster only
+    replicas: ReplicaManager  # replicates only in a cluster (``replicated``)
     groups: GroupCoordinatorService
     data: DataApi
     admin: AdminApi
@@ -83,6 +83,8 @@ class Broker:
     def __init__(self, config: BrokerConfig):
         self._started = False
         self.config = config
+        # A quorum of one keeps the single-node data path: every partition one replica.
+        self.replicated = config.quorum_voters is not None
         self.data_dir = Path(config.data_dir)
         self.quorum = MetadataQuorum(
             config.node_id,
@@ -178,14 +180,13 @@ class Broker:
         self._build_services()
         # order matters: logs exist before the replicas use them, and go after they stop
         self.publisher.add_listener(self.local_logs)
-        if self.replicas is not None:
+        if self.replicated:
             self.publisher.add_listener(self.replicas)
         self.publisher.add_listener(self.groups)
         self.publisher.add_listener(RemovedLogs(self.local_logs))
         self.quorum.loader.add_listener(self.publisher.publish)
         try:
-            if self.replicas is not None:
-                await self.replicas.start()
+            await self.replicas.start()
             await self.quorum.start()
             await self.server.start(cfg.host, cfg.port)
             await self.quorum.wait_ready()
@@ -200,8 +201,7 @@ class Broker:
         except BaseException:
             await self.server.stop(0)
             await self.groups.stop()
-            if self.replicas is not None:
-                await self.replicas.stop()
+            await self.replicas.stop()
             if getattr(self.quorum, "raft", None) is not None:
                 await self.quorum.stop()
             await self.logs.stop()
@@ -229,7 +229,7 @@ class Broker:
             self.quorum,
             logs,
             self.local_logs,
-            self.replicas,
+            self.replicas if self.replicated else None,
             self.waiters,
             self.topic_creator,
             self.forwarder.run_on_controller,
@@ -265,8 +265,7 @@ class Broker:
         if self.metrics_server is not None:
             await self.metrics_server.stop()
         await self.groups.stop()  # after the connections: their requests were answered
-        if self.replicas is not None:
-            await self.replicas.stop()
+        await self.replicas.stop()
         self.topic_creator.stop()
         self.data.stop()
         await self.quorum.stop()
@@ -277,13 +276,9 @@ class Broker:
         """Registered and caught up: drop logs the metadata no longer places here."""
         self.local_logs.delete_stray_logs(self.publisher.local)
 
-    def _replica_manager(self) -> ReplicaManager | None:
-        """Data replication (broker/replica_manager.py) in a cluster (``--quorum-voters``).
-
-        A quorum of one keeps the single-node data path: every partition has one replica.
-        """
-        if self.config.quorum_voters is None:
-            return None
+    def _replica_manager(self) -> ReplicaManager:
+        """The replica manager: the produce and follower-fetch paths, and in a cluster
+        (``--quorum-voters``) the replicas the metadata assigns here."""
         rm = ReplicaManager(
             self.config.node_id,
             self.logs,
@@ -293,7 +288,8 @@ class Broker:
             broker_epoch=lambda: self.quorum.broker_epoch,
             config=ReplicationConfig(replica_lag_time_max_ms=self.config.replica_lag_time_max_ms),
         )
-        self.metrics.register_reassignment_throttle(rm.inbound_throttle, rm.outbound_throttle)
+        if self.replicated:
+            self.metrics.register_reassignment_throttle(rm.inbound_throttle, rm.outbound_throttle)
         return rm
 
     def _partition_stats(self):

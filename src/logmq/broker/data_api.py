@@ -1,17 +1,13 @@
-"""Handlers of the data path: Produce, Fetch, ListOffsets.
+"""The native data-path handlers: Produce, Fetch, ListOffsets, OffsetForLeaderEpoch.
 
-Everything here is per batch or per partition, never per record: the produce tail is
-sliced into per-partition memoryviews and handed to the storage, which validates and
-stamps batches from their headers; a fetch answers with file regions that the server
-sends with ``os.sendfile``. On a single node the high watermark is the log end offset,
-set after every append.
-
-Replicated partitions (those the replica manager holds, ``self.replicas``) differ: only
-the leader appends, stamping its leader epoch; the replica manager moves the HW;
-acks=all waits until the HW passes the batch; fetches with ``replica_id >= 0`` come from
-followers, whose fetch offset is their log end offset, and may read up to the leader's.
-A follower being added by a reassignment reads under the broker's outbound reassignment
-quota (replication/throttle.py): while it is in debt, those partitions send nothing.
+They translate requests into calls on the services and answers into replies. Everything
+is per batch or per partition, never per record: the produce tail is sliced into
+per-partition memoryviews and handed to the replica manager (``ReplicaManager.append``:
+validation and stamping by the storage, min.insync.replicas, the HW, acks=all); a fetch
+answers with file regions that the server sends with ``os.sendfile``. Consumer fetches
+read below the HW from the leader; fetches with ``replica_id >= 0`` come from followers
+and are the replica manager's (``fetch_for_follower``: their LEO, the HW, the
+reassignment throttle).
 """
 
 from __future__ import annotations
@@ -22,12 +18,12 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
 from logmq.broker.metadata_store import is_internal
+from logmq.broker.replica_manager import LEADER_EPOCH
 from logmq.broker.request_fields import InvalidRequestError, req_int, req_list, req_str
 from logmq.broker.topic_creation import PendingTopics
 from logmq.errors import ErrorCode, LogMQError
 from logmq.net.codec import Request
 from logmq.net.reply import FileRegion, Reply
-from logmq.replication.throttle import configured_rate
 from logmq.storage import batch as b
 
 if TYPE_CHECKING:
@@ -41,7 +37,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("logmq.broker")
 
-LEADER_EPOCH = 0  # single node: the one and only leader epoch
 EARLIEST = -2
 LATEST = -1
 
@@ -107,7 +102,7 @@ class DataApi:
         logs: LogManager,
         leader_logs: LeaderLogs,
         image: Callable[[], MetadataImage],
-        replicas: ReplicaManager | None,
+        replicas: ReplicaManager,
         waiters: FetchWaiters,
         topic_creator: AutoCreator,
         metrics: BrokerMetrics,
@@ -116,7 +111,6 @@ class DataApi:
         self.logs = logs
         self.leader_logs = leader_logs
         self.image = image
-        # None on a single broker: every partition is a single replica.
         self.replicas = replicas
         self.waiters = waiters
         self.topic_creator = topic_creator
@@ -235,15 +229,7 @@ class DataApi:
             plog = self._log_for(topic, partition)
             if not data:
                 raise LogMQError("empty record set", ErrorCode.CORRUPT_MESSAGE)
-            rm = self.replicas
-            key = (topic, partition)
-            if rm is not None and key in rm.replicas:
-                info = await self._append_replicated(rm, key, plog, data, acks, timeout_ms)
-            else:
-                info = await self.logs.append(plog, data, leader_epoch=LEADER_EPOCH)
-                plog.high_watermark = plog.log_end_offset
-                if not info.duplicate:
-                    self.waiters.notify(key)
+            info = await self.replicas.append((topic, partition), plog, data, acks, timeout_ms)
             append_time = (
                 info.max_timestamp if plog.config.message_timestamp_type == "LogAppendTime" else -1
             )
@@ -270,34 +256,6 @@ class DataApi:
                 log_append_time=-1,
                 log_start_offset=-1,
             )
-
-    async def _append_replicated(
-        self,
-        rm: ReplicaManager,
-        key: tuple[str, int],
-        plog: PartitionLog,
-        data: memoryview,
-        acks: int,
-        timeout_ms: int,
-    ):
-        """Leader append: min.insync.replicas first, then (acks=all) wait for the HW."""
-        error, epoch = rm.check_append(key, acks, plog.config.min_insync_replicas)
-        if error is not ErrorCode.NONE:
-            raise LogMQError(f"cannot append to {key[0]}-{key[1]}: {error.name}", error)
-        info = await self.logs.append(plog, data, leader_epoch=epoch)
-        if not info.duplicate:
-            rm.on_append(key, plog.log_end_offset)
-            self.waiters.notify(key)
-        if acks == -1:
-            # A retried duplicate waits too: its first attempt may not be replicated yet.
-            error = await rm.wait_replicated(key, info.last_offset + 1, timeout_ms)
-            if error is not ErrorCode.NONE:
-                raise LogMQError(
-                    f"{key[0]}-{key[1]} offsets {info.first_offset}..{info.last_offset}: "
-                    f"{error.name}",
-                    error,
-                )
-        return info
 
     # -- Fetch ------------------------------------------------------------------------
     async def fetch(self, req: Request) -> Reply:
@@ -328,7 +286,10 @@ class DataApi:
 
         replica_id = req_int(body, "replica_id", -1)
         if replica_id >= 0:
-            return await self._follower_fetch(replica_id, wanted, max_wait_ms, min_bytes, max_bytes)
+            topics, tail = await self.replicas.fetch_for_follower(
+                replica_id, wanted, max_wait_ms, min_bytes, max_bytes
+            )
+            return Reply({"error": 0, "topics": topics}, tail)
         loop = self._loop()
         deadline = loop.time() + max_wait_ms / 1000
         tps = [(name, p[0]) for name, parts in wanted for p in parts]
@@ -401,13 +362,13 @@ class DataApi:
     def _check_leader(self, topic: str, partition: int, epoch: int) -> None:
         """Consumers read from the leader only, fenced by their view of its epoch."""
         rm = self.replicas
-        replica = rm.replicas.get((topic, partition)) if rm is not None else None
-        if replica is None:  # no replica manager: the metadata image knows the epoch
+        replica = rm.replicas.get((topic, partition))
+        if replica is None:  # a single replica: the metadata image knows the epoch
             part = self.image().partition(topic, partition)
             current = part.leader_epoch if part is not None else LEADER_EPOCH
         elif not replica.is_leader:
             raise LogMQError(
-                f"broker {rm.broker_id} is not the leader of {topic}-{partition}",  # type: ignore[union-attr]
+                f"broker {rm.broker_id} is not the leader of {topic}-{partition}",
                 ErrorCode.NOT_LEADER_OR_FOLLOWER,
             )
         else:
@@ -420,167 +381,6 @@ class DataApi:
             raise LogMQError(
                 f"leader epoch {epoch} is older than {current}", ErrorCode.FENCED_LEADER_EPOCH
             )
-
-    async def _follower_fetch(
-        self, replica_id: int, wanted, max_wait_ms: int, min_bytes: int, max_bytes: int
-    ) -> Reply:
-        """A follower's fetch: record its LEO once, then long-poll on appends and HW moves.
-
-        It reads up to the leader's log end offset (not the HW) and learns the HW from the
-        answer, so the response also returns early when an HW it would carry changes.
-        Partitions the follower is being added to (a reassignment) are throttled: held
-        back while the outbound quota is in debt, the long poll then waking when it
-        allows more; the bytes sent for them are charged as the response goes out.
-        """
-        rm = self.replicas
-        errors: dict[tuple[str, int], ErrorCode] = {}
-        moved = False  # this very fetch moved an HW: answer at once so it travels
-        for name, parts in wanted:
-            for partition, offset, _, epoch in parts:
-                key = (name, partition)
-                plog = self._local_log(name, partition)
-                if rm is None:
-                    errors[key] = ErrorCode.NOT_LEADER_OR_FOLLOWER
-                elif plog is not None and offset < plog.log_start_offset:
-                    errors[key] = ErrorCode.OFFSET_OUT_OF_RANGE
-                else:
-                    hw_before = plog.high_watermark if plog is not None else -1
-                    error = rm.follower_fetch(key, replica_id, offset, epoch)
-                    if error is not ErrorCode.NONE:
-                        errors[key] = error
-                    elif plog is not None and plog.high_watermark != hw_before:
-                        moved = True
-        loop = self._loop()
-        deadline = loop.time() + max_wait_ms / 1000
-        tps = [(name, p[0]) for name, parts in wanted for p in parts]
-        throttled = self._reassignment_reads(replica_id, wanted, loop.time())
-        first_hws: dict[tuple[str, int], int] | None = None
-        while True:
-            topics, tail, total, hws, held = self._read_for_follower(
-                wanted, max_bytes, errors, throttled
-            )
-            if first_hws is None:
-                first_hws = hws
-            now = loop.time()
-            remaining = deadline - now
-            if total >= min_bytes or errors or moved or remaining <= 0 or hws != first_hws:
-                return self._follower_reply(topics, tail, throttled, held)
-            wait = remaining
-            if held:  # the quota allows more before the deadline: read again then
-                assert rm is not None
-                wait = min(remaining, max(rm.outbound_throttle.wait_time(now), 0.001))
-            if not await self.waiters.wait(tps, wait) and (not held or wait >= remaining):
-                topics, tail, _, _, held = self._read_for_follower(
-                    wanted, max_bytes, errors, throttled
-                )
-                return self._follower_reply(topics, tail, throttled, held)
-
-    def _reassignment_reads(
-        self, replica_id: int, wanted, now: float
-    ) -> dict[tuple[str, int], int]:
-        """The partitions this follower is being added to, while a throttle is set.
-
-        Maps each to 0: ``_read_for_follower`` fills in the bytes it read for them.
-        """
-        rm = self.replicas
-        if rm is None:
-            return {}
-        image = rm.image
-        quota = rm.outbound_throttle
-        quota.set_rate(configured_rate(image), now)
-        if not quota.limited or image is None:
-            return {}
-        throttled = {}
-        for name, parts in wanted:
-            for partition, *_ in parts:
-                part = image.partition(name, partition)
-                if part is not None and replica_id in part.adding_replicas:
-                    throttled[(name, partition)] = 0
-        return throttled
-
-    def _follower_reply(
-        self, topics: list, tail: list[FileRegion], throttled: dict[tuple[str, int], int], held: int
-    ) -> Reply:
-        rm = self.replicas
-        if throttled and rm is not None:
-            quota = rm.outbound_throttle
-            quota.charge(sum(throttled.values()), self._loop().time())
-            if held:
-                quota.held_back(held)
-        return Reply({"error": 0, "topics": topics}, tail)
-
-    def _read_for_follower(
-        self, wanted, max_bytes: int, errors: dict, throttled: dict[tuple[str, int], int]
-    ) -> tuple:
-        """Read what the follower asked for; returns (topics, tail, total, hws, held).
-
-        Throttled partitions share the outbound quota's allowance (whole batches, so the
-        last may overdraw it); ``held`` counts those left out because nothing was left.
-        """
-        topics = []
-        tail: list[FileRegion] = []
-        total = 0
-        budget = max_bytes
-        hws: dict[tuple[str, int], int] = {}
-        held = 0
-        allowance: int | None = None
-        rm = self.replicas
-        if throttled and rm is not None:
-            for key in throttled:  # what this read sends, should it be the answer
-                throttled[key] = 0
-            allowance = rm.outbound_throttle.allowance(self._loop().time())
-        for name, parts in wanted:
-            results = []
-            for partition, offset, pmax, _ in parts:
-                plog = self._local_log(name, partition)
-                error = errors.get((name, partition))
-                if error is None and plog is None:
-                    error = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-                if error is not None:
-                    results.append(
-                        {
-                            "partition": partition,
-                            "error": int(error),
-                            "message": error.name,
-                            "high_watermark": -1,
-                            "log_start_offset": plog.log_start_offset if plog else -1,
-                            "size": 0,
-                        }
-                    )
-                    continue
-                assert plog is not None
-                key = (name, partition)
-                hw = hws[key] = plog.high_watermark
-                size = 0
-                limit = min(pmax, budget)
-                quota_left = allowance if key in throttled else None
-                if quota_left is not None and offset < plog.log_end_offset:
-                    if quota_left <= 0:
-                        held += 1
-                        limit = -1  # nothing this round: the HW etc. still go back
-                    else:
-                        limit = min(limit, quota_left)
-                if offset < plog.log_end_offset and (limit > 0 or (total == 0 and limit == 0)):
-                    region = plog.read(offset, max(limit, 1))
-                    if region is not None and region.length > 0:
-                        size = region.length
-                        tail.append(region)
-                        total += size
-                        budget = max(0, budget - size)
-                if quota_left is not None:
-                    throttled[key] = size
-                    allowance = quota_left - size
-                results.append(
-                    {
-                        "partition": partition,
-                        "error": 0,
-                        "high_watermark": hw,
-                        "log_start_offset": plog.log_start_offset,
-                        "size": size,
-                    }
-                )
-            topics.append({"topic": name, "partitions": results})
-        return topics, tail, total, hws, held
 
     # -- OffsetsForLeaderEpoch ----------------------------------------------------------
     async def offsets_for_leader_epoch(self, req: Request) -> Reply:
@@ -600,7 +400,7 @@ class DataApi:
                 epoch = req_int(p, "leader_epoch")
                 key = (name, partition)
                 plog = self._local_log(name, partition)
-                if rm is not None and key in rm.replicas:
+                if key in rm.replicas:
                     error, found, end = rm.end_offset_for_epoch(key, current, epoch)
                 elif plog is None:
                     error, found, end = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, -1, -1

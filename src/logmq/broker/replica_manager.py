@@ -1,19 +1,23 @@
-"""The broker's shell around the partition replicas: it carries out their decisions.
+"""The replica manager: the produce and follower-fetch paths, and the replicas' shell.
 
-The metadata layer tells it which local partitions now lead, follow or are gone
-(``apply_changes``); the data path asks it before appending, after appending, and on
-every follower fetch; follower fetchers (replica_fetcher.py) hand it the leader's
-batches. Each partition's decisions come from its sans-IO ``PartitionReplica``; this
-module only performs the returned actions (set the HW, wake fetches, truncate, ask the
-controller for an ISR change, complete acks=all waiters) and owns the tick task and the
-fetchers. It never decodes records.
+It owns the leader's side of the data path: ``append`` (a single-replica partition's
+HW is its log end offset; a replicated one checks min.insync.replicas, stamps its
+leader epoch, lets the HW move and parks acks=all until the HW passes the batch) and
+``fetch_for_follower`` (a follower's fetch records its LEO and long-polls on appends and
+HW moves, under the reassignment throttle). The metadata layer tells it which local
+partitions now lead, follow or are gone (``apply_changes``); follower fetchers
+(replica_fetcher.py) hand it the leader's batches. Each partition's decisions come from
+its sans-IO ``PartitionReplica``; this module only performs the returned actions (set
+the HW, wake fetches, truncate, ask the controller for an ISR change, complete acks=all
+waiters) and owns the tick task and the fetchers. It never decodes records.
 
 Wiring into a broker: create it after the LogManager with ``alter_partition`` (sends an
 ``AlterPartitionRequest`` to the controller and returns its ``AlterPartitionResponse``),
 ``broker_address`` (node id -> (host, port) from the image's registrations) and
-``broker_epoch``; ``await start()``; register ``on_partitions_changed`` with the
-MetadataPublisher after the listener that creates logs; set ``DataApi.replicas`` to it;
-``await stop()`` before the server drains, so parked acks=all requests answer at once.
+``broker_epoch``; give it to the data handlers; ``await start()``; in a cluster, register
+``on_partitions_changed`` with the MetadataPublisher after the listener that creates
+logs; ``await stop()`` before the server drains, so parked acks=all requests answer at
+once.
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from logmq.broker.replica_fetcher import FetcherConfig, ReplicaFetcher
 from logmq.cluster.controller_api import AlterPartitionRequest, AlterPartitionResponse
@@ -41,14 +45,16 @@ from logmq.replication.partition_replica import (
     StartFetching,
     TruncateTo,
 )
-from logmq.replication.throttle import ReassignmentQuota
+from logmq.replication.throttle import ReassignmentQuota, configured_rate
 from logmq.storage import batch as b
 
 if TYPE_CHECKING:
     from logmq.broker.fetch_waiter import FetchWaiters
     from logmq.cluster.metadata_image import LocalReplicaChanges, MetadataImage
+    from logmq.net.reply import FileRegion
     from logmq.storage.log_manager import LogManager
     from logmq.storage.partition_log import PartitionLog
+    from logmq.storage.stamping import AppendInfo
 
 log = logging.getLogger("logmq.replication")
 
@@ -116,6 +122,9 @@ class ReplicationConfig:
             )
         if self.tick_ms < 1:
             raise ValueError(f"tick_ms must be >= 1, got {self.tick_ms}")
+
+
+LEADER_EPOCH = 0  # a partition with a single replica: the one and only leader epoch
 
 
 def _now_ms() -> int:
@@ -452,6 +461,199 @@ class ReplicaManager:
             return await fut
         finally:
             self._acks.pop(ack_key, None)
+
+    async def append(
+        self, key: TopicPartition, plog: PartitionLog, data: Any, acks: int, timeout_ms: int
+    ) -> AppendInfo:
+        """Append produce data as the partition's leader; acks=all waits for the HW.
+
+        A partition with no replica here (every partition of a single broker) is its own
+        ISR: it stamps leader epoch 0 and its HW is its log end offset. A replicated one
+        checks min.insync.replicas first and stamps the replica's leader epoch.
+        """
+        if key not in self.replicas:
+            info = await self.logs.append(plog, data, leader_epoch=LEADER_EPOCH)
+            plog.high_watermark = plog.log_end_offset
+            if not info.duplicate:
+                self.waiters.notify(key)
+            return info
+        error, epoch = self.check_append(key, acks, plog.config.min_insync_replicas)
+        if error is not ErrorCode.NONE:
+            raise LogMQError(f"cannot append to {key[0]}-{key[1]}: {error.name}", error)
+        info = await self.logs.append(plog, data, leader_epoch=epoch)
+        if not info.duplicate:
+            self.on_append(key, plog.log_end_offset)
+            self.waiters.notify(key)
+        if acks == -1:
+            # A retried duplicate waits too: its first attempt may not be replicated yet.
+            error = await self.wait_replicated(key, info.last_offset + 1, timeout_ms)
+            if error is not ErrorCode.NONE:
+                raise LogMQError(
+                    f"{key[0]}-{key[1]} offsets {info.first_offset}..{info.last_offset}: "
+                    f"{error.name}",
+                    error,
+                )
+        return info
+
+    # -- leader side: follower fetches ---------------------------------------------------
+
+    async def fetch_for_follower(
+        self, replica_id: int, wanted, max_wait_ms: int, min_bytes: int, max_bytes: int
+    ) -> tuple[list, list[FileRegion]]:
+        """A follower's fetch: record its LEO once, then long-poll on appends and HW moves.
+
+        It reads up to the leader's log end offset (not the HW) and learns the HW from the
+        answer, so the response also returns early when an HW it would carry changes.
+        Partitions the follower is being added to (a reassignment) are throttled: held
+        back while the outbound quota is in debt, the long poll then waking when it
+        allows more; the bytes sent for them are charged as the response goes out.
+        """
+        rm = self
+        errors: dict[tuple[str, int], ErrorCode] = {}
+        moved = False  # this very fetch moved an HW: answer at once so it travels
+        for name, parts in wanted:
+            for partition, offset, _, epoch in parts:
+                key = (name, partition)
+                plog = self.logs.get_log(name, partition)
+                if plog is not None and offset < plog.log_start_offset:
+                    errors[key] = ErrorCode.OFFSET_OUT_OF_RANGE
+                else:
+                    hw_before = plog.high_watermark if plog is not None else -1
+                    error = rm.follower_fetch(key, replica_id, offset, epoch)
+                    if error is not ErrorCode.NONE:
+                        errors[key] = error
+                    elif plog is not None and plog.high_watermark != hw_before:
+                        moved = True
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + max_wait_ms / 1000
+        tps = [(name, p[0]) for name, parts in wanted for p in parts]
+        throttled = self._reassignment_reads(replica_id, wanted, loop.time())
+        first_hws: dict[tuple[str, int], int] | None = None
+        while True:
+            topics, tail, total, hws, held = self._read_for_follower(
+                wanted, max_bytes, errors, throttled
+            )
+            if first_hws is None:
+                first_hws = hws
+            now = loop.time()
+            remaining = deadline - now
+            if total >= min_bytes or errors or moved or remaining <= 0 or hws != first_hws:
+                return self._follower_reply(topics, tail, throttled, held)
+            wait = remaining
+            if held:  # the quota allows more before the deadline: read again then
+                wait = min(remaining, max(rm.outbound_throttle.wait_time(now), 0.001))
+            if not await self.waiters.wait(tps, wait) and (not held or wait >= remaining):
+                topics, tail, _, _, held = self._read_for_follower(
+                    wanted, max_bytes, errors, throttled
+                )
+                return self._follower_reply(topics, tail, throttled, held)
+
+    def _reassignment_reads(
+        self, replica_id: int, wanted, now: float
+    ) -> dict[tuple[str, int], int]:
+        """The partitions this follower is being added to, while a throttle is set.
+
+        Maps each to 0: ``_read_for_follower`` fills in the bytes it read for them.
+        """
+        rm = self
+        image = rm.image
+        if image is None:
+            return {}
+        quota = rm.outbound_throttle
+        quota.set_rate(configured_rate(image), now)
+        if not quota.limited or image is None:
+            return {}
+        throttled = {}
+        for name, parts in wanted:
+            for partition, *_ in parts:
+                part = image.partition(name, partition)
+                if part is not None and replica_id in part.adding_replicas:
+                    throttled[(name, partition)] = 0
+        return throttled
+
+    def _follower_reply(
+        self, topics: list, tail: list[FileRegion], throttled: dict[tuple[str, int], int], held: int
+    ) -> tuple[list, list[FileRegion]]:
+        rm = self
+        if throttled:
+            quota = rm.outbound_throttle
+            quota.charge(sum(throttled.values()), asyncio.get_running_loop().time())
+            if held:
+                quota.held_back(held)
+        return topics, tail
+
+    def _read_for_follower(
+        self, wanted, max_bytes: int, errors: dict, throttled: dict[tuple[str, int], int]
+    ) -> tuple:
+        """Read what the follower asked for; returns (topics, tail, total, hws, held).
+
+        Throttled partitions share the outbound quota's allowance (whole batches, so the
+        last may overdraw it); ``held`` counts those left out because nothing was left.
+        """
+        topics = []
+        tail: list[FileRegion] = []
+        total = 0
+        budget = max_bytes
+        hws: dict[tuple[str, int], int] = {}
+        held = 0
+        allowance: int | None = None
+        rm = self
+        if throttled:
+            for key in throttled:  # what this read sends, should it be the answer
+                throttled[key] = 0
+            allowance = rm.outbound_throttle.allowance(asyncio.get_running_loop().time())
+        for name, parts in wanted:
+            results = []
+            for partition, offset, pmax, _ in parts:
+                plog = self.logs.get_log(name, partition)
+                error = errors.get((name, partition))
+                if error is None and plog is None:
+                    error = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                if error is not None:
+                    results.append(
+                        {
+                            "partition": partition,
+                            "error": int(error),
+                            "message": error.name,
+                            "high_watermark": -1,
+                            "log_start_offset": plog.log_start_offset if plog else -1,
+                            "size": 0,
+                        }
+                    )
+                    continue
+                assert plog is not None
+                key = (name, partition)
+                hw = hws[key] = plog.high_watermark
+                size = 0
+                limit = min(pmax, budget)
+                quota_left = allowance if key in throttled else None
+                if quota_left is not None and offset < plog.log_end_offset:
+                    if quota_left <= 0:
+                        held += 1
+                        limit = -1  # nothing this round: the HW etc. still go back
+                    else:
+                        limit = min(limit, quota_left)
+                if offset < plog.log_end_offset and (limit > 0 or (total == 0 and limit == 0)):
+                    region = plog.read(offset, max(limit, 1))
+                    if region is not None and region.length > 0:
+                        size = region.length
+                        tail.append(region)
+                        total += size
+                        budget = max(0, budget - size)
+                if quota_left is not None:
+                    throttled[key] = size
+                    allowance = quota_left - size
+                results.append(
+                    {
+                        "partition": partition,
+                        "error": 0,
+                        "high_watermark": hw,
+                        "log_start_offset": plog.log_start_offset,
+                        "size": size,
+                    }
+                )
+            topics.append({"topic": name, "partitions": results})
+        return topics, tail, total, hws, held
 
     def follower_fetch(
         self, key: TopicPartition, replica_id: int, fetch_offset: int, leader_epoch: int
