@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
@@ -56,3 +57,19 @@ async def inproc_broker(tmp_path) -> AsyncIterator[Any]:
     """A logmq.broker.Broker running in the test's event loop (``.port`` is its port)."""
     async with inprocess_broker(tmp_path / "data") as b:
         yield b
+
+
+@pytest.fixture
+def sendfile_calls(monkeypatch) -> list[int]:
+    """``os.sendfile`` still sends, and each call's byte count is recorded here: the
+    zero-copy tests prove from it which bytes left by sendfile (or that none did)."""
+    sent: list[int] = []
+    real_sendfile = os.sendfile
+
+    def counting_sendfile(out_fd, in_fd, offset, count):
+        n = real_sendfile(out_fd, in_fd, offset, count)
+        sent.append(n)
+        return n
+
+    monkeypatch.setattr(os, "sendfile", counting_sendfile)
+    return sent

@@ -41,7 +41,9 @@ def headers_only(name, real):
 
 
 @pytest.mark.parametrize("zero_copy", [True, False])
-async def test_fetch_bytes_never_pass_through_python(tmp_path, monkeypatch, zero_copy):
+async def test_fetch_bytes_never_pass_through_python(
+    tmp_path, monkeypatch, sendfile_calls, zero_copy
+):
     marker = os.urandom(16).hex().encode()
     batches = [
         b.encode_values([marker + b"-%d-%d" % (i, j) + b"x" * 200 for j in range(500)], timestamp=i)
@@ -55,15 +57,7 @@ async def test_fetch_bytes_never_pass_through_python(tmp_path, monkeypatch, zero
             for data in batches:
                 assert (await c.produce("zc", 0, data))["error"] == 0
 
-            sent: list[int] = []
-            real_sendfile = os.sendfile
-
-            def counting_sendfile(out_fd, in_fd, offset, count):
-                n = real_sendfile(out_fd, in_fd, offset, count)
-                sent.append(n)
-                return n
-
-            monkeypatch.setattr(os, "sendfile", counting_sendfile)
+            sent = sendfile_calls  # the produce above sent nothing by sendfile
             if zero_copy:
                 monkeypatch.setattr(segment.FileSlice, "read", forbid("FileSlice.read"))
                 monkeypatch.setattr(os, "pread", headers_only("os.pread", os.pread))

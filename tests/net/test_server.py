@@ -172,19 +172,13 @@ async def test_stop_answers_queued_requests_first():
 
 
 @pytest.mark.parametrize("zero_copy", [True, False])
-async def test_file_regions_arrive_intact_and_in_order(tmp_path, monkeypatch, zero_copy):
+async def test_file_regions_arrive_intact_and_in_order(
+    tmp_path, monkeypatch, sendfile_calls, zero_copy
+):
     data = os.urandom(6 << 20)
     path = tmp_path / "segment"
     path.write_bytes(data)
-    sent = []
-    real_sendfile = os.sendfile
-
-    def counting_sendfile(out_fd, in_fd, offset, count):
-        n = real_sendfile(out_fd, in_fd, offset, count)
-        sent.append(n)
-        return n
-
-    monkeypatch.setattr(os, "sendfile", counting_sendfile)
+    sent = sendfile_calls
     real_read = Region.read
     if zero_copy:
         # the proof: a big region's bytes may never be read into Python on this path
@@ -252,21 +246,13 @@ LAYOUTS = {
 @pytest.mark.parametrize("zero_copy", [True, False])
 @pytest.mark.parametrize("layout", LAYOUTS)
 async def test_interleaved_bytes_and_regions_arrive_in_order(
-    tmp_path, monkeypatch, layout, zero_copy
+    tmp_path, monkeypatch, sendfile_calls, layout, zero_copy
 ):
     """The real writer over loopback: the received byte stream is the parts, in order."""
     data = os.urandom(1 << 20)
     path = tmp_path / "segment"
     path.write_bytes(data)
-    sent = []
-    real_sendfile = os.sendfile
-
-    def counting_sendfile(out_fd, in_fd, offset, count):
-        n = real_sendfile(out_fd, in_fd, offset, count)
-        sent.append(n)
-        return n
-
-    monkeypatch.setattr(os, "sendfile", counting_sendfile)
+    sent = sendfile_calls
     spec = LAYOUTS[layout]
     with open(path, "rb") as f:
         tail = [FileSlice(f, p[1], p[2]) if isinstance(p, tuple) else p for p in spec]
