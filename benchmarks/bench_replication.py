@@ -63,20 +63,23 @@ async def run_node(args: argparse.Namespace) -> None:
     replicas = tuple(int(r) for r in args.replicas.split(","))
     isr = tuple(int(r) for r in args.isr.split(","))
     broker = MiniBroker(args.id, Path(args.dir), {"min.insync.replicas": str(args.min_isr)})
-    await broker.start([(TOPIC, 0)], ports[args.id])
 
     async def no_controller(_request):  # static assignment: the ISR stays as given
         return AlterPartitionResponse(ErrorCode.NOT_CONTROLLER)
 
-    rm = ReplicaManager(
-        args.id,
-        broker.logs,
-        broker.waiters,
-        alter_partition=no_controller,
-        broker_address=lambda n: ("127.0.0.1", ports[n]) if n in ports else None,
-        config=ReplicationConfig(),
+    await broker.start(
+        [(TOPIC, 0)],
+        lambda logs, waiters: ReplicaManager(
+            args.id,
+            logs,
+            waiters,
+            alter_partition=no_controller,
+            broker_address=lambda n: ("127.0.0.1", ports[n]) if n in ports else None,
+            config=ReplicationConfig(),
+        ),
+        ports[args.id],
     )
-    broker.data.replicas = rm
+    rm = broker.replicas
     await rm.start()
     role = "leader" if args.leader == args.id else "follower"
     await rm.apply_changes([PartitionChange(TOPIC, 0, role, args.leader, 0, 0, replicas, isr)])
