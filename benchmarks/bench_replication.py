@@ -75,6 +75,8 @@ async def run_node(args: argparse.Namespace) -> None:
             waiters,
             alter_partition=no_controller,
             broker_address=lambda n: ("127.0.0.1", ports[n]) if n in ports else None,
+            leader_logs=broker,
+            metadata=lambda: broker.image,
             config=ReplicationConfig(),
         ),
         ports[args.id],

@@ -76,7 +76,6 @@ class MiniBroker:
             leader_logs=self,
             image=lambda: self.image,  # type: ignore[arg-type,return-value]
             replicas=self.replicas,
-            waiters=self.waiters,
             topic_creator=self,
             metrics=self.metrics,
             max_fetch_wait_ms=self.config.max_fetch_wait_ms,
@@ -123,8 +122,8 @@ class Node:
 
     async def start(self) -> None:
         state = self.cluster.controller.state
-        self.broker = MiniBroker(self.id, self.data_dir, self.cluster.configs)
-        await self.broker.start(
+        self.broker = broker = MiniBroker(self.id, self.data_dir, self.cluster.configs)
+        await broker.start(
             list(state),
             lambda logs, waiters: ReplicaManager(
                 self.id,
@@ -132,6 +131,8 @@ class Node:
                 waiters,
                 alter_partition=self.cluster.controller.alter_partition,
                 broker_address=self.cluster.address,
+                leader_logs=broker,
+                metadata=lambda: broker.image,  # type: ignore[return-value]
                 config=self.cluster.replication,
             ),
         )

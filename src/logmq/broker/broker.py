@@ -240,7 +240,6 @@ class Broker:
             leader_logs=self.local_logs,
             image=lambda: self.quorum.image,
             replicas=self.replicas,
-            waiters=self.waiters,
             topic_creator=self.topic_creator,
             metrics=self.metrics,
             max_fetch_wait_ms=cfg.max_fetch_wait_ms,
@@ -285,6 +284,8 @@ class Broker:
             self.waiters,
             alter_partition=self.forwarder.alter_partition,
             broker_address=self.quorum.broker_address,
+            leader_logs=self.local_logs,
+            metadata=lambda: self.quorum.image,
             broker_epoch=lambda: self.quorum.broker_epoch,
             config=ReplicationConfig(replica_lag_time_max_ms=self.config.replica_lag_time_max_ms),
         )

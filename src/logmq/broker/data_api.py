@@ -4,10 +4,11 @@ They translate requests into calls on the services and answers into replies. Eve
 is per batch or per partition, never per record: the produce tail is sliced into
 per-partition memoryviews and handed to the replica manager (``ReplicaManager.append``:
 validation and stamping by the storage, min.insync.replicas, the HW, acks=all); a fetch
-answers with file regions that the server sends with ``os.sendfile``. Consumer fetches
-read below the HW from the leader; fetches with ``replica_id >= 0`` come from followers
-and are the replica manager's (``fetch_for_follower``: their LEO, the HW, the
-reassignment throttle).
+answers with file regions that the server sends with ``os.sendfile``. Reads are the
+replica manager's too: consumers read below the HW from the leader, fenced by their
+leader epoch (``fetch_for_consumer``, ``leader_log``); fetches with ``replica_id >= 0``
+come from followers (``fetch_for_follower``: their LEO, the HW, the reassignment
+throttle).
 """
 
 from __future__ import annotations
@@ -18,16 +19,15 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
 from logmq.broker.metadata_store import is_internal
-from logmq.broker.replica_manager import LEADER_EPOCH
+from logmq.broker.replica_manager import LEADER_EPOCH, LeaderLogs
 from logmq.broker.request_fields import InvalidRequestError, req_int, req_list, req_str
 from logmq.broker.topic_creation import PendingTopics
 from logmq.errors import ErrorCode, LogMQError
 from logmq.net.codec import Request
-from logmq.net.reply import FileRegion, Reply
+from logmq.net.reply import Reply
 from logmq.storage import batch as b
 
 if TYPE_CHECKING:
-    from logmq.broker.fetch_waiter import FetchWaiters
     from logmq.broker.metadata_store import TopicInfo
     from logmq.broker.metrics import BrokerMetrics
     from logmq.broker.replica_manager import ReplicaManager
@@ -82,11 +82,6 @@ def first_record_at_or_after(plog: PartitionLog, ts: int) -> tuple[int, int]:
     return -1, -1
 
 
-class LeaderLogs(Protocol):
-    def get_log(self, topic: str, partition: int) -> PartitionLog | None:
-        """The log of a partition this broker leads (NOT_LEADER_OR_FOLLOWER otherwise)."""
-
-
 class AutoCreator(Protocol):
     def maybe_auto_create(self, topic: str) -> TopicInfo | None: ...
 
@@ -103,7 +98,6 @@ class DataApi:
         leader_logs: LeaderLogs,
         image: Callable[[], MetadataImage],
         replicas: ReplicaManager,
-        waiters: FetchWaiters,
         topic_creator: AutoCreator,
         metrics: BrokerMetrics,
         max_fetch_wait_ms: int,
@@ -112,7 +106,6 @@ class DataApi:
         self.leader_logs = leader_logs
         self.image = image
         self.replicas = replicas
-        self.waiters = waiters
         self.topic_creator = topic_creator
         self.metrics = metrics
         self.max_fetch_wait_ms = max_fetch_wait_ms
@@ -290,97 +283,10 @@ class DataApi:
                 replica_id, wanted, max_wait_ms, min_bytes, max_bytes
             )
             return Reply({"error": 0, "topics": topics}, tail)
-        loop = self._loop()
-        deadline = loop.time() + max_wait_ms / 1000
-        tps = [(name, p[0]) for name, parts in wanted for p in parts]
-        while True:
-            topics, tail, total, any_error = self._read(wanted, max_bytes)
-            remaining = deadline - loop.time()
-            if total >= min_bytes or any_error or remaining <= 0 or not tps:
-                return Reply({"error": 0, "topics": topics}, tail)
-            if not await self.waiters.wait(tps, remaining):
-                # timed out; one last read so the answer is current
-                topics, tail, _, _ = self._read(wanted, max_bytes)
-                return Reply({"error": 0, "topics": topics}, tail)
-
-    def _read(self, wanted, max_bytes: int) -> tuple[list, list[FileRegion], int, bool]:
-        topics = []
-        tail: list[FileRegion] = []
-        total = 0
-        any_error = False
-        budget = max_bytes
-        for name, parts in wanted:
-            results = []
-            for partition, offset, pmax, epoch in parts:
-                try:
-                    plog = self._log_for(name, partition)
-                    self._check_leader(name, partition, epoch)
-                    hw = plog.high_watermark
-                    start = plog.log_start_offset
-                    # Valid up to the log end (as Kafka does): a new leader's HW may lag
-                    # what its predecessor exposed, and a consumer there must wait, not
-                    # reset. It reads only below the HW.
-                    if not start <= offset <= plog.log_end_offset:
-                        raise LogMQError(
-                            f"offset {offset} is outside [{start}, {plog.log_end_offset}] "
-                            f"of {name}-{partition}",
-                            ErrorCode.OFFSET_OUT_OF_RANGE,
-                        )
-                    size = 0
-                    limit = min(pmax, budget)
-                    if offset < hw and (limit > 0 or total == 0):
-                        region = plog.read(offset, max(limit, 1), max_offset=hw)
-                        if region is not None and region.length > 0:
-                            size = region.length
-                            tail.append(region)
-                            total += size
-                            budget = max(0, budget - size)
-                    results.append(
-                        {
-                            "partition": partition,
-                            "error": 0,
-                            "high_watermark": hw,
-                            "log_start_offset": start,
-                            "size": size,
-                        }
-                    )
-                except LogMQError as e:
-                    any_error = True
-                    results.append(
-                        {
-                            "partition": partition,
-                            "error": int(e.code),
-                            "message": str(e),
-                            "high_watermark": -1,
-                            "log_start_offset": -1,
-                            "size": 0,
-                        }
-                    )
-            topics.append({"topic": name, "partitions": results})
-        return topics, tail, total, any_error
-
-    def _check_leader(self, topic: str, partition: int, epoch: int) -> None:
-        """Consumers read from the leader only, fenced by their view of its epoch."""
-        rm = self.replicas
-        replica = rm.replicas.get((topic, partition))
-        if replica is None:  # a single replica: the metadata image knows the epoch
-            part = self.image().partition(topic, partition)
-            current = part.leader_epoch if part is not None else LEADER_EPOCH
-        elif not replica.is_leader:
-            raise LogMQError(
-                f"broker {rm.broker_id} is not the leader of {topic}-{partition}",
-                ErrorCode.NOT_LEADER_OR_FOLLOWER,
-            )
-        else:
-            current = replica.leader_epoch
-        if epoch > current:
-            raise LogMQError(
-                f"leader epoch {epoch} is newer than {current}", ErrorCode.UNKNOWN_LEADER_EPOCH
-            )
-        if 0 <= epoch < current:
-            raise LogMQError(
-                f"leader epoch {epoch} is older than {current}", ErrorCode.FENCED_LEADER_EPOCH
-            )
+        topics, tail = await self.replicas.fetch_for_consumer(
+            wanted, max_wait_ms, min_bytes, max_bytes
+        )
+        return Reply({"error": 0, "topics": topics}, tail)
 
     # -- OffsetsForLeaderEpoch ----------------------------------------------------------
     async def offsets_for_leader_epoch(self, req: Request) -> Reply:
@@ -429,8 +335,7 @@ class DataApi:
             for p in req_list(t, "partitions"):
                 partition, ts = req_int(p, "partition"), req_int(p, "timestamp")
                 try:
-                    plog = self._log_for(name, partition)
-                    self._check_leader(name, partition, -1)
+                    plog = self.replicas.leader_log(name, partition)
                     if ts == EARLIEST:
                         offset, found_ts = plog.log_start_offset, -1
                     elif ts == LATEST:

@@ -1,20 +1,23 @@
-"""The replica manager: the produce and follower-fetch paths, and the replicas' shell.
+"""The replica manager: the produce and read paths, and the replicas' shell.
 
 It owns the leader's side of the data path: ``append`` (a single-replica partition's
 HW is its log end offset; a replicated one checks min.insync.replicas, stamps its
-leader epoch, lets the HW move and parks acks=all until the HW passes the batch) and
-``fetch_for_follower`` (a follower's fetch records its LEO and long-polls on appends and
-HW moves, under the reassignment throttle). The metadata layer tells it which local
-partitions now lead, follow or are gone (``apply_changes``); follower fetchers
-(replica_fetcher.py) hand it the leader's batches. Each partition's decisions come from
+leader epoch, lets the HW move and parks acks=all until the HW passes the batch),
+consumer reads (``leader_log``, ``fetch_for_consumer``: below the HW, from the leader,
+fenced by the client's leader epoch) and ``fetch_for_follower`` (a follower's fetch
+records its LEO and long-polls on appends and HW moves, under the reassignment
+throttle). The metadata layer tells it which local partitions now lead, follow or are
+gone (``apply_changes``); follower fetchers (replica_fetcher.py) hand it the leader's
+batches. Each partition's decisions come from
 its sans-IO ``PartitionReplica``; this module only performs the returned actions (set
 the HW, wake fetches, truncate, ask the controller for an ISR change, complete acks=all
 waiters) and owns the tick task and the fetchers. It never decodes records.
 
 Wiring into a broker: create it after the LogManager with ``alter_partition`` (sends an
 ``AlterPartitionRequest`` to the controller and returns its ``AlterPartitionResponse``),
-``broker_address`` (node id -> (host, port) from the image's registrations) and
-``broker_epoch``; give it to the data handlers; ``await start()``; in a cluster, register
+``broker_address`` (node id -> (host, port) from the image's registrations),
+``leader_logs`` (LocalLogs), ``metadata`` (the current image) and ``broker_epoch``;
+give it to the data handlers; ``await start()``; in a cluster, register
 ``on_partitions_changed`` with the MetadataPublisher after the listener that creates
 logs; ``await stop()`` before the server drains, so parked acks=all requests answer at
 once.
@@ -29,7 +32,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from logmq.broker.replica_fetcher import FetcherConfig, ReplicaFetcher
 from logmq.cluster.controller_api import AlterPartitionRequest, AlterPartitionResponse
@@ -127,6 +130,11 @@ class ReplicationConfig:
 LEADER_EPOCH = 0  # a partition with a single replica: the one and only leader epoch
 
 
+class LeaderLogs(Protocol):
+    def get_log(self, topic: str, partition: int) -> PartitionLog | None:
+        """The log of a partition this broker leads (NOT_LEADER_OR_FOLLOWER otherwise)."""
+
+
 def _now_ms() -> int:
     return int(time.monotonic() * 1000)
 
@@ -140,11 +148,15 @@ class ReplicaManager:
         *,
         alter_partition: AlterPartition,
         broker_address: Callable[[int], tuple[str, int] | None],
+        leader_logs: LeaderLogs,
+        metadata: Callable[[], MetadataImage],
         broker_epoch: Callable[[], int] = lambda: -1,
         config: ReplicationConfig | None = None,
         clock: Callable[[], int] = _now_ms,
     ) -> None:
         self.broker_id = broker_id
+        self.leader_logs = leader_logs  # the logs this broker leads, by the metadata
+        self.metadata = metadata  # the current image: single replicas' leader epochs
         self.logs = logs
         self.waiters = waiters
         self.alter_partition = alter_partition
@@ -494,6 +506,119 @@ class ReplicaManager:
                     error,
                 )
         return info
+
+    # -- leader side: consumer reads ----------------------------------------------------
+
+    def leader_log(
+        self, topic: str, partition: int, current_leader_epoch: int = -1
+    ) -> PartitionLog:
+        """The log a consumer reads or a ListOffsets asks about: this broker must lead the
+        partition, at the epoch the client knows if it says one (-1: any)."""
+        plog = self.leader_logs.get_log(topic, partition)
+        if plog is None:
+            raise LogMQError(
+                f"unknown topic or partition {topic}-{partition}",
+                ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+            )
+        self._check_leader(topic, partition, current_leader_epoch)
+        return plog
+
+    async def fetch_for_consumer(
+        self, wanted, max_wait_ms: int, min_bytes: int, max_bytes: int
+    ) -> tuple[list, list[FileRegion]]:
+        """A consumer's fetch: read below the HW, long-polling on appends until
+        ``min_bytes`` are there, an error is, or ``max_wait_ms`` has passed."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + max_wait_ms / 1000
+        tps = [(name, p[0]) for name, parts in wanted for p in parts]
+        while True:
+            topics, tail, total, any_error = self._read_for_consumer(wanted, max_bytes)
+            remaining = deadline - loop.time()
+            if total >= min_bytes or any_error or remaining <= 0 or not tps:
+                return topics, tail
+            if not await self.waiters.wait(tps, remaining):
+                # timed out; one last read so the answer is current
+                topics, tail, _, _ = self._read_for_consumer(wanted, max_bytes)
+                return topics, tail
+
+    def _read_for_consumer(
+        self, wanted, max_bytes: int
+    ) -> tuple[list, list[FileRegion], int, bool]:
+        topics = []
+        tail: list[FileRegion] = []
+        total = 0
+        any_error = False
+        budget = max_bytes
+        for name, parts in wanted:
+            results = []
+            for partition, offset, pmax, epoch in parts:
+                try:
+                    plog = self.leader_log(name, partition, epoch)
+                    hw = plog.high_watermark
+                    start = plog.log_start_offset
+                    # Valid up to the log end (as Kafka does): a new leader's HW may lag
+                    # what its predecessor exposed, and a consumer there must wait, not
+                    # reset. It reads only below the HW.
+                    if not start <= offset <= plog.log_end_offset:
+                        raise LogMQError(
+                            f"offset {offset} is outside [{start}, {plog.log_end_offset}] "
+                            f"of {name}-{partition}",
+                            ErrorCode.OFFSET_OUT_OF_RANGE,
+                        )
+                    size = 0
+                    limit = min(pmax, budget)
+                    if offset < hw and (limit > 0 or total == 0):
+                        region = plog.read(offset, max(limit, 1), max_offset=hw)
+                        if region is not None and region.length > 0:
+                            size = region.length
+                            tail.append(region)
+                            total += size
+                            budget = max(0, budget - size)
+                    results.append(
+                        {
+                            "partition": partition,
+                            "error": 0,
+                            "high_watermark": hw,
+                            "log_start_offset": start,
+                            "size": size,
+                        }
+                    )
+                except LogMQError as e:
+                    any_error = True
+                    results.append(
+                        {
+                            "partition": partition,
+                            "error": int(e.code),
+                            "message": str(e),
+                            "high_watermark": -1,
+                            "log_start_offset": -1,
+                            "size": 0,
+                        }
+                    )
+            topics.append({"topic": name, "partitions": results})
+        return topics, tail, total, any_error
+
+    def _check_leader(self, topic: str, partition: int, epoch: int) -> None:
+        """Consumers read from the leader only, fenced by their view of its epoch."""
+        replica = self.replicas.get((topic, partition))
+        if replica is None:  # a single replica: the metadata image knows the epoch
+            part = self.metadata().partition(topic, partition)
+            current = part.leader_epoch if part is not None else LEADER_EPOCH
+        elif not replica.is_leader:
+            raise LogMQError(
+                f"broker {self.broker_id} is not the leader of {topic}-{partition}",
+                ErrorCode.NOT_LEADER_OR_FOLLOWER,
+            )
+        else:
+            current = replica.leader_epoch
+        if epoch > current:
+            raise LogMQError(
+                f"leader epoch {epoch} is newer than {current}", ErrorCode.UNKNOWN_LEADER_EPOCH
+            )
+        if 0 <= epoch < current:
+            raise LogMQError(
+                f"leader epoch {epoch} is older than {current}", ErrorCode.FENCED_LEADER_EPOCH
+            )
 
     # -- leader side: follower fetches ---------------------------------------------------
 
