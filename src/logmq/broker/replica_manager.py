@@ -171,6 +171,7 @@ class ReplicaManager:
         self._ack_keys = itertools.count()
         self._tasks: set[asyncio.Task] = set()
         self._tick_task: asyncio.Task | None = None
+        self._event_loop: asyncio.AbstractEventLoop | None = None
         self._stopped = False
         # Reassignment throttle (replication/throttle.py): the fetchers read the rate
         # and who is being added from the latest image; one quota per direction.
@@ -179,6 +180,14 @@ class ReplicaManager:
         self.outbound_throttle = ReassignmentQuota()
 
     # -- lifecycle ---------------------------------------------------------------------
+
+    def _loop(self) -> asyncio.AbstractEventLoop:
+        """The running loop, looked up once: every produce and fetch asks for it, and on
+        3.11 each ``get_running_loop()`` is a getpid() syscall."""
+        loop = self._event_loop
+        if loop is None or loop.is_closed():
+            loop = self._event_loop = asyncio.get_running_loop()
+        return loop
 
     @property
     def stopped(self) -> bool:
@@ -467,7 +476,7 @@ class ReplicaManager:
         error = replica.await_replication(ack_key, required_offset, deadline)
         if error is not None:
             return error
-        fut: asyncio.Future[ErrorCode] = asyncio.get_running_loop().create_future()
+        fut: asyncio.Future[ErrorCode] = self._loop().create_future()
         self._acks[ack_key] = fut
         try:
             return await fut
@@ -528,7 +537,7 @@ class ReplicaManager:
     ) -> tuple[list, list[FileRegion]]:
         """A consumer's fetch: read below the HW, long-polling on appends until
         ``min_bytes`` are there, an error is, or ``max_wait_ms`` has passed."""
-        loop = asyncio.get_running_loop()
+        loop = self._loop()
         deadline = loop.time() + max_wait_ms / 1000
         tps = [(name, p[0]) for name, parts in wanted for p in parts]
         while True:
@@ -649,7 +658,7 @@ class ReplicaManager:
                         errors[key] = error
                     elif plog is not None and plog.high_watermark != hw_before:
                         moved = True
-        loop = asyncio.get_running_loop()
+        loop = self._loop()
         deadline = loop.time() + max_wait_ms / 1000
         tps = [(name, p[0]) for name, parts in wanted for p in parts]
         throttled = self._reassignment_reads(replica_id, wanted, loop.time())
@@ -702,7 +711,7 @@ class ReplicaManager:
         rm = self
         if throttled:
             quota = rm.outbound_throttle
-            quota.charge(sum(throttled.values()), asyncio.get_running_loop().time())
+            quota.charge(sum(throttled.values()), self._loop().time())
             if held:
                 quota.held_back(held)
         return topics, tail
@@ -726,7 +735,7 @@ class ReplicaManager:
         if throttled:
             for key in throttled:  # what this read sends, should it be the answer
                 throttled[key] = 0
-            allowance = rm.outbound_throttle.allowance(asyncio.get_running_loop().time())
+            allowance = rm.outbound_throttle.allowance(self._loop().time())
         for name, parts in wanted:
             results = []
             for partition, offset, pmax, _ in parts:
