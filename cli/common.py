@@ -17,7 +17,7 @@ import click
 from logmq.client import Admin
 from logmq.errors import BootstrapError, LogMQError, UnknownTopicOrPartitionError
 
-DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
+DEFAULT_BOOTSTRAP = "127.0.0.1:9192"
 F = TypeVar("F", bound=Callable[..., Any])
 
 

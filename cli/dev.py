@@ -1,9 +1,10 @@
 """``logmq dev cluster``: a local N-broker cluster in the foreground, for trying things out.
 
 Starts N ``logmq-server`` processes on 127.0.0.1, all voters of one metadata quorum, each
-with its own data dir (``DATA_DIR/node-<id>``, log in ``node-<id>.log``). Client ports are
-``BASE_PORT .. BASE_PORT+N-1`` and Raft ports ``BASE_PORT+100 ..``; ``--base-port 0``
-picks free ports. Once every broker is ready it prints ``logmq dev cluster ready
+with its own data dir (``DATA_DIR/node-<id>``, log in ``node-<id>.log``). Native client
+ports are ``BASE_PORT .. BASE_PORT+N-1``, Kafka ports ``BASE_PORT-100 ..`` (9092.. by
+default) and Raft ports ``BASE_PORT+100 ..``; ``--base-port 0`` picks free ports.
+Once every broker is ready it prints ``logmq dev cluster ready
 BOOTSTRAP``; Ctrl-C (or SIGTERM) stops the brokers with SIGTERM, i.e. cleanly.
 
 It is there to try failover, so a broker that dies is reported (node id, how it ended,
@@ -35,6 +36,7 @@ import click
 READY_PREFIX = b"logmq-server ready"
 START_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 30.0
+KAFKA_PORT_OFFSET = -100
 RAFT_PORT_OFFSET = 100
 WATCH_INTERVAL_S = 0.2  # how often deaths and requests are looked for
 DEFAULT_DATA_DIR = Path("./logmq-cluster")
@@ -111,9 +113,11 @@ class DevCluster:
         if base_port:
             self.ports = [base_port + i for i in range(brokers)]
             self.raft_ports = [base_port + RAFT_PORT_OFFSET + i for i in range(brokers)]
+            self.kafka_ports = [base_port + KAFKA_PORT_OFFSET + i for i in range(brokers)]
         else:
-            ports = _free_ports(2 * brokers)
-            self.ports, self.raft_ports = ports[:brokers], ports[brokers:]
+            ports = _free_ports(3 * brokers)
+            self.ports, self.raft_ports = ports[:brokers], ports[brokers : 2 * brokers]
+            self.kafka_ports = ports[2 * brokers :]
         self.voters = ",".join(f"{i + 1}@127.0.0.1:{p}" for i, p in enumerate(self.raft_ports))
         self.extra = extra
         self.slots = {n: BrokerSlot(n) for n in range(1, brokers + 1)}
@@ -123,6 +127,10 @@ class DevCluster:
     @property
     def bootstrap(self) -> str:
         return ",".join(f"127.0.0.1:{p}" for p in self.ports)
+
+    @property
+    def kafka_bootstrap(self) -> str:
+        return ",".join(f"127.0.0.1:{p}" for p in self.kafka_ports)
 
     @property
     def state_path(self) -> Path:
@@ -146,6 +154,8 @@ class DevCluster:
             "127.0.0.1",
             "--port",
             str(self.ports[node_id - 1]),
+            "--kafka-port",
+            str(self.kafka_ports[node_id - 1]),
             "--data-dir",
             str(self.data_dir / f"node-{node_id}"),
             "--quorum-voters",
@@ -325,6 +335,7 @@ class DevCluster:
         return {
             "pid": os.getpid(),
             "bootstrap": self.bootstrap,
+            "kafka_bootstrap": self.kafka_bootstrap,
             "brokers": {
                 str(s.node_id): {
                     "state": s.state,
@@ -400,9 +411,10 @@ def dev() -> None:
 @click.option(
     "--base-port",
     type=click.IntRange(0, 65000),
-    default=9092,
+    default=9192,
     show_default=True,
-    help="Client port of broker 1 (the others follow; Raft ports are +100); 0 = free ports.",
+    help="Native client port of broker 1 (the others follow; Kafka ports are -100, Raft "
+    "ports +100); 0 = free ports.",
 )
 @click.option(
     "--server-arg",

@@ -96,7 +96,32 @@ async def serve(config: BrokerConfig) -> None:
     help="Where logs and metadata live.",
 )
 @click.option("--host", default="127.0.0.1", help="Address to listen on.")
-@click.option("--port", type=click.IntRange(0, 65535), default=9092, help="0 = any free port.")
+@click.option(
+    "--port",
+    type=click.IntRange(0, 65535),
+    default=9192,
+    show_default=True,
+    help="The native protocol's port (logmq clients and CLI); 0 = any free port.",
+)
+@click.option(
+    "--kafka-port",
+    type=click.IntRange(0, 65535),
+    default=9092,
+    show_default=True,
+    envvar="LOGMQ_KAFKA_PORT",
+    help="The Kafka protocol's port; 0 = any free port.",
+)
+@click.option("--no-kafka", is_flag=True, help="Serve no Kafka listener.")
+@click.option("--kafka-host", default=None, help="Address of the Kafka listener (default: --host).")
+@click.option(
+    "--advertised-kafka-host", default=None, help="Host given to Kafka clients (default: its host)."
+)
+@click.option(
+    "--advertised-kafka-port",
+    type=click.IntRange(1, 65535),
+    default=None,
+    help="Port given to Kafka clients (default: the Kafka listener's).",
+)
 @click.option("--node-id", type=click.IntRange(0), default=1, help="This broker's id.")
 @click.option(
     "--log-level",
@@ -193,8 +218,16 @@ async def serve(config: BrokerConfig) -> None:
     metavar="KEY=VALUE",
     help="Broker-wide default for a topic config (repeatable).",
 )
-def main(log_level: str, max_in_flight: int, topic_config: tuple[str, ...], **opts: Any) -> None:
+def main(
+    log_level: str,
+    max_in_flight: int,
+    topic_config: tuple[str, ...],
+    no_kafka: bool,
+    **opts: Any,
+) -> None:
     """Run a logmq broker."""
+    if no_kafka:
+        opts["kafka_port"] = None
     logging.basicConfig(
         level=log_level.upper(),
         stream=sys.stderr,

@@ -10,6 +10,10 @@ import pytest
 
 from tests.harness import BrokerProcess, inprocess_broker
 
+# Brokers started by other launchers (fault harness, dev cluster, CLI tests) serve Kafka
+# on a free port instead of contending for 9092.
+os.environ.setdefault("LOGMQ_KAFKA_PORT", "0")
+
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption(

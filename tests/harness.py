@@ -60,6 +60,7 @@ class BrokerProcess:
         self.log_path = self.data_dir.parent / f"{self.data_dir.name}-broker.log"
         self._fixed_port = port is not None
         self.port = port if port is not None else free_port()
+        self.kafka_port = free_port()  # every test broker serves Kafka clients too
         self.node_id = node_id
         self.extra_args = list(extra_args)
         self.env = env
@@ -75,6 +76,10 @@ class BrokerProcess:
     @property
     def bootstrap(self) -> str:
         return f"127.0.0.1:{self.port}"
+
+    @property
+    def kafka_bootstrap(self) -> str:
+        return f"127.0.0.1:{self.kafka_port}"
 
     @property
     def pid(self) -> int | None:
@@ -95,6 +100,8 @@ class BrokerProcess:
             "127.0.0.1",
             "--port",
             str(self.port),
+            "--kafka-port",
+            str(self.kafka_port),
             "--node-id",
             str(self.node_id),
             "--log-level",
@@ -121,6 +128,7 @@ class BrokerProcess:
                 if self._fixed_port or not in_use or attempt == 2:
                     raise
                 self.port = free_port()  # lost a race for the port: pick another
+                self.kafka_port = free_port()
         return self
 
     def _spawn_and_wait(self, timeout: float) -> None:

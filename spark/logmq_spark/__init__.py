@@ -2,7 +2,7 @@
 
     from logmq_spark import LogMQDataSource
     spark.dataSource.register(LogMQDataSource)
-    df = spark.readStream.format("logmq").option("bootstrap", "127.0.0.1:9092") \\
+    df = spark.readStream.format("logmq").option("bootstrap", "127.0.0.1:9192") \\
         .option("topic", "clicks").load()
 
 Module map: source (the DataSource), options (parsing and checks), offsets (offset JSON

@@ -94,7 +94,7 @@ def _get(options: Mapping[str, str], *names: str) -> str | None:
 def _bootstrap(options: Mapping[str, str]) -> str:
     value = _get(options, "bootstrap", "bootstrap.servers")
     if not value or not value.strip():
-        raise OptionError("option 'bootstrap' is required: the broker address, e.g. 127.0.0.1:9092")
+        raise OptionError("option 'bootstrap' is required: the broker address, e.g. 127.0.0.1:9192")
     return value.strip()
 
 

@@ -26,8 +26,22 @@ CONFIG = GroupConfig(
 TOPICS = {"t": 8}
 
 
-def make_shard(logs: LogManager) -> GroupShard:
-    return GroupShard(0, 1, logs, lambda: logs.get_log(OFFSETS_TOPIC, 0), CONFIG, lambda: TOPICS)
+class SingleReplica:
+    """The offsets partition has no other replica: what is appended is committed."""
+
+    def check(self) -> tuple[ErrorCode, int]:
+        return ErrorCode.NONE, 0
+
+    def appended(self, plog) -> None:
+        plog.high_watermark = plog.log_end_offset
+
+    async def replicated(self, offset: int, timeout_ms: int) -> ErrorCode:
+        return ErrorCode.NONE
+
+
+def make_shard(logs: LogManager, topics=lambda: TOPICS) -> GroupShard:
+    get_log = lambda: logs.get_log(OFFSETS_TOPIC, 0)  # noqa: E731
+    return GroupShard(0, 1, logs, get_log, CONFIG, topics, replication=SingleReplica())
 
 
 async def loaded(logs: LogManager) -> GroupShard:
@@ -209,9 +223,7 @@ async def test_unload_fails_pending_operations_with_not_coordinator(logs, monkey
 
 async def test_metadata_changes_reach_the_groups(logs):
     topics = {"t": 2}
-    shard = GroupShard(
-        0, 1, logs, lambda: logs.get_log(OFFSETS_TOPIC, 0), CONFIG, lambda: dict(topics)
-    )
+    shard = make_shard(logs, lambda: dict(topics))
     shard.load()
     await wait_until(lambda: shard.state is ShardState.ACTIVE)
     first = await shard.submit(join("a", topics=("t", "new")))

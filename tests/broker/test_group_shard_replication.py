@@ -35,8 +35,8 @@ class ScriptedReplication:
     def check(self) -> tuple[ErrorCode, int]:
         return self.check_error, self.epoch
 
-    def appended(self, log_end_offset: int) -> None:
-        self.leo = log_end_offset
+    def appended(self, plog) -> None:
+        self.leo = plog.log_end_offset
 
     def advance(self, hw: int | None = None) -> None:
         self.hw = self.leo if hw is None else hw
@@ -173,7 +173,6 @@ class FakeBroker:
 
         self.config = BrokerConfig(node_id=1, data_dir=logs.data_dir)
         self.logs = logs
-        self.replicas = None
         self.waiters = FetchWaiters()
         self.part = self.registration(1)
         self.image = SimpleNamespace(
@@ -197,13 +196,24 @@ class FakeBroker:
         async def no_controller(api_key: int, body: dict) -> dict:
             raise AssertionError("no controller in this test")
 
+        from logmq.broker.replica_manager import ReplicaManager
+
+        replicas = ReplicaManager(
+            1,
+            self.logs,
+            self.waiters,
+            alter_partition=None,  # type: ignore[arg-type]
+            broker_address=lambda node: None,
+            leader_logs=self,  # type: ignore[arg-type]
+            metadata=lambda: self.image,  # type: ignore[arg-type,return-value]
+            replicated=False,  # the offsets partition is this broker's alone
+        )
         return GroupCoordinatorService(
             self.config,
             self,  # type: ignore[arg-type]
             self.logs,
             self,  # type: ignore[arg-type]
-            None,
-            self.waiters,
+            replicas,
             None,  # type: ignore[arg-type]
             no_controller,
         )

@@ -113,8 +113,15 @@ async def fetch_offsets(c: RawClient, group: str, topics=None) -> dict[tuple[str
 
 
 async def describe(c: RawClient, group: str) -> dict:
-    resp = await ready_call(c, ApiKey.CONSUMER_GROUP_DESCRIBE, {"group_ids": [group]})
-    return resp["groups"][0]
+    """The group's description, retrying while its shard loads (a per-group error)."""
+    deadline = time.monotonic() + DEADLINE_S
+    while True:
+        resp = await ready_call(c, ApiKey.CONSUMER_GROUP_DESCRIBE, {"group_ids": [group]})
+        described = resp["groups"][0]
+        if described["error"] != ErrorCode.COORDINATOR_LOAD_IN_PROGRESS:
+            return described
+        assert time.monotonic() < deadline, f"coordinator never loaded: {described}"
+        await asyncio.sleep(0.01)
 
 
 class Member:

@@ -18,6 +18,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from logmq.client import Admin
 from logmq.errors import ErrorCode
 from logmq.net.codec import ApiKey
 from tests.broker.test_api import values_batch
@@ -271,3 +272,40 @@ async def test_a_broker_outside_the_voters_joins_as_an_observer(cluster):
         _, _, brokers, topics = await consistent_view(cluster, ["four"])
         assert [b for b, _ in brokers] == [1, 2, 3, 4]
         assert all(sorted(p[3]) == [1, 2, 3, 4] for p in dict(topics)["four"])
+
+
+def test_kafka_clients_find_every_brokers_kafka_listener(cluster):
+    """Each broker registers its Kafka endpoint: Metadata from any broker names them all,
+    and a Kafka producer and consumer reach each partition's leader through them."""
+    ck = pytest.importorskip("confluent_kafka")
+    from confluent_kafka.admin import AdminClient
+
+    running = {n: node for n, node in cluster.nodes.items() if node.running}
+    first = next(iter(running.values()))
+    admin = AdminClient({"bootstrap.servers": first.kafka_bootstrap})
+    deadline = time.monotonic() + DEADLINE_S
+    while True:
+        brokers = admin.list_topics(timeout=10).brokers
+        got = {b.id: (b.host, b.port) for b in brokers.values()}
+        want = {n: ("127.0.0.1", node.kafka_port) for n, node in running.items()}
+        if got == want:
+            break
+        assert time.monotonic() < deadline, f"Metadata brokers {got}, want {want}"
+        time.sleep(0.1)
+    with Admin(cluster.bootstrap) as native:
+        native.create_topic("kafka-rf3", 3, replication_factor=len(running))
+    producer = ck.Producer({"bootstrap.servers": first.kafka_bootstrap, "acks": "all"})
+    for i in range(300):
+        producer.produce("kafka-rf3", value=f"v{i}".encode(), partition=i % 3)
+    assert producer.flush(30) == 0
+    consumer = ck.Consumer({"bootstrap.servers": first.kafka_bootstrap, "group.id": "unused"})
+    consumer.assign([ck.TopicPartition("kafka-rf3", p, ck.OFFSET_BEGINNING) for p in range(3)])
+    values = set()
+    deadline = time.monotonic() + 30
+    while len(values) < 300 and time.monotonic() < deadline:
+        msg = consumer.poll(1.0)
+        if msg is not None:
+            assert msg.error() is None, msg.error()
+            values.add(msg.value())
+    consumer.close()
+    assert values == {f"v{i}".encode() for i in range(300)}

@@ -202,3 +202,12 @@ def test_meta_properties_identity_checks(tmp_path):
     (other / "meta.properties").write_text("node.id=3\n")
     assert check_meta_properties(other, 3, "cluster-z").cluster_id == "cluster-z"
     assert read_identity(other) == (3, "cluster-z")
+
+
+def test_broker_registrations_carry_the_kafka_endpoint_and_read_old_ones():
+    from logmq.cluster.metadata_records import decode_record, encode_record
+
+    new = RegisterBroker(2, 1, "inc", "10.0.0.2", 9192, None, "kafka.example", 9092)
+    assert decode_record(encode_record(new)) == new
+    old = encode_record(new)[:7]  # written before the Kafka listener existed
+    assert decode_record(old) == RegisterBroker(2, 1, "inc", "10.0.0.2", 9192, None)

@@ -20,6 +20,7 @@ from logmq.broker.config import BrokerConfig
 from logmq.broker.data_api import DataApi
 from logmq.broker.fetch_waiter import FetchWaiters
 from logmq.broker.metrics import BrokerMetrics
+from logmq.broker.produce_path import ProducePath
 from logmq.broker.replica_fetcher import FetcherConfig
 from logmq.broker.replica_manager import PartitionChange, ReplicaManager, ReplicationConfig
 from logmq.client.connection import BrokerConnection
@@ -71,12 +72,14 @@ class MiniBroker:
         for topic, partition in keys:
             self.logs.create_log(topic, partition, dict(self.topic_configs))
         self.replicas = make_replicas(self.logs, self.waiters)
+        produce_path = ProducePath(
+            self.replicas,
+            lambda: self.image,  # type: ignore[arg-type,return-value]
+            self,
+        )
         self.data = DataApi(
-            logs=self.logs,
-            leader_logs=self,
-            image=lambda: self.image,  # type: ignore[arg-type,return-value]
+            produce_path=produce_path,
             replicas=self.replicas,
-            topic_creator=self,
             metrics=self.metrics,
             max_fetch_wait_ms=self.config.max_fetch_wait_ms,
         )
@@ -92,7 +95,10 @@ class MiniBroker:
         await self.server.stop(1.0, self.waiters.wake_all)
         await self.logs.stop()
 
-    def get_log(self, topic: str, partition: int):
+    def leader_log(self, topic: str, partition: int):
+        return self.logs.get_log(topic, partition)
+
+    def local_log(self, topic: str, partition: int):
         return self.logs.get_log(topic, partition)
 
     def maybe_auto_create(self, topic: str) -> None:
@@ -152,7 +158,7 @@ class Node:
 
     def log(self, key: Key = (TOPIC, 0)):
         assert self.broker is not None
-        return self.broker.get_log(*key)
+        return self.broker.local_log(*key)
 
     def log_bytes(self, key: Key = (TOPIC, 0), start: int | None = None) -> bytes:
         plog = self.log(key)

@@ -1,4 +1,4 @@
-"""Shared helpers for storage tests: build batches and read a log back."""
+"""Shared helpers for storage tests: build batches, commit appends, read a log back."""
 
 from __future__ import annotations
 
@@ -10,6 +10,12 @@ def make_batch(n: int = 3, *, ts: int = 1000, tag: int = 0, size: int = 20, **kw
     """``n`` records whose values encode ``tag`` and their index, so reads can be checked."""
     values = [f"{tag}:{i}:".encode().ljust(size, b"x") for i in range(n)]
     return b.encode_values(values, timestamp=ts, **kw)
+
+
+def commit(log: PartitionLog) -> None:
+    """Commit everything appended, as the replica manager does for a single broker: appends
+    alone never move the high watermark, and retention and cleaning only act below it."""
+    log.high_watermark = log.log_end_offset
 
 
 def read_all(log: PartitionLog, start: int | None = None) -> list[tuple[int, bytes]]:

@@ -36,7 +36,7 @@ from .compaction_helpers import (
     newest,
     read_records,
 )
-from .helpers import make_batch
+from .helpers import commit, make_batch
 
 
 def open_log(tmp_path: Path, clock=None, **overrides) -> PartitionLog:
@@ -44,8 +44,13 @@ def open_log(tmp_path: Path, clock=None, **overrides) -> PartitionLog:
     return PartitionLog(tmp_path / "topic-0", cfg, clock=clock or Clock())
 
 
-def fill(plog: PartitionLog, n: int, keys: int = 7, *, tombstone_every: int = 0) -> list[tuple]:
-    """Append ``n`` single-record batches cycling over ``keys`` keys; returns the history."""
+def fill(
+    plog: PartitionLog, n: int, keys: int = 7, *, tombstone_every: int = 0, committed: bool = True
+) -> list[tuple]:
+    """Append ``n`` single-record batches cycling over ``keys`` keys; returns the history.
+
+    ``committed``: then move the high watermark to the log end, as the replica manager of
+    a single broker does (cleaning only acts below the high watermark)."""
     history = []
     for i in range(n):
         key = f"k{i % keys}".encode()
@@ -53,6 +58,8 @@ def fill(plog: PartitionLog, n: int, keys: int = 7, *, tombstone_every: int = 0)
         ts = plog.clock()
         info = plog.append(kbatch([(key, value)], ts=ts))
         history.append((info.first_offset, ts, key, value))
+    if committed:
+        commit(plog)
     return history
 
 
@@ -247,8 +254,8 @@ def test_clean_keeps_the_newest_record_of_every_key(tmp_path):
 
 def test_cleaning_leaves_active_segment_and_data_above_the_high_watermark(tmp_path):
     plog = open_log(tmp_path)
-    plog.auto_high_watermark = False
-    history = fill(plog, 120)
+    history = fill(plog, 120, committed=False)
+    assert plog.clean() is None  # nothing committed: nothing to clean
     seg3 = plog.segments[3].base_offset
     plog.high_watermark = seg3 + 1  # inside segment 3: segments 0-2 are cleanable
     stats = plog.clean()
@@ -284,6 +291,7 @@ def test_tombstones_survive_delete_retention_after_the_first_cleaning(tmp_path):
     plog = open_log(tmp_path, clock)
     history = fill(plog, 70)
     plog.append(kbatch([(b"k3", None)], ts=clock.now))
+    commit(plog)
     plog.roll()
     plog.clean()
     assert (plog.log_end_offset - 1, T0, b"k3", None) in read_records(plog)
@@ -342,6 +350,7 @@ def test_compressed_batches_stay_compressed(tmp_path):
     for i in range(40):
         codec = b.Compression.GZIP if i % 2 else b.Compression.ZSTD
         plog.append(kbatch([(b"a", b"x" * 50), (f"k{i}".encode(), b"y" * 50)], compression=codec))
+    commit(plog)
     plog.roll()
     plog.clean()
     codecs = set()
@@ -385,6 +394,7 @@ def test_idempotent_producer_state_survives_cleaning_and_rebuild(tmp_path):
     last = plog.producer_state.producers[pid].batches[-1]
     fill(plog, 40, keys=3)  # k0..k2
     plog.append(kbatch([(b"a", b"new"), (b"t", None)], ts=clock.now))
+    commit(plog)
     plog.roll()
     plog.clean()
     kept = [r for r in read_records(plog) if r[0] <= last.last_offset]
@@ -404,6 +414,7 @@ def test_idempotent_producer_state_survives_cleaning_and_rebuild(tmp_path):
     assert retry.duplicate and retry.first_offset == last.first_offset
     nxt = plog.append(kbatch([(b"z", b"p")], producer_id=pid, producer_epoch=0, base_sequence=6))
     assert not nxt.duplicate
+    commit(plog)
     # Now the old batch is not the producer's last: it goes.
     plog.roll()
     clock.now += 5000
@@ -554,6 +565,7 @@ async def test_manager_clean_runs_while_appends_continue(tmp_path):
         for i in range(60):
             ts = plog.clock()
             info = await mgr.append(plog, kbatch([(f"k{i % 9}".encode(), b"late")], ts=ts))
+            commit(plog)
             history.append((info.first_offset, ts, f"k{i % 9}".encode(), b"late"))
             await asyncio.sleep(0)
 

@@ -33,6 +33,7 @@ from .compaction_helpers import (
     kbatch,
     read_records,
 )
+from .helpers import commit
 
 RETENTION = 1000
 CFG = LogConfig.from_dict(
@@ -116,6 +117,7 @@ class CompactedLogModel(RuleBasedStateMachine):
                 offset += 1
         info = self.log.append(data)
         assert info.last_offset == offset - 1
+        commit(self.log)  # a single broker: what is appended is committed
 
     @rule(ms=st.integers(0, 1500))
     def tick(self, ms) -> None:

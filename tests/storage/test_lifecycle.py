@@ -13,7 +13,7 @@ from logmq.storage.config import LogConfig
 from logmq.storage.partition_log import PartitionLog
 from logmq.storage.stamping import check_batch
 
-from .helpers import make_batch, read_all
+from .helpers import commit, make_batch, read_all
 
 SMALL = LogConfig.from_dict(
     {"segment.bytes": "4096", "index.interval.bytes": "256", "segment.index.bytes": "4096"}
@@ -88,9 +88,13 @@ def test_first_batch_timestamp_follows_truncation(tmp_path):
 # -- file.delete.delay.ms -----------------------------------------------------------------
 
 
-def fill(log: PartitionLog, n: int = 60) -> None:
+def fill(log: PartitionLog, n: int = 60, *, committed: bool = True) -> None:
+    """Append ``n`` batches of 3; ``committed``: then move the HW to the log end, as the
+    replica manager of a single broker does (retention only deletes below the HW)."""
     for i in range(n):
         log.append(make_batch(3, tag=i))
+    if committed:
+        commit(log)
 
 
 def deleted_files(log: PartitionLog) -> list:
@@ -167,18 +171,31 @@ def test_leftover_deleted_files_are_removed_at_startup(tmp_path):
 # -- retention below the high watermark ---------------------------------------------------
 
 
-def test_single_node_high_watermark_follows_appends(tmp_path):
+def test_appends_do_not_move_the_high_watermark(tmp_path):
+    # Only the replica manager moves the HW; the log keeps it within its offsets.
     log = open_log(tmp_path)
     log.append(make_batch(3))
     log.append(make_batch(2) + make_batch(2))
-    assert log.high_watermark == log.log_end_offset == 7
+    assert (log.high_watermark, log.log_end_offset) == (0, 7)
+    log.high_watermark = 5
+    log.append(make_batch(1))
+    assert (log.high_watermark, log.log_end_offset) == (5, 8)
+    log.high_watermark = 100  # clamped to the log end offset
+    assert log.high_watermark == 8
+    assert log.advance_log_start_offset(3) == 0  # inside the only segment: nothing deleted
+    log.high_watermark = 1  # clamped to the log start offset
+    assert (log.log_start_offset, log.high_watermark) == (3, 3)
+    log.close()
+    again = open_log(tmp_path, log_start_offset=3, high_watermark=100)  # clamped at load too
+    assert (again.high_watermark, again.log_end_offset) == (8, 8)
+    again.close()
 
 
 def test_retention_never_deletes_at_or_above_the_high_watermark(tmp_path):
     clock = Clock(10**9)
     cfg = SMALL.merged({"retention.bytes": "0", "retention.ms": "1000"})
-    log = open_log(tmp_path, cfg, clock=clock, auto_high_watermark=False)
-    fill(log, 150)
+    log = open_log(tmp_path, cfg, clock=clock)
+    fill(log, 150, committed=False)
     assert len(log.segments) > 4
     assert log.high_watermark == 0
     assert log.delete_old_segments() == 0  # everything is old and over budget, but uncommitted
@@ -203,7 +220,7 @@ def test_retention_never_deletes_at_or_above_the_high_watermark(tmp_path):
 def test_retention_respects_any_high_watermark(tmp_path_factory, batches, hw_fraction, limit):
     path = tmp_path_factory.mktemp("hw")
     cfg = SMALL.merged({"retention.bytes": str(limit), "file.delete.delay.ms": "0"})
-    log = open_log(path, cfg, auto_high_watermark=False)
+    log = open_log(path, cfg)
     for i, n in enumerate(batches):
         log.append(make_batch(n, tag=i))
     end = log.log_end_offset

@@ -13,7 +13,7 @@ from logmq.storage.checkpoint import read_offsets
 from logmq.storage.config import LogConfig
 from logmq.storage.log_manager import CLEAN_SHUTDOWN, LogManager
 
-from .helpers import make_batch, read_all
+from .helpers import commit, make_batch, read_all
 
 SMALL = {"segment.bytes": "2048", "index.interval.bytes": "256"}
 
@@ -144,6 +144,7 @@ async def test_background_retention_and_checkpoints(tmp_path):
     plog = mgr.create_log("r", 0, {**SMALL, "retention.bytes": "4096"})
     for i in range(100):
         await mgr.append(plog, make_batch(2, tag=i))
+        commit(plog)  # as the replica manager does after each append
     await wait_for(lambda: plog.log_start_offset > 0 and plog.size_bytes() < 4096 + 2048)
     await wait_for(
         lambda: read_offsets(tmp_path / "log-start-offset-checkpoint").get(("r", 0), 0) > 0

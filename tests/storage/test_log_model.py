@@ -18,7 +18,7 @@ from logmq.storage.config import LogConfig
 from logmq.storage.open_files import OpenFileCache
 from logmq.storage.partition_log import PartitionLog
 
-from .helpers import make_batch, read_all
+from .helpers import commit, make_batch, read_all
 
 CFG = LogConfig.from_dict(
     {"segment.bytes": "2500", "index.interval.bytes": "300", "segment.index.bytes": "1024"}
@@ -68,6 +68,7 @@ class LogModel(RuleBasedStateMachine):
             offset += count
         info = self.log.append(data)
         assert (info.first_offset, info.last_offset) == (self.end, offset - 1)
+        commit(self.log)  # a single broker: what is appended is committed (retention needs it)
         self.batches += new
         self.end = offset
 

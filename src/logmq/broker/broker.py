@@ -44,6 +44,7 @@ from logmq.broker.local_logs import LocalLogs, RemovedLogs
 from logmq.broker.metadata_publisher import MetadataPublisher
 from logmq.broker.metadata_store import ImageTopics
 from logmq.broker.metrics import BrokerMetrics, MetricsServer
+from logmq.broker.produce_path import ProducePath
 from logmq.broker.producer_ids import ProducerIdManager
 from logmq.broker.reassignment_api import ReassignmentApi
 from logmq.broker.replica_manager import ReplicaManager, ReplicationConfig
@@ -52,6 +53,8 @@ from logmq.cluster.controller_api import ControllerConfig
 from logmq.cluster.meta_properties import check_node_id
 from logmq.cluster.metadata_image import MetadataImage
 from logmq.errors import ErrorCode, LogMQError
+from logmq.kafka.apis import KAFKA_CONCURRENT_APIS, KAFKA_READ_ONLY_APIS, KafkaApis
+from logmq.kafka.codec import KafkaWire
 from logmq.net.codec import ApiKey, Request
 from logmq.net.reply import Reply
 from logmq.net.server import ServerOptions, TcpServer
@@ -91,6 +94,7 @@ class Broker:
             self.data_dir,
             parse_voters(config.quorum_voters) if config.quorum_voters else None,
             self._advertised_address,
+            kafka_advertised=self._kafka_advertised_address,
             controller_config=ControllerConfig(
                 session_timeout_ms=config.broker_session_timeout_ms,
                 default_partitions=config.default_partitions,
@@ -108,20 +112,33 @@ class Broker:
         self.publisher = MetadataPublisher(config.node_id)
         self.waiters = FetchWaiters()
         self.metrics = BrokerMetrics(self._partition_stats, lambda: self.waiters.parked)
+        options = ServerOptions(
+            max_frame_size=config.max_frame_size,
+            max_connections=config.max_connections,
+            idle_timeout_s=config.idle_timeout_ms / 1000,
+            max_in_flight=config.max_in_flight_per_connection,
+            socket_buffer_bytes=config.socket_buffer_bytes,
+            zero_copy=config.zero_copy,
+        )
         self.server = TcpServer(
             self.handle,
-            ServerOptions(
-                max_frame_size=config.max_frame_size,
-                max_connections=config.max_connections,
-                idle_timeout_s=config.idle_timeout_ms / 1000,
-                max_in_flight=config.max_in_flight_per_connection,
-                socket_buffer_bytes=config.socket_buffer_bytes,
-                zero_copy=config.zero_copy,
-            ),
+            options,
             self.metrics,
             is_concurrent=lambda req: req.api_key in CONCURRENT_APIS,
             is_read_only=lambda req: req.api_key in READ_ONLY_APIS,
         )
+        # The Kafka front door: same server shell, Kafka's codec, handlers set by start().
+        self.kafka_server: TcpServer | None = None
+        if config.kafka_port is not None:
+            self.kafka_server = TcpServer(
+                self._handle_kafka,
+                options,
+                self.metrics,
+                is_concurrent=lambda req: req.api_key in KAFKA_CONCURRENT_APIS,
+                is_read_only=lambda req: req.api_key in KAFKA_READ_ONLY_APIS,
+                wire=KafkaWire(),
+            )
+        self.kafka: KafkaApis | None = None
         self.metrics_server: MetricsServer | None = None
         self._handlers: dict[int, Handler] = {}  # filled by start(); the forwarder shares it
         self.forwarder = ControllerForwarder(config.node_id, self.quorum, self._handlers)
@@ -161,6 +178,34 @@ class Broker:
             return None
         return (self.config.advertised, self.server.port)
 
+    @property
+    def kafka_port(self) -> int | None:
+        """The Kafka listener's port; None without one (or before it listens)."""
+        return self.kafka_server.port if self.kafka_server is not None else None
+
+    def _kafka_advertised_address(self) -> tuple[str, int] | None:
+        """Where Kafka clients reach us (registered with the controller for Metadata)."""
+        if self.kafka_server is None or not self.kafka_server.port:
+            return None
+        cfg = self.config
+        host = cfg.advertised_kafka_host or cfg.kafka_host or cfg.advertised
+        return (host, cfg.advertised_kafka_port or self.kafka_server.port)
+
+    def _kafka_endpoint(self, node_id: int) -> tuple[str, int] | None:
+        """A broker's Kafka address as it registered it (ours: as we advertise it)."""
+        if node_id == self.config.node_id:
+            return self._kafka_advertised_address()
+        reg = self.quorum.image.brokers.get(node_id)
+        if reg is None or reg.kafka_host is None:
+            return None
+        return (reg.kafka_host, reg.kafka_port)
+
+    async def _handle_kafka(self, request: Request) -> Reply | None:
+        kafka = self.kafka
+        if kafka is None:  # pragma: no cover - the listener opens after the services
+            raise LogMQError("the broker is starting", ErrorCode.COORDINATOR_NOT_AVAILABLE)
+        return await kafka.handle(request)
+
     async def start(self) -> None:
         cfg = self.config
         self.data_dir.mkdir(parents=True, exist_ok=True)
@@ -180,13 +225,16 @@ class Broker:
         self._build_services()
         # order matters: logs exist before the replicas use them, and go after they stop
         self.publisher.add_listener(self.local_logs)
-        if self.replicated:
-            self.publisher.add_listener(self.replicas)
+        self.publisher.add_listener(self.replicas)
         self.publisher.add_listener(self.groups)
         self.publisher.add_listener(RemovedLogs(self.local_logs))
         self.quorum.loader.add_listener(self.publisher.publish)
         try:
             await self.replicas.start()
+            if self.kafka_server is not None:
+                # before the native port: registration (which waits for that) then
+                # carries the Kafka endpoint too
+                await self.kafka_server.start(cfg.kafka_host or cfg.host, cfg.kafka_port)
             await self.quorum.start()
             await self.server.start(cfg.host, cfg.port)
             await self.quorum.wait_ready()
@@ -199,6 +247,8 @@ class Broker:
                     "metrics on http://%s:%d/metrics", cfg.metrics_host, self.metrics_server.port
                 )
         except BaseException:
+            if self.kafka_server is not None:
+                await self.kafka_server.stop(0)
             await self.server.stop(0)
             await self.groups.stop()
             await self.replicas.stop()
@@ -215,6 +265,8 @@ class Broker:
             cfg.host,
             self.port,
         )
+        if self.kafka_server is not None:
+            log.info("Kafka clients on %s:%d", cfg.kafka_host or cfg.host, self.kafka_server.port)
 
     def _build_services(self) -> None:
         """The services over the open logs, each given exactly what it uses."""
@@ -229,18 +281,17 @@ class Broker:
             self.quorum,
             logs,
             self.local_logs,
-            self.replicas if self.replicated else None,
-            self.waiters,
+            self.replicas,
             self.topic_creator,
             self.forwarder.run_on_controller,
         )
         self.metrics.register_group_stats(self.groups.stats)
+        self.produce_path = ProducePath(
+            self.replicas, lambda: self.quorum.image, self.topic_creator
+        )
         self.data = DataApi(
-            logs=logs,
-            leader_logs=self.local_logs,
-            image=lambda: self.quorum.image,
+            produce_path=self.produce_path,
             replicas=self.replicas,
-            topic_creator=self.topic_creator,
             metrics=self.metrics,
             max_fetch_wait_ms=cfg.max_fetch_wait_ms,
         )
@@ -249,6 +300,17 @@ class Broker:
         )
         self.group_api = GroupApi(self.groups, self.metrics)
         self.reassignment_api = ReassignmentApi(cfg.node_id, self.quorum, logs, self.metrics)
+        self.kafka = KafkaApis(
+            node_id=cfg.node_id,
+            image=lambda: self.quorum.image,
+            controller_id=lambda: self.quorum.controller_id,
+            kafka_endpoint=self._kafka_endpoint,
+            replicas=self.replicas,
+            produce_path=self.produce_path,
+            producer_ids=self.producer_ids,
+            auto_create=self.topic_creator.auto_create,
+            max_fetch_wait_ms=cfg.max_fetch_wait_ms,
+        )
         self._handlers.update(
             handler_table(
                 self.admin, self.data, self.group_api, self.cluster_api, self.reassignment_api
@@ -260,13 +322,16 @@ class Broker:
             return
         self._started = False
         log.info("broker stopping: draining connections")
-        await self.server.stop(self.config.shutdown_grace_ms / 1000, self.waiters.wake_all)
+        grace = self.config.shutdown_grace_ms / 1000
+        if self.kafka_server is not None:
+            await self.kafka_server.stop(grace, self.waiters.wake_all)
+        await self.server.stop(grace, self.waiters.wake_all)
         if self.metrics_server is not None:
             await self.metrics_server.stop()
         await self.groups.stop()  # after the connections: their requests were answered
         await self.replicas.stop()
         self.topic_creator.stop()
-        self.data.stop()
+        self.produce_path.stop()
         await self.quorum.stop()
         await self.logs.stop()
         log.info("broker stopped cleanly")
@@ -287,6 +352,7 @@ class Broker:
             leader_logs=self.local_logs,
             metadata=lambda: self.quorum.image,
             broker_epoch=lambda: self.quorum.broker_epoch,
+            replicated=self.replicated,
             config=ReplicationConfig(replica_lag_time_max_ms=self.config.replica_lag_time_max_ms),
         )
         if self.replicated:

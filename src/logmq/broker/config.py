@@ -23,7 +23,13 @@ OFFSETS_MAX_COMMIT_LIMIT = 8 << 20
 class BrokerConfig:
     data_dir: Path = Path("./logmq-data")
     host: str = "127.0.0.1"
-    port: int = 9092
+    port: int = 9192  # the native protocol: logmq clients, the CLI, replication
+    # the Kafka listener (docs/kafka-compatibility.md); None = none. logmq-server's
+    # default is 9092, Kafka's conventional port.
+    kafka_port: int | None = None
+    kafka_host: str | None = None  # defaults to host
+    advertised_kafka_host: str | None = None  # what Kafka clients are told; default kafka_host
+    advertised_kafka_port: int | None = None  # default: the port the listener got
     node_id: int = 1
     # None = no metrics endpoint; 0 = let the OS pick a port (logged at start).
     metrics_port: int | None = None
@@ -112,6 +118,10 @@ class BrokerConfig:
         }
         if self.metrics_port is not None:
             checks["metrics_port"] = 0 <= self.metrics_port <= 65535
+        if self.kafka_port is not None:
+            checks["kafka_port"] = 0 <= self.kafka_port <= 65535
+        if self.advertised_kafka_port is not None:
+            checks["advertised_kafka_port"] = 1 <= self.advertised_kafka_port <= 65535
         if self.min_free_bytes is not None:
             checks["min_free_bytes"] = self.min_free_bytes >= 0
         if self.quorum_voters:

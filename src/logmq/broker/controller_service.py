@@ -98,6 +98,7 @@ class MetadataQuorum:
         voters: dict[int, Address] | None,
         advertised: Callable[[], Address | None],
         *,
+        kafka_advertised: Callable[[], Address | None] = lambda: None,
         controller_config: ControllerConfig | None = None,
         heartbeat_ms: int = 1_000,
         raft_config: RaftConfig | None = None,
@@ -108,6 +109,7 @@ class MetadataQuorum:
         self.data_dir = data_dir
         self.voters = voters  # None: a quorum of one (this node), no listener
         self._advertised = advertised
+        self._kafka_advertised = kafka_advertised  # the Kafka listener, registered too
         # where this node dials a peer's client port, when not at its registered address
         self.peer_addresses = dict(peer_addresses or {})
         self.controller_config = controller_config or ControllerConfig()
@@ -446,11 +448,18 @@ class MetadataQuorum:
         if address is None:  # not listening yet
             return
         host, port = address
+        kafka = self._kafka_advertised()
         cluster_id = self.recorded_cluster_id
         if self.is_controller:
             response = await self.submit(
                 lambda c: c.register_broker(
-                    self.node_id, self.incarnation_id, host, port, now_ms(), cluster_id=cluster_id
+                    self.node_id,
+                    self.incarnation_id,
+                    host,
+                    port,
+                    now_ms(),
+                    cluster_id=cluster_id,
+                    kafka=kafka,
                 )
             )
             error, message, epoch = response.error, response.message, response.broker_epoch
@@ -465,6 +474,8 @@ class MetadataQuorum:
                     "host": host,
                     "port": port,
                     "cluster_id": cluster_id,
+                    "kafka_host": kafka[0] if kafka is not None else None,
+                    "kafka_port": kafka[1] if kafka is not None else -1,
                 },
             )
             error = ErrorCode(body.get("error", 0))

@@ -2,8 +2,9 @@
 
 They translate requests into calls on the services and answers into replies. Everything
 is per batch or per partition, never per record: the produce tail is sliced into
-per-partition memoryviews and handed to the replica manager (``ReplicaManager.append``:
-validation and stamping by the storage, min.insync.replicas, the HW, acks=all); a fetch
+per-partition memoryviews and handed to the produce path both front doors share
+(produce_path.py, then ``ReplicaManager.append``: validation and stamping by the
+storage, min.insync.replicas, the HW, acks=all); a fetch
 answers with file regions that the server sends with ``os.sendfile``. Reads are the
 replica manager's too: consumers read below the HW from the leader, fenced by their
 leader epoch (``fetch_for_consumer``, ``leader_log``); fetches with ``replica_id >= 0``
@@ -15,25 +16,18 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
-from logmq.broker.metadata_store import is_internal
-from logmq.broker.replica_manager import LEADER_EPOCH, LeaderLogs
 from logmq.broker.request_fields import InvalidRequestError, req_int, req_list, req_str
-from logmq.broker.topic_creation import PendingTopics
 from logmq.errors import ErrorCode, LogMQError
 from logmq.net.codec import Request
 from logmq.net.reply import Reply
-from logmq.storage import batch as b
+from logmq.storage.offset_search import first_record_at_or_after
 
 if TYPE_CHECKING:
-    from logmq.broker.metadata_store import TopicInfo
     from logmq.broker.metrics import BrokerMetrics
+    from logmq.broker.produce_path import ProducePath
     from logmq.broker.replica_manager import ReplicaManager
-    from logmq.cluster.metadata_image import MetadataImage
-    from logmq.storage.log_manager import LogManager
-    from logmq.storage.partition_log import PartitionLog
 
 log = logging.getLogger("logmq.broker")
 
@@ -45,77 +39,22 @@ def _perror(partition: int, code: ErrorCode, message: str | None = None, **extra
     return {"partition": partition, "error": int(code), "message": message, **extra}
 
 
-def first_record_at_or_after(plog: PartitionLog, ts: int) -> tuple[int, int]:
-    """(offset, timestamp) of the first visible record, in offset order, with timestamp >= ts.
-
-    The time index finds the first batch whose largest timestamp is >= ``ts``; every
-    earlier batch is wholly older, so the answer is the first qualifying record of that
-    batch (CreateTime timestamps need not grow within a batch, so its first records may
-    be older). Only records at or above the log start offset count, which can push the
-    answer into later batches. ListOffsets is rare, so decoding these batches is fine.
-    (-1, -1) when no record below the high watermark is that recent.
-    """
-    hit = plog.offset_for_timestamp(ts)
-    if hit is None:
-        return -1, -1
-    hw = plog.high_watermark
-    offset = max(hit[0], plog.log_start_offset)
-    while offset < hw:
-        region = plog.read(offset, 1, max_offset=hw)  # the batch holding ``offset``, whole
-        if region is None or region.length == 0:
-            break
-        data = region.read()
-        for pos, h in b.iter_headers(data):
-            if h.max_timestamp < ts or h.next_offset <= offset:
-                continue
-            if h.attributes & b.ATTR_LOG_APPEND_TIME:  # every record has the append time
-                first = max(h.base_offset, offset)
-                return (first, h.max_timestamp) if first < hw else (-1, -1)
-            for rec_offset, rec_ts, *_ in b.decode_records(data, pos):
-                if rec_offset >= hw:
-                    return -1, -1
-                if rec_offset >= offset and rec_ts >= ts:
-                    return rec_offset, rec_ts
-        if region.end_offset <= offset:
-            break
-        offset = region.end_offset
-    return -1, -1
-
-
-class AutoCreator(Protocol):
-    def maybe_auto_create(self, topic: str) -> TopicInfo | None: ...
-
-    async def auto_create(self, topic: str) -> TopicInfo | None: ...
-
-
 class DataApi:
     """Produce, Fetch, ListOffsets and OffsetForLeaderEpoch over the logs and replicas."""
 
     def __init__(
         self,
         *,
-        logs: LogManager,
-        leader_logs: LeaderLogs,
-        image: Callable[[], MetadataImage],
+        produce_path: ProducePath,
         replicas: ReplicaManager,
-        topic_creator: AutoCreator,
         metrics: BrokerMetrics,
         max_fetch_wait_ms: int,
     ) -> None:
-        self.logs = logs
-        self.leader_logs = leader_logs
-        self.image = image
+        self.produce_path = produce_path
         self.replicas = replicas
-        self.topic_creator = topic_creator
         self.metrics = metrics
         self.max_fetch_wait_ms = max_fetch_wait_ms
         self._event_loop: asyncio.AbstractEventLoop | None = None
-        # Produces to topics being auto-created wait here, in arrival order.
-        self.pending_topics = PendingTopics(topic_creator.auto_create)
-
-    def stop(self) -> None:
-        """Cancel auto-creations still running (the broker is shutting down)."""
-        self.pending_topics.stop()
 
     def _loop(self) -> asyncio.AbstractEventLoop:
         """The running loop, looked up once (on 3.11 each lookup is a getpid() syscall)."""
@@ -123,26 +62,6 @@ class DataApi:
         if loop is None or loop.is_closed():
             loop = self._event_loop = asyncio.get_running_loop()
         return loop
-
-    def _log_for(self, topic: str, partition: int, *, auto_create: bool = False) -> PartitionLog:
-        plog = self.leader_logs.get_log(topic, partition)
-        if (
-            plog is None
-            and auto_create
-            and topic not in self.image().topics
-            and self.topic_creator.maybe_auto_create(topic) is not None
-        ):
-            plog = self.leader_logs.get_log(topic, partition)
-        if plog is None:
-            raise LogMQError(
-                f"unknown topic or partition {topic}-{partition}",
-                ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
-            )
-        return plog
-
-    def _local_log(self, topic: str, partition: int) -> PartitionLog | None:
-        """This broker's replica, whatever its role (the replica manager checked it)."""
-        return self.logs.get_log(topic, partition)
 
     # -- Produce ----------------------------------------------------------------------
     async def produce(self, req: Request) -> Reply | None:
@@ -211,18 +130,7 @@ class DataApi:
         timeout_ms: int = 30_000,
     ) -> dict:
         try:
-            if is_internal(topic):  # only the broker itself writes __consumer_offsets
-                raise LogMQError(
-                    f"{topic!r} is an internal topic: clients cannot produce to it",
-                    ErrorCode.INVALID_TOPIC_EXCEPTION,
-                )
-            pending = self.pending_topics
-            if topic not in self.image().topics or pending.waiting(topic):
-                await pending.wait(topic)  # auto-create runs on the controller; in order
-            plog = self._log_for(topic, partition)
-            if not data:
-                raise LogMQError("empty record set", ErrorCode.CORRUPT_MESSAGE)
-            info = await self.replicas.append((topic, partition), plog, data, acks, timeout_ms)
+            info, plog = await self.produce_path.append(topic, partition, data, acks, timeout_ms)
             append_time = (
                 info.max_timestamp if plog.config.message_timestamp_type == "LogAppendTime" else -1
             )
@@ -292,8 +200,8 @@ class DataApi:
     async def offsets_for_leader_epoch(self, req: Request) -> Reply:
         """Where does ``leader_epoch`` end in the leader's log (KIP-101/279)?
 
-        Followers ask this before fetching under a new leader epoch and truncate there.
-        A partition without replication answers from its own epoch history as leader 0.
+        Followers ask this before fetching under a new leader epoch and truncate there;
+        the replica manager answers (``epoch_end_offset``), as for Kafka clients.
         """
         rm = self.replicas
         out = []
@@ -304,17 +212,7 @@ class DataApi:
                 partition = req_int(p, "partition")
                 current = req_int(p, "current_leader_epoch", -1)
                 epoch = req_int(p, "leader_epoch")
-                key = (name, partition)
-                plog = self._local_log(name, partition)
-                if key in rm.replicas:
-                    error, found, end = rm.end_offset_for_epoch(key, current, epoch)
-                elif plog is None:
-                    error, found, end = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, -1, -1
-                elif current > LEADER_EPOCH:
-                    error, found, end = ErrorCode.UNKNOWN_LEADER_EPOCH, -1, -1
-                else:
-                    error = ErrorCode.NONE
-                    found, end = plog.leader_epochs.end_offset_for_epoch(epoch, plog.log_end_offset)
+                error, found, end = rm.epoch_end_offset(name, partition, current, epoch)
                 results.append(
                     {
                         "partition": partition,

@@ -12,8 +12,9 @@ A shard belongs to one leader epoch. Leadership that comes back at a newer epoch
 broker lost it and regained it, possibly within one metadata change) means another
 leader may have written in between, so the old shard is dropped and a new one loads
 from the log. Shards are taken out of the routing table at once when leadership goes;
-only their shutdown runs in the background. In a cluster a shard's writes are answered
-once the partition's high watermark passes them (``ReplicatedOffsets``).
+only their shutdown runs in the background. A shard's writes go through the replica
+manager exactly as an acks=all produce does (``OffsetsReplication``): answered once the
+partition's high watermark passes them (at once on a single broker).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
-from logmq.broker.group_shard import CoordinatorError, GroupShard, LocalOnly, ShardReplication
+from logmq.broker.group_shard import CoordinatorError, GroupShard
 from logmq.errors import ErrorCode, LogMQError
 from logmq.group import OFFSETS_TOPIC, GroupConfig, coordinator_partition
 from logmq.net.codec import ApiKey
@@ -31,7 +32,6 @@ from logmq.net.codec import ApiKey
 if TYPE_CHECKING:
     from logmq.broker.config import BrokerConfig
     from logmq.broker.controller_service import MetadataQuorum
-    from logmq.broker.fetch_waiter import FetchWaiters
     from logmq.broker.local_logs import LocalLogs
     from logmq.broker.metadata_publisher import PartitionChanges
     from logmq.broker.replica_manager import ReplicaManager
@@ -56,8 +56,8 @@ OFFSETS_TOPIC_CONFIGS = {
 PROTECTED_OFFSETS_CONFIGS = ("cleanup.policy", "retention.ms", "retention.bytes")
 
 
-class ReplicatedOffsets:
-    """A replicated offsets partition: group writes follow the acks=all produce path."""
+class OffsetsReplication:
+    """An offsets partition's writes follow the acks=all produce path of the replica manager."""
 
     def __init__(
         self,
@@ -75,8 +75,8 @@ class ReplicatedOffsets:
             return ErrorCode.NOT_LEADER_OR_FOLLOWER, -1
         return self._replicas.check_append(self._key, -1, plog.config.min_insync_replicas)
 
-    def appended(self, log_end_offset: int) -> None:
-        self._replicas.on_append(self._key, log_end_offset)
+    def appended(self, plog: PartitionLog) -> None:
+        self._replicas.on_append(self._key, plog)
 
     async def replicated(self, offset: int, timeout_ms: int) -> ErrorCode:
         return await self._replicas.wait_replicated(self._key, offset, timeout_ms)
@@ -89,8 +89,7 @@ class GroupCoordinatorService:
         quorum: MetadataQuorum,
         logs: LogManager,
         local_logs: LocalLogs,
-        replicas: ReplicaManager | None,
-        waiters: FetchWaiters,
+        replicas: ReplicaManager,
         topic_creator: TopicCreator,
         run_on_controller: Callable[[int, dict[str, Any]], Awaitable[dict[str, Any]]],
     ) -> None:
@@ -100,8 +99,7 @@ class GroupCoordinatorService:
         self.quorum = quorum
         self.logs = logs
         self.local_logs = local_logs
-        self.replicas = replicas  # None on a single broker: no replication
-        self.waiters = waiters
+        self.replicas = replicas
         self.topic_creator = topic_creator
         self.run_on_controller = run_on_controller
         self.config = GroupConfig(
@@ -220,17 +218,11 @@ class GroupCoordinatorService:
             if current.leader_epoch >= leader_epoch:
                 return  # the same leadership (an ISR change, say)
             self._retire(partition)  # led again at a newer epoch: memory may be stale
-        key = (OFFSETS_TOPIC, partition)
-        local_logs, waiters = self.local_logs, self.waiters
+        local_logs = self.local_logs
 
         def get_log() -> PartitionLog | None:
             return local_logs.local_log(OFFSETS_TOPIC, partition)
 
-        # In a cluster every write goes through the replica (refused if it is missing);
-        # only a broker without replication answers after its own fsync.
-        replication: ShardReplication = LocalOnly(leader_epoch)
-        if self.replicas is not None:
-            replication = ReplicatedOffsets(self.replicas, partition, get_log)
         shard = GroupShard(
             partition,
             self.partition_count,
@@ -238,10 +230,9 @@ class GroupCoordinatorService:
             get_log,
             self.config,
             lambda: self._topic_counts,
+            replication=OffsetsReplication(self.replicas, partition, get_log),
             leader_epoch=leader_epoch,
-            replication=replication,
             replication_timeout_ms=self.commit_timeout_ms,
-            on_append=lambda: waiters.notify(key),
         )
         self._shards[partition] = shard
         shard.load()

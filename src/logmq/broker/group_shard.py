@@ -92,29 +92,13 @@ class ShardReplication(Protocol):
         """Before appending: (error, the leader epoch to stamp), as for an acks=all produce."""
         ...
 
-    def appended(self, log_end_offset: int) -> None:
-        """The shard appended up to ``log_end_offset`` (the HW may move)."""
+    def appended(self, plog: PartitionLog) -> None:
+        """The shard appended to ``plog`` (the HW may move, reads wake)."""
         ...
 
     async def replicated(self, offset: int, timeout_ms: int) -> ErrorCode:
         """Wait until the high watermark reaches ``offset``; NONE or why not."""
         ...
-
-
-class LocalOnly:
-    """A partition with no other replica (a single broker): the fsync is all there is."""
-
-    def __init__(self, leader_epoch: int) -> None:
-        self.leader_epoch = leader_epoch
-
-    def check(self) -> tuple[ErrorCode, int]:
-        return ErrorCode.NONE, self.leader_epoch
-
-    def appended(self, log_end_offset: int) -> None:
-        pass
-
-    async def replicated(self, offset: int, timeout_ms: int) -> ErrorCode:
-        return ErrorCode.NONE
 
 
 # What an append or replication error means to a group request (all retriable).
@@ -172,22 +156,20 @@ class GroupShard:
         config: GroupConfig,
         topic_partitions: Callable[[], Mapping[str, int]],
         *,
+        replication: ShardReplication,
         leader_epoch: int = 0,
-        replication: ShardReplication | None = None,
         replication_timeout_ms: int = 5_000,
-        on_append: Callable[[], None] = lambda: None,
         clock: Callable[[], int] = wall_clock_ms,
     ) -> None:
         self.partition = partition
         self.partition_count = partition_count
         self.leader_epoch = leader_epoch
-        self._replication = replication or LocalOnly(leader_epoch)
+        self._replication = replication
         self._replication_timeout_ms = replication_timeout_ms
         self._logs = logs
         self._get_log = get_log
         self._config = config
         self._topic_partitions = topic_partitions
-        self._on_append = on_append
         self._clock = clock
         self.state = ShardState.UNLOADED
         self.last_error = ""
@@ -433,8 +415,7 @@ class GroupShard:
                     )
                     self._reload(run, answers, f"append failed: {exc}")
                     return
-                self._replication.appended(run.plog.log_end_offset)
-                self._on_append()
+                self._replication.appended(run.plog)
                 run.timer_poke.set()
             deadline = asyncio.get_running_loop().time() + self._replication_timeout_ms / 1000
             await run.rounds.put(_Round(answers, run.plog.log_end_offset, wrote, deadline))

@@ -4,8 +4,9 @@ The image says which partitions this broker replicates; the LogManager holds the
 ``LocalLogs`` creates the logs of partitions assigned here and mirrors topic configs
 (the first metadata listener, so logs exist before the replica manager and the group
 coordinator use them); ``RemovedLogs`` deletes those of partitions no longer here (the
-last listener, once the others have let go of them). The API handlers look logs up here,
-with the leader checks a Kafka client relies on to refresh its metadata.
+last listener, once the others have let go of them). The replica manager looks logs up
+here, with the leader checks a Kafka client relies on to refresh its metadata; the
+handlers ask the replica manager. High watermarks are the replica manager's to set.
 """
 
 from __future__ import annotations
@@ -45,13 +46,8 @@ class LocalLogs:
         """
         logs = self.logs
         for part in (*changes.leaders.values(), *changes.followers.values()):
-            plog = self.find_log(part.topic, part.partition)
-            if plog is None:
-                plog = logs.create_log(
-                    part.topic, part.partition, dict(image.topic_config(part.topic))
-                )
-            if part.replicas == (self.node_id,):
-                plog.high_watermark = plog.log_end_offset  # the only replica: HW = LEO
+            if self._find(part.topic, part.partition) is None:
+                logs.create_log(part.topic, part.partition, dict(image.topic_config(part.topic)))
         for name in image.topics:
             wanted = dict(image.topic_config(name))
             if wanted != dict(logs.topic_overrides(name)):
@@ -62,7 +58,7 @@ class LocalLogs:
 
     def drop_removed_logs(self, changes: PartitionChanges) -> None:
         for key in changes.deleted:
-            if self.find_log(*key) is not None:
+            if self._find(*key) is not None:
                 self.logs.delete_log(*key)
             self.waiters.notify(key)
 
@@ -73,8 +69,8 @@ class LocalLogs:
                 log.warning("deleting stray log %s-%d", plog.topic, plog.partition)
                 self.logs.delete_log(plog.topic, plog.partition)
 
-    # -- lookups for the API handlers ---------------------------------------------------
-    def find_log(self, topic: str, partition: int) -> PartitionLog | None:
+    # -- lookups: the replica manager's view of this broker's logs ----------------------
+    def _find(self, topic: str, partition: int) -> PartitionLog | None:
         try:
             return self.logs.get_log(topic, partition)
         except (KeyError, LogMQError):
@@ -84,9 +80,9 @@ class LocalLogs:
         """This broker's replica of a partition, whatever its role."""
         if self._image().partition(topic, partition) is None:
             return None
-        return self.find_log(topic, partition)
+        return self._find(topic, partition)
 
-    def get_log(self, topic: str, partition: int) -> PartitionLog | None:
+    def leader_log(self, topic: str, partition: int) -> PartitionLog | None:
         """The log of a partition this broker leads; None if unknown.
 
         NOT_LEADER_OR_FOLLOWER (retriable: clients refresh metadata) when another broker
@@ -100,7 +96,7 @@ class LocalLogs:
                 f"broker {self.node_id} does not lead {topic}-{partition} (leader: {part.leader})",
                 ErrorCode.NOT_LEADER_OR_FOLLOWER,
             )
-        return self.find_log(topic, partition)
+        return self._find(topic, partition)
 
 
 class RemovedLogs:

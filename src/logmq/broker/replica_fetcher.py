@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING
 from logmq.client.connection import BrokerConnection
 from logmq.errors import ErrorCode, LogMQError
 from logmq.net.codec import ApiKey
+from logmq.net.fetch_message import fetch_request, fetched_partitions
 from logmq.replication.throttle import configured_rate
 
 if TYPE_CHECKING:
@@ -163,7 +164,11 @@ class ReplicaFetcher:
     # -- rounds ------------------------------------------------------------------------
 
     async def _ask(self, conn: BrokerConnection, asks: dict[TopicPartition, _Partition]) -> None:
-        body = {"replica_id": self.manager.broker_id, "topics": _by_topic(asks, _ask_entry)}
+        topics = _by_topic(asks, _ask_entry)
+        body = {
+            "replica_id": self.manager.broker_id,
+            "topics": [{"topic": t, "partitions": ps} for t, ps in topics.items()],
+        }
         # Asked again after a backoff unless an answer moves it on (the replica replaces
         # its entry): errors, odd answers and partitions missing from the response alike.
         retry_at = asyncio.get_running_loop().time() + self.config.backoff_ms / 1000
@@ -229,57 +234,43 @@ class ReplicaFetcher:
             # Throttled partitions sit this round out: do not let a long poll on the
             # others keep them waiting past the moment the quota allows them again.
             max_wait_ms = min(max_wait_ms, math.ceil(rate_wait * 1000))
-        body = {
-            "replica_id": self.manager.broker_id,
-            "max_wait_ms": max_wait_ms,
-            "min_bytes": 1,
-            "max_bytes": cfg.max_bytes,
-            "isolation_level": 0,
-            "topics": _by_topic(
+        body = fetch_request(
+            _by_topic(
                 {k: fetches[k] for k in limits},
                 lambda partition, p, topic: _fetch_entry(partition, p, limits[(topic, partition)]),
             ),
-        }
+            max_wait_ms=max_wait_ms,
+            min_bytes=1,
+            max_bytes=cfg.max_bytes,
+            replica_id=self.manager.broker_id,
+        )
         resp = await conn.request(
             ApiKey.FETCH, body, timeout=(max_wait_ms + cfg.request_timeout_ms) / 1000
         )
-        tail = resp.tail
-        pos = 0
+        answers = list(fetched_partitions(resp.body, resp.tail))  # checked before any append
         loop = asyncio.get_running_loop()
         retry_at = loop.time() + cfg.backoff_ms / 1000
         if throttled:
-            quota = self.manager.inbound_throttle
-            charged = 0
-            for t in resp.body.get("topics", []):
-                for r in t.get("partitions", []):
-                    if (t["topic"], r["partition"]) in throttled:
-                        charged += r.get("size", 0)
-            quota.charge(charged, loop.time())
-        for t in resp.body.get("topics", []):
-            for r in t.get("partitions", []):
-                size = r.get("size", 0)
-                data = tail[pos : pos + size]
-                pos += size
-                key = (t["topic"], r["partition"])
-                p = fetches.get(key)
-                if p is None or self.partitions.get(key) is not p:
-                    continue
-                error = ErrorCode(r.get("error", 0))
-                if error is ErrorCode.NONE:
-                    offset = p.offset
-                    leo = await self.manager.on_fetched(key, data, r.get("high_watermark", -1))
-                    if leo is not None and self.partitions.get(key) is p and p.offset == offset:
-                        p.offset = leo
-                elif error is ErrorCode.OFFSET_OUT_OF_RANGE:
-                    if not self.manager.on_out_of_range(
-                        key, p.offset, r.get("log_start_offset", -1)
-                    ):
-                        p.retry_at = retry_at
-                else:
-                    # NOT_LEADER_OR_FOLLOWER, FENCED/UNKNOWN_LEADER_EPOCH, unknown
-                    # partition: the metadata is about to move it; try again later.
-                    log.debug("fetch %s-%d from %d: %s", *key, self.leader, error.name)
+            charged = sum(len(f.records) for f in answers if (f.topic, f.partition) in throttled)
+            self.manager.inbound_throttle.charge(charged, loop.time())
+        for f in answers:
+            key = (f.topic, f.partition)
+            p = fetches.get(key)
+            if p is None or self.partitions.get(key) is not p:
+                continue
+            if f.error is ErrorCode.NONE:
+                offset = p.offset
+                leo = await self.manager.on_fetched(key, f.records, f.high_watermark)
+                if leo is not None and self.partitions.get(key) is p and p.offset == offset:
+                    p.offset = leo
+            elif f.error is ErrorCode.OFFSET_OUT_OF_RANGE:
+                if not self.manager.on_out_of_range(key, p.offset, f.log_start_offset):
                     p.retry_at = retry_at
+            else:
+                # NOT_LEADER_OR_FOLLOWER, FENCED/UNKNOWN_LEADER_EPOCH, unknown
+                # partition: the metadata is about to move it; try again later.
+                log.debug("fetch %s-%d from %d: %s", *key, self.leader, f.error.name)
+                p.retry_at = retry_at
 
 
 def _fetch_entry(partition: int, p: _Partition, max_bytes: int) -> dict:
@@ -299,8 +290,8 @@ def _ask_entry(partition: int, p: _Partition, topic: str) -> dict:
     }
 
 
-def _by_topic(parts: dict[TopicPartition, _Partition], entry) -> list[dict]:
+def _by_topic(parts: dict[TopicPartition, _Partition], entry) -> dict[str, list[dict]]:
     topics: dict[str, list[dict]] = {}
     for (topic, partition), p in parts.items():
         topics.setdefault(topic, []).append(entry(partition, p, topic))
-    return [{"topic": t, "partitions": ps} for t, ps in topics.items()]
+    return topics

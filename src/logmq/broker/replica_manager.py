@@ -1,6 +1,7 @@
 """The replica manager: the produce and read paths, and the replicas' shell.
 
-It owns the leader's side of the data path: ``append`` (a single-replica partition's
+It is the one writer of every partition's high watermark and owns the leader's side
+of the data path: ``append`` (a single broker's partition has no other replica, so its
 HW is its log end offset; a replicated one checks min.insync.replicas, stamps its
 leader epoch, lets the HW move and parks acks=all until the HW passes the batch),
 consumer reads (``leader_log``, ``fetch_for_consumer``: below the HW, from the leader,
@@ -16,11 +17,11 @@ waiters) and owns the tick task and the fetchers. It never decodes records.
 Wiring into a broker: create it after the LogManager with ``alter_partition`` (sends an
 ``AlterPartitionRequest`` to the controller and returns its ``AlterPartitionResponse``),
 ``broker_address`` (node id -> (host, port) from the image's registrations),
-``leader_logs`` (LocalLogs), ``metadata`` (the current image) and ``broker_epoch``;
-give it to the data handlers; ``await start()``; in a cluster, register
-``on_partitions_changed`` with the MetadataPublisher after the listener that creates
-logs; ``await stop()`` before the server drains, so parked acks=all requests answer at
-once.
+``leader_logs`` (LocalLogs), ``metadata`` (the current image), ``broker_epoch`` and
+``replicated`` (a cluster: every local partition has a replica); give it to the data
+handlers; ``await start()``; register ``on_partitions_changed`` with the
+MetadataPublisher after the listener that creates logs; ``await stop()`` before the
+server drains, so parked acks=all requests answer at once.
 """
 
 from __future__ import annotations
@@ -131,8 +132,11 @@ LEADER_EPOCH = 0  # a partition with a single replica: the one and only leader e
 
 
 class LeaderLogs(Protocol):
-    def get_log(self, topic: str, partition: int) -> PartitionLog | None:
+    def leader_log(self, topic: str, partition: int) -> PartitionLog | None:
         """The log of a partition this broker leads (NOT_LEADER_OR_FOLLOWER otherwise)."""
+
+    def local_log(self, topic: str, partition: int) -> PartitionLog | None:
+        """This broker's replica of a partition, whatever its role."""
 
 
 def _now_ms() -> int:
@@ -151,10 +155,14 @@ class ReplicaManager:
         leader_logs: LeaderLogs,
         metadata: Callable[[], MetadataImage],
         broker_epoch: Callable[[], int] = lambda: -1,
+        replicated: bool = True,
         config: ReplicationConfig | None = None,
         clock: Callable[[], int] = _now_ms,
     ) -> None:
         self.broker_id = broker_id
+        # A cluster gives every local partition a replica; a single broker gives none
+        # (each partition is its own ISR, its HW its log end offset).
+        self.replicated = replicated
         self.leader_logs = leader_logs  # the logs this broker leads, by the metadata
         self.metadata = metadata  # the current image: single replicas' leader epochs
         self.logs = logs
@@ -235,6 +243,12 @@ class ReplicaManager:
     def on_partitions_changed(self, image: object, changes: LocalReplicaChanges) -> None:
         """The MetadataPublisher listener (broker/metadata_publisher.py); after the logs'."""
         self.image = image  # type: ignore[assignment]
+        if not self.replicated:
+            for key in changes.leaders:  # no other replica: everything written is committed
+                plog = self.logs.get_log(*key)
+                if plog is not None:
+                    plog.high_watermark = plog.log_end_offset
+            return
         for change in changes_from_local(changes):
             try:
                 self._apply(change)
@@ -256,7 +270,6 @@ class ReplicaManager:
             )
         replica = self.replicas.get(key)
         if replica is None:
-            plog.auto_high_watermark = False  # the replica decides the HW now
             replica = PartitionReplica(
                 self.broker_id,
                 plog.leader_epochs,
@@ -452,17 +465,23 @@ class ReplicaManager:
         """
         replica = self.replicas.get(key)
         if replica is None:
-            return ErrorCode.NOT_LEADER_OR_FOLLOWER, -1
+            if self.replicated:
+                return ErrorCode.NOT_LEADER_OR_FOLLOWER, -1
+            return ErrorCode.NONE, LEADER_EPOCH
         if replica.config.min_insync_replicas != min_insync_replicas:
             replica.config = dataclasses.replace(
                 replica.config, min_insync_replicas=min_insync_replicas
             )
         return replica.check_append(acks), replica.leader_epoch
 
-    def on_append(self, key: TopicPartition, log_end_offset: int) -> None:
+    def on_append(self, key: TopicPartition, plog: PartitionLog) -> None:
+        """The leader appended to ``plog``: move its HW (or let its replica) and wake reads."""
         replica = self.replicas.get(key)
         if replica is not None:
-            self._run(key, replica.on_append(log_end_offset))
+            self._run(key, replica.on_append(plog.log_end_offset))
+        elif not self.replicated:
+            plog.high_watermark = plog.log_end_offset
+        self.waiters.notify(key)
 
     async def wait_replicated(
         self, key: TopicPartition, required_offset: int, timeout_ms: int
@@ -470,7 +489,7 @@ class ReplicaManager:
         """acks=all: wait until the HW reaches ``required_offset`` (or an error)."""
         replica = self.replicas.get(key)
         if replica is None:
-            return ErrorCode.NOT_LEADER_OR_FOLLOWER
+            return ErrorCode.NONE if not self.replicated else ErrorCode.NOT_LEADER_OR_FOLLOWER
         ack_key = next(self._ack_keys)
         deadline = self.clock() + max(timeout_ms, 0)
         error = replica.await_replication(ack_key, required_offset, deadline)
@@ -488,23 +507,16 @@ class ReplicaManager:
     ) -> AppendInfo:
         """Append produce data as the partition's leader; acks=all waits for the HW.
 
-        A partition with no replica here (every partition of a single broker) is its own
-        ISR: it stamps leader epoch 0 and its HW is its log end offset. A replicated one
-        checks min.insync.replicas first and stamps the replica's leader epoch.
+        A single broker's partition is its own ISR: it stamps leader epoch 0 and its HW
+        is its log end offset. A replicated one checks min.insync.replicas first and
+        stamps the replica's leader epoch.
         """
-        if key not in self.replicas:
-            info = await self.logs.append(plog, data, leader_epoch=LEADER_EPOCH)
-            plog.high_watermark = plog.log_end_offset
-            if not info.duplicate:
-                self.waiters.notify(key)
-            return info
         error, epoch = self.check_append(key, acks, plog.config.min_insync_replicas)
         if error is not ErrorCode.NONE:
             raise LogMQError(f"cannot append to {key[0]}-{key[1]}: {error.name}", error)
         info = await self.logs.append(plog, data, leader_epoch=epoch)
         if not info.duplicate:
-            self.on_append(key, plog.log_end_offset)
-            self.waiters.notify(key)
+            self.on_append(key, plog)
         if acks == -1:
             # A retried duplicate waits too: its first attempt may not be replicated yet.
             error = await self.wait_replicated(key, info.last_offset + 1, timeout_ms)
@@ -518,12 +530,16 @@ class ReplicaManager:
 
     # -- leader side: consumer reads ----------------------------------------------------
 
+    def local_log(self, topic: str, partition: int) -> PartitionLog | None:
+        """This broker's replica of a partition, whatever its role (None if not here)."""
+        return self.leader_logs.local_log(topic, partition)
+
     def leader_log(
         self, topic: str, partition: int, current_leader_epoch: int = -1
     ) -> PartitionLog:
         """The log a consumer reads or a ListOffsets asks about: this broker must lead the
         partition, at the epoch the client knows if it says one (-1: any)."""
-        plog = self.leader_logs.get_log(topic, partition)
+        plog = self.leader_logs.leader_log(topic, partition)
         if plog is None:
             raise LogMQError(
                 f"unknown topic or partition {topic}-{partition}",
@@ -806,6 +822,28 @@ class ReplicaManager:
         )
         self._run(key, actions)
         return error
+
+    def epoch_end_offset(
+        self, topic: str, partition: int, current_leader_epoch: int, epoch: int
+    ) -> tuple[ErrorCode, int, int]:
+        """(error, epoch, end offset): where ``epoch`` ends in this leader's log (KIP-101).
+
+        A replicated partition asks its replica; a single broker's partition answers
+        from its own epoch history, fenced by the leader epoch of the metadata image
+        (the one its Metadata and fetches use).
+        """
+        key = (topic, partition)
+        if key in self.replicas:
+            return self.end_offset_for_epoch(key, current_leader_epoch, epoch)
+        plog = self.local_log(topic, partition)
+        if plog is None:
+            return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, -1, -1
+        try:
+            self._check_leader(topic, partition, current_leader_epoch)
+        except LogMQError as e:
+            return e.code, -1, -1
+        found, end = plog.leader_epochs.end_offset_for_epoch(epoch, plog.log_end_offset)
+        return ErrorCode.NONE, found, end
 
     def end_offset_for_epoch(
         self, key: TopicPartition, current_leader_epoch: int, epoch: int

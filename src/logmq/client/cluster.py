@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from logmq.client.connection import BrokerConnection
-from logmq.client.fetcher import fetch_body, first_at_or_after, parse_fetch_response
+from logmq.client.fetcher import first_at_or_after, parse_fetch_response
 from logmq.errors import (
     BootstrapError,
     ConnectionError_,
@@ -32,6 +32,7 @@ from logmq.errors import (
     error_for,
 )
 from logmq.net.codec import ApiKey, Response
+from logmq.net.fetch_message import fetch_request
 
 TopicPartition = tuple[str, int]
 Address = tuple[str, int]
@@ -538,7 +539,7 @@ class ClusterClient:
             "partition_max_bytes": max_bytes,
             "current_leader_epoch": -1,
         }
-        body = fetch_body({tp[0]: [partition]}, 0, 0, max_bytes)
+        body = fetch_request({tp[0]: [partition]}, max_wait_ms=0, min_bytes=0, max_bytes=max_bytes)
         conn = await self.leader_connection(*tp)
         resp = await conn.request(ApiKey.FETCH, body, timeout=self.request_timeout)
         for pd in parse_fetch_response(resp.body, resp.tail, {tp: offset}):

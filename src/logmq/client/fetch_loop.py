@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from logmq.client.cluster import TopicPartition
 from logmq.client.consumer_positions import RESET_TARGETS, PartitionState
-from logmq.client.fetcher import PartitionData, fetch_body, parse_fetch_response
+from logmq.client.fetcher import PartitionData, parse_fetch_response
 from logmq.errors import (
     ConnectionError_,
     ErrorCode,
@@ -29,6 +29,7 @@ from logmq.errors import (
     error_for,
 )
 from logmq.net.codec import ApiKey
+from logmq.net.fetch_message import fetch_request
 
 if TYPE_CHECKING:
     from logmq.client.cluster import ClusterClient
@@ -207,8 +208,11 @@ class FetchLoopMixin:
             budget -= self.max_partition_fetch_bytes
         if not offsets:
             return None
-        body = fetch_body(
-            topics, self.fetch_max_wait_ms, self.fetch_min_bytes, self.fetch_max_bytes
+        body = fetch_request(
+            topics,
+            max_wait_ms=self.fetch_max_wait_ms,
+            min_bytes=self.fetch_min_bytes,
+            max_bytes=self.fetch_max_bytes,
         )
         return body, offsets
 

@@ -19,6 +19,7 @@ from operator import add, itemgetter
 from typing import Any
 
 from logmq.errors import CorruptRecordError, ErrorCode, LogMQError
+from logmq.net.fetch_message import fetched_partitions
 from logmq.records import Record
 from logmq.storage.batch import (
     ATTR_LOG_APPEND_TIME,
@@ -305,54 +306,23 @@ def _next_header(data: memoryview, pos: int) -> BatchHeader | None:
     return None
 
 
-def fetch_body(
-    topics: dict[str, list[dict[str, int]]], max_wait_ms: int, min_bytes: int, max_bytes: int
-) -> dict[str, Any]:
-    """A Fetch request body for ``{topic: [partition entries]}`` (docs/protocol.md)."""
-    return {
-        "replica_id": -1,
-        "max_wait_ms": max_wait_ms,
-        "min_bytes": min_bytes,
-        "max_bytes": max_bytes,
-        "isolation_level": 0,
-        "topics": [{"topic": t, "partitions": ps} for t, ps in topics.items()],
-    }
-
-
 def parse_fetch_response(
     body: dict[str, Any], tail: memoryview, fetch_offsets: dict[tuple[str, int], int]
 ) -> list[PartitionData]:
-    """Split a Fetch response into per-partition data, slicing the tail in body order.
-
-    ``fetch_offsets`` are the offsets requested, keyed by (topic, partition).
-    """
+    """The partitions this client asked for, at the offsets it asked (``fetch_offsets``)."""
     out: list[PartitionData] = []
-    pos = 0
-    for t in body.get("topics") or ():
-        topic = t.get("topic")
-        for p in t.get("partitions") or ():
-            size = p.get("size", 0) or 0
-            if size < 0 or pos + size > len(tail):
-                raise CorruptRecordError(f"fetch response tail too short for {topic}")
-            tp = (topic, p.get("partition"))
-            try:
-                code = ErrorCode(p.get("error", 0))
-            except ValueError:
-                code = ErrorCode.UNKNOWN_SERVER_ERROR
-            offset = fetch_offsets.get(tp)
-            if offset is None:
-                pos += size
-                continue
+    for f in fetched_partitions(body, tail):
+        offset = fetch_offsets.get((f.topic, f.partition))
+        if offset is not None:
             out.append(
                 PartitionData(
-                    tp[0],
-                    tp[1],
+                    f.topic,
+                    f.partition,
                     offset,
-                    code,
-                    p.get("high_watermark", -1),
-                    p.get("log_start_offset", -1),
-                    tail[pos : pos + size],
+                    f.error,
+                    f.high_watermark,
+                    f.log_start_offset,
+                    f.records,
                 )
             )
-            pos += size
     return out

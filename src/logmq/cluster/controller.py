@@ -135,6 +135,7 @@ class Controller:
         *,
         rack: str | None = None,
         cluster_id: str | None = None,
+        kafka: tuple[str, int] | None = None,
     ) -> ControllerResult[RegistrationResponse]:
         image = self._image
         if cluster_id and image.cluster_id and cluster_id != image.cluster_id:
@@ -155,7 +156,12 @@ class Controller:
         if old is not None and old.incarnation_id == incarnation_id:
             return ControllerResult([], RegistrationResponse(broker_epoch=old.broker_epoch))
         epoch = old.broker_epoch + 1 if old is not None else 1
-        records: list[Record] = [RegisterBroker(broker_id, epoch, incarnation_id, host, port, rack)]
+        kafka_host, kafka_port = kafka if kafka is not None else (None, -1)
+        records: list[Record] = [
+            RegisterBroker(
+                broker_id, epoch, incarnation_id, host, port, rack, kafka_host, kafka_port
+            )
+        ]
         if old is not None and not old.fenced:
             # A new incarnation lost the old one's in-memory state: treat as fenced.
             records += self._moves_away_from(broker_id)

@@ -56,6 +56,8 @@ class BrokerRegistration:
     rack: str | None = None
     fenced: bool = True
     storage_full: bool = False  # its data dir is full: it should not lead or follow
+    kafka_host: str | None = None  # its Kafka listener as clients reach it
+    kafka_port: int = -1
 
 
 @dataclass(frozen=True, slots=True)
@@ -215,7 +217,14 @@ class MetadataImage:
         for b in sorted(self.brokers.values(), key=lambda b: b.broker_id):
             out.append(
                 RegisterBroker(
-                    b.broker_id, b.broker_epoch, b.incarnation_id, b.host, b.port, b.rack
+                    b.broker_id,
+                    b.broker_epoch,
+                    b.incarnation_id,
+                    b.host,
+                    b.port,
+                    b.rack,
+                    b.kafka_host,
+                    b.kafka_port,
                 )
             )
             if not b.fenced:
@@ -312,6 +321,8 @@ class MetadataDelta:
                     record.port,
                     record.rack,
                     fenced=True,
+                    kafka_host=record.kafka_host,
+                    kafka_port=record.kafka_port,
                 )
             case BrokerFenced() | BrokerUnfenced():
                 old = self.broker(record.broker_id)

@@ -55,6 +55,9 @@ class RegisterBroker:
     host: str
     port: int
     rack: str | None = None
+    # the Kafka listener as clients reach it (None: a broker without one, or older)
+    kafka_host: str | None = None
+    kafka_port: int = -1
 
 
 @dataclass(frozen=True, slots=True)
@@ -189,7 +192,7 @@ _CODES = {cls: code for code, cls in _TYPES.items()}
 # Field kinds: i int, s str, I int tuple; a trailing "?" allows None.
 _KINDS: dict[type, str] = {
     ClusterIdRecord: "s",
-    RegisterBroker: "i i s s i s?",
+    RegisterBroker: "i i s s i s? s? i",
     BrokerFenced: "i i",
     BrokerUnfenced: "i i",
     TopicRecord: "s s",

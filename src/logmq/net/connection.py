@@ -13,13 +13,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from logmq.errors import ErrorCode, FrameTooLargeError, InvalidFrameError
-from logmq.net.codec import (
-    DEFAULT_MAX_FRAME_SIZE,
-    Request,
-    decode_request,
-    peek_correlation_id,
-)
+from logmq.net.codec import DEFAULT_MAX_FRAME_SIZE, Request
 from logmq.net.frame_reader import FrameReader
+from logmq.net.wire import NativeWire, WireCodec
 
 # Correlation id used to answer a frame whose header could not be read at all.
 UNKNOWN_CORRELATION_ID = 0xFFFFFFFF
@@ -33,12 +29,18 @@ class RequestReceived:
 
 @dataclass(slots=True)
 class ProtocolError:
-    """Answer ``{"error": code, "message": message}``; close afterwards when ``fatal``."""
+    """Answer the error (the wire codec says how); close afterwards when ``fatal``.
+
+    ``api_key`` and ``api_version`` are the request's when its header could be read
+    (-1 otherwise): a Kafka answer is encoded in the version that was asked.
+    """
 
     correlation_id: int
     code: ErrorCode
     message: str
     fatal: bool
+    api_key: int = -1
+    api_version: int = -1
 
 
 Event = RequestReceived | ProtocolError
@@ -51,12 +53,16 @@ class ServerConnection:
     shell stops reading while ``wants_read`` is False.
     """
 
-    __slots__ = ("_reader", "closing", "in_flight", "max_in_flight")
+    __slots__ = ("_reader", "_wire", "closing", "in_flight", "max_in_flight")
 
     def __init__(
-        self, max_frame_size: int = DEFAULT_MAX_FRAME_SIZE, max_in_flight: int = 64
+        self,
+        max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
+        max_in_flight: int = 64,
+        wire: WireCodec | None = None,
     ) -> None:
         self._reader = FrameReader(max_frame_size)
+        self._wire = wire if wire is not None else NativeWire()
         self.max_in_flight = max_in_flight
         self.in_flight = 0
         self.closing = False  # after a fatal error: read nothing more
@@ -101,22 +107,25 @@ class ServerConnection:
 
     def _events(self, frames: list[memoryview]) -> list[Event]:
         events: list[Event] = []
+        wire = self._wire
         for frame in frames:
             self.in_flight += 1
             try:
-                events.append(RequestReceived(decode_request(frame), len(frame) + 4))
+                events.append(RequestReceived(wire.decode_request(frame), len(frame) + 4))
             except InvalidFrameError as e:
                 # Framing is intact (we know where the next frame starts), so only this
                 # request fails; without a readable correlation id nobody can match the
                 # answer, so the connection is closed after it.
-                corr = peek_correlation_id(frame)
+                corr = wire.peek_correlation_id(frame)
                 fatal = corr is None
                 events.append(
                     ProtocolError(
                         UNKNOWN_CORRELATION_ID if corr is None else corr,
-                        ErrorCode.INVALID_FRAME,
+                        e.code,
                         str(e),
                         fatal,
+                        getattr(e, "api_key", -1),
+                        getattr(e, "api_version", -1),
                     )
                 )
                 if fatal:

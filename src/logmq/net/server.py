@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from logmq.errors import ErrorCode
-from logmq.net.codec import Request, encode_response_head
+from logmq.net.codec import Request
 from logmq.net.connection import (
     UNKNOWN_CORRELATION_ID,
     ProtocolError,
@@ -33,6 +33,7 @@ from logmq.net.connection import (
     ServerConnection,
 )
 from logmq.net.reply import Bytes, Reply, Tail, is_region, tail_size
+from logmq.net.wire import NativeWire, WireCodec
 from logmq.net.zero_copy import sendfile_all
 
 log = logging.getLogger("logmq.net")
@@ -102,7 +103,10 @@ class ClientConnection(asyncio.BufferedProtocol):
     def __init__(self, server: TcpServer):
         self._server = server
         self._opts = server.options
-        self._conn = ServerConnection(self._opts.max_frame_size, self._opts.max_in_flight)
+        self._wire = server.wire
+        self._conn = ServerConnection(
+            self._opts.max_frame_size, self._opts.max_in_flight, self._wire
+        )
         self._queue: collections.deque[RequestReceived | ProtocolError] = collections.deque()
         # Wake-ups are plain loop futures, not asyncio.Event/Queue: on Python 3.11
         # those look the running loop up on every wait, one getpid() syscall each.
@@ -154,11 +158,12 @@ class ClientConnection(asyncio.BufferedProtocol):
                 self._dup_fd = os.dup(sock.fileno())
         if not self._server.admit(self):
             log.warning("refusing connection from %s: max_connections reached", self.peer)
-            head = encode_response_head(
-                UNKNOWN_CORRELATION_ID,
-                {"error": int(ErrorCode.TOO_MANY_CONNECTIONS), "message": "too many connections"},
+            refusal = ProtocolError(
+                UNKNOWN_CORRELATION_ID, ErrorCode.TOO_MANY_CONNECTIONS, "too many connections", True
             )
-            transport.write(head)
+            head = self._wire.encode_error(refusal)
+            if head is not None:
+                transport.write(head)
             transport.close()
             return
         self._task = self._loop.create_task(self._run(), name=f"logmq-conn-{self.peer}")
@@ -364,7 +369,7 @@ class ClientConnection(asyncio.BufferedProtocol):
                     raise  # this writer itself is being cancelled
                 reply = None  # the connection closed and its handlers were cancelled
             if reply is not None and not self._closed.is_set():
-                await self._write(ev.request.correlation_id, reply)
+                await self._write(ev.request, reply)
             self._server.metrics.request_done(ev.request.api_key, time.perf_counter() - start)
             self._conn.request_done()
             self._update_reading()
@@ -388,17 +393,20 @@ class ClientConnection(asyncio.BufferedProtocol):
             pass
 
     async def _answer_error(self, ev: ProtocolError) -> None:
-        body = {"error": int(ev.code), "message": ev.message}
-        await self._write(ev.correlation_id, Reply(body))
+        head = self._wire.encode_error(ev)
+        t = self.transport
+        if head is not None and t is not None and not self._closed.is_set():
+            self._server.metrics.bytes_out(len(head))
+            t.write(head)
 
-    async def _write(self, correlation_id: int, reply: Reply) -> None:
+    async def _write(self, request: Request, reply: Reply) -> None:
         t = self.transport
         assert t is not None
         if self._closed.is_set():
             return
         tail = reply.tail
         tail_len, has_region = tail_size(tail)
-        head = encode_response_head(correlation_id, reply.body, tail_len)
+        head = self._wire.encode_head(request, reply, tail_len)
         self._server.metrics.bytes_out(len(head) + tail_len)
         if not has_region:
             t.writelines([head, *tail]) if tail else t.write(head)
@@ -495,8 +503,10 @@ class TcpServer:
         metrics: Any = None,
         is_concurrent: Callable[[Request], bool] | None = None,
         is_read_only: Callable[[Request], bool] | None = None,
+        wire: WireCodec | None = None,
     ):
         self.handler = handler
+        self.wire = wire if wire is not None else NativeWire()  # the front door's codec
         # requests whose handlers may run while earlier ones of the connection still run
         self.is_concurrent = is_concurrent or (lambda _req: False)
         # requests without side effects: not worth running once their peer is gone

@@ -91,11 +91,7 @@ class PartitionLog:
         log_start_offset: int = 0,
         high_watermark: int = 0,
         clock: Callable[[], int] = _now_ms,
-        auto_high_watermark: bool = True,
     ) -> None:
-        # auto_high_watermark: a single replica's HW is its log end offset, so appends
-        # move it; the replication layer turns this off and sets the HW itself.
-        self.auto_high_watermark = auto_high_watermark
         self.dir = Path(directory)
         self.topic, self.partition = parse_dir_name(self.dir.name)
         self.config = config or LogConfig()
@@ -155,6 +151,7 @@ class PartitionLog:
 
     @property
     def high_watermark(self) -> int:
+        """Kept and checkpointed here; only the replica manager moves it (appends do not)."""
         return self._hw
 
     @high_watermark.setter
@@ -215,8 +212,6 @@ class PartitionLog:
         self._write(parts, size, batches, first, nxt, max_ts)
         if pending:
             self.producer_state.commit(pending)
-        if self.auto_high_watermark:
-            self._hw = nxt
         if leader_epoch > self.leader_epochs.latest_epoch:
             self.leader_epochs.assign(leader_epoch, first)
         self._appended_messages += count

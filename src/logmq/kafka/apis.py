@@ -1,0 +1,424 @@
+"""The Kafka front door's handlers: Kafka requests in, calls on the broker's services,
+Kafka answers out (the role of Kafka's ``KafkaApis``).
+
+They hold no state and no logic of their own beyond translation: produce goes through
+the produce path the native protocol uses (produce_path.py), reads through the replica
+manager (leader and epoch checks, below the HW, long poll), metadata from the image.
+Record batches pass through untouched both ways: a produce's ``records`` bytes are the
+batches the storage validates and stamps, and a fetch answers with the segment file's
+regions, sent with sendfile (fetch_response.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import logging
+import sys
+import uuid
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+from kio.schema.errors import ErrorCode as KioErrorCode
+from kio.static.primitive import i32Timedelta
+
+from logmq.broker.metadata_store import is_internal, topic_name_error
+from logmq.errors import ErrorCode, LogMQError
+from logmq.kafka.codec import error_entity, response_class
+from logmq.kafka.fetch_response import FetchedPartition, encode_fetch_response
+from logmq.kafka.versions import api_versions_response
+from logmq.net.codec import Request
+from logmq.net.reply import Reply
+from logmq.storage.offset_search import first_record_at_or_after, max_timestamp_record
+
+if TYPE_CHECKING:
+    from logmq.broker.produce_path import ProducePath
+    from logmq.broker.producer_ids import ProducerIdManager
+    from logmq.broker.replica_manager import ReplicaManager
+    from logmq.cluster.metadata_image import MetadataImage
+
+KafkaHandler = Callable[[Request], Awaitable[Reply | None]]
+# Produce handlers overlap their durability waits; these have no effect to carry out
+# once their client is gone (net/server.py)
+KAFKA_CONCURRENT_APIS = frozenset({0})
+KAFKA_READ_ONLY_APIS = frozenset({1, 2, 3, 18, 23})
+log = logging.getLogger("logmq.kafka")
+
+_ZERO = i32Timedelta.parse(datetime.timedelta(0))
+EARLIEST, LATEST, MAX_TIMESTAMP = -2, -1, -3
+MAX_PRODUCER_EPOCH = 32767
+
+
+def _module(entity_or_cls: Any) -> Any:
+    cls = entity_or_cls if isinstance(entity_or_cls, type) else type(entity_or_cls)
+    return sys.modules[cls.__module__.replace(".request", ".response")]
+
+
+def _code(code: ErrorCode | int) -> KioErrorCode:
+    try:
+        return KioErrorCode(int(code))
+    except ValueError:  # a logmq-only code: Kafka clients know it as unknown
+        return KioErrorCode.unknown_server_error
+
+
+def _topic_uuid(topic_id: str) -> uuid.UUID | None:
+    try:
+        return uuid.UUID(topic_id)
+    except (ValueError, TypeError, AttributeError):
+        return None
+
+
+class KafkaApis:
+    """Handlers by API key, over the broker's services (each given explicitly)."""
+
+    def __init__(
+        self,
+        *,
+        node_id: int,
+        image: Callable[[], MetadataImage],
+        controller_id: Callable[[], int | None],
+        kafka_endpoint: Callable[[int], tuple[str, int] | None],
+        replicas: ReplicaManager,
+        produce_path: ProducePath,
+        producer_ids: ProducerIdManager,
+        auto_create: Callable[[str], Awaitable[Any]],
+        max_fetch_wait_ms: int,
+    ) -> None:
+        self.node_id = node_id
+        self.image = image
+        self.controller_id = controller_id
+        self.kafka_endpoint = kafka_endpoint
+        self.replicas = replicas
+        self.produce_path = produce_path
+        self.producer_ids = producer_ids
+        self.auto_create = auto_create
+        self.max_fetch_wait_ms = max_fetch_wait_ms
+        self._table = self.table()
+
+    def table(self) -> dict[int, KafkaHandler]:
+        return {
+            0: self.produce,
+            1: self.fetch,
+            2: self.list_offsets,
+            3: self.metadata,
+            18: self.api_versions,
+            22: self.init_producer_id,
+            23: self.offset_for_leader_epoch,
+        }
+
+    async def handle(self, req: Request) -> Reply | None:
+        """The Kafka listener's request handler: the table, and Kafka errors for failures.
+
+        The codec only lets through APIs and versions the table serves. A handler's
+        LogMQError becomes that response with the error in every error field; anything
+        unexpected is logged and answered UNKNOWN_SERVER_ERROR, and the broker goes on.
+        """
+        try:
+            return await self._table[req.api_key](req)
+        except LogMQError as e:
+            code = e.code
+        except Exception:
+            log.exception("Kafka API %d v%d failed", req.api_key, req.api_version)
+            code = ErrorCode.UNKNOWN_SERVER_ERROR
+        return Reply(error_entity(response_class(req.api_key, req.api_version), code))
+
+    # -- ApiVersions -------------------------------------------------------------------
+    async def api_versions(self, req: Request) -> Reply:
+        return Reply(api_versions_response(req.api_version))
+
+    # -- Metadata ----------------------------------------------------------------------
+    async def metadata(self, req: Request) -> Reply:
+        body = req.body
+        m = _module(body)
+        image = self.image()
+        wanted = body.topics
+        if wanted is None or (req.api_version == 0 and not wanted):
+            names = sorted(n for n in image.topics)
+        else:
+            names = [t.name for t in wanted]
+            allow = getattr(body, "allow_auto_topic_creation", True)
+            for name in names:
+                if name not in image.topics and allow and not topic_name_error(name):
+                    await self.auto_create(name)
+            image = self.image()
+        brokers = []
+        for node_id in sorted(image.brokers):
+            reg = image.brokers[node_id]
+            endpoint = self.kafka_endpoint(node_id)
+            if reg.fenced or endpoint is None:
+                continue
+            fields = {"node_id": node_id, "host": endpoint[0], "port": endpoint[1]}
+            if req.api_version >= 1:
+                fields["rack"] = reg.rack
+            brokers.append(m.MetadataResponseBroker(**fields))
+        topics = [self._topic_metadata(m, req.api_version, image, name) for name in names]
+        fields = {"brokers": tuple(brokers), "topics": tuple(topics)}
+        if req.api_version >= 1:
+            controller = self.controller_id()
+            fields["controller_id"] = controller if controller is not None else -1
+        if req.api_version >= 2:
+            fields["cluster_id"] = image.cluster_id
+        if req.api_version >= 3:
+            fields["throttle_time"] = _ZERO
+        if 8 <= req.api_version <= 10:
+            fields["cluster_authorized_operations"] = -2147483648
+        return Reply(m.MetadataResponse(**fields))
+
+    def _topic_metadata(self, m: Any, version: int, image: MetadataImage, name: str) -> Any:
+        topic = image.topics.get(name)
+        fields: dict[str, Any] = {"name": name, "partitions": ()}
+        if topic is None:
+            bad = topic_name_error(name)
+            code = (
+                ErrorCode.INVALID_TOPIC_EXCEPTION if bad else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+            )
+            fields["error_code"] = _code(code)
+        else:
+            fields["error_code"] = KioErrorCode.none
+            parts = []
+            for p in sorted(topic.partitions):
+                reg = topic.partitions[p]
+                pf: dict[str, Any] = {
+                    "error_code": KioErrorCode.none
+                    if reg.leader >= 0
+                    else KioErrorCode.leader_not_available,
+                    "partition_index": p,
+                    "leader_id": reg.leader,
+                    "replica_nodes": tuple(reg.replicas),
+                    "isr_nodes": tuple(reg.isr),
+                }
+                if version >= 7:
+                    pf["leader_epoch"] = reg.leader_epoch
+                if version >= 5:
+                    pf["offline_replicas"] = ()
+                parts.append(m.MetadataResponsePartition(**pf))
+            fields["partitions"] = tuple(parts)
+            if version >= 10:
+                fields["topic_id"] = _topic_uuid(topic.topic_id)
+        if version >= 1:
+            fields["is_internal"] = is_internal(name)
+        if version >= 8:
+            fields["topic_authorized_operations"] = -2147483648
+        return m.MetadataResponseTopic(**fields)
+
+    # -- Produce -----------------------------------------------------------------------
+    async def produce(self, req: Request) -> Reply | None:
+        body = req.body
+        m = _module(body)
+        acks = body.acks
+        timeout_ms = int(body.timeout.total_seconds() * 1000)
+        if body.transactional_id is not None:
+            code = ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+            message = "transactions are not supported yet"
+            return self._produce_errors(m, req, code, message)
+        if acks not in (0, 1, -1):
+            return self._produce_errors(m, req, ErrorCode.INVALID_REQUIRED_ACKS, "acks")
+        # Appends start in arrival order (see DataApi.produce): tasks made before yielding.
+        loop = asyncio.get_running_loop()
+        tasks = [
+            [
+                loop.create_task(self._append(t.name, p.index, p.records, acks, timeout_ms))
+                for p in t.partition_data
+            ]
+            for t in body.topic_data
+        ]
+        responses = []
+        for t, parts in zip(body.topic_data, tasks, strict=True):
+            results = [await task for task in parts]
+            responses.append(m.TopicProduceResponse(name=t.name, partition_responses=tuple(
+                self._partition_response(m, req.api_version, p.index, *r)
+                for p, r in zip(t.partition_data, results, strict=True)
+            )))  # fmt: skip
+        if acks == 0:
+            return None
+        return Reply(m.ProduceResponse(responses=tuple(responses), throttle_time=_ZERO))
+
+    async def _append(
+        self, topic: str, partition: int, records: bytes | None, acks: int, timeout_ms: int
+    ) -> tuple[ErrorCode, str | None, int, int, int]:
+        try:
+            info, plog = await self.produce_path.append(
+                topic, partition, records or b"", acks, timeout_ms
+            )
+        except LogMQError as e:
+            return e.code, str(e), -1, -1, -1
+        append_time = (
+            info.max_timestamp if plog.config.message_timestamp_type == "LogAppendTime" else -1
+        )
+        return ErrorCode.NONE, None, info.first_offset, append_time, plog.log_start_offset
+
+    def _partition_response(
+        self,
+        m: Any,
+        version: int,
+        index: int,
+        code: ErrorCode,
+        message: str | None,
+        base_offset: int,
+        append_time: int,
+        log_start: int,
+    ) -> Any:
+        fields: dict[str, Any] = {
+            "index": index,
+            "error_code": _code(code),
+            "base_offset": base_offset,
+        }
+        if version >= 2:
+            fields["log_append_time"] = (
+                datetime.datetime.fromtimestamp(append_time / 1000, datetime.UTC)
+                if append_time >= 0
+                else None
+            )
+        if version >= 5:
+            fields["log_start_offset"] = log_start
+        if version >= 8:
+            fields["record_errors"] = ()
+            fields["error_message"] = message
+        return m.PartitionProduceResponse(**fields)
+
+    def _produce_errors(self, m: Any, req: Request, code: ErrorCode, message: str) -> Reply:
+        responses = tuple(
+            m.TopicProduceResponse(
+                name=t.name,
+                partition_responses=tuple(
+                    self._partition_response(m, req.api_version, p.index, code, message, -1, -1, -1)
+                    for p in t.partition_data
+                ),
+            )
+            for t in req.body.topic_data
+        )
+        return Reply(m.ProduceResponse(responses=responses, throttle_time=_ZERO))
+
+    # -- Fetch -------------------------------------------------------------------------
+    async def fetch(self, req: Request) -> Reply:
+        body = req.body
+        wanted = [
+            (
+                t.topic,
+                [
+                    (
+                        p.partition,
+                        p.fetch_offset,
+                        p.partition_max_bytes,
+                        getattr(p, "current_leader_epoch", -1),
+                    )
+                    for p in t.partitions
+                ],
+            )
+            for t in body.topics
+        ]
+        max_wait_ms = min(int(body.max_wait.total_seconds() * 1000), self.max_fetch_wait_ms)
+        max_bytes = body.max_bytes if req.api_version >= 3 else 0x7FFFFFFF
+        topics, regions = await self.replicas.fetch_for_consumer(
+            wanted, max(0, max_wait_ms), body.min_bytes, max_bytes
+        )
+        answer = []
+        tail = iter(regions)
+        for t in topics:
+            parts = []
+            for p in t["partitions"]:
+                size = p.get("size", 0)
+                parts.append(
+                    FetchedPartition(
+                        p["partition"],
+                        int(_code(p["error"])),
+                        p["high_watermark"],
+                        p["log_start_offset"],
+                        next(tail) if size else None,
+                    )
+                )
+            answer.append((t["topic"], parts))
+        head, rest = encode_fetch_response(req.api_version, answer)
+        return Reply(head, rest)
+
+    # -- ListOffsets -------------------------------------------------------------------
+    async def list_offsets(self, req: Request) -> Reply:
+        body = req.body
+        m = _module(body)
+        topics = []
+        for t in body.topics:
+            parts = []
+            for p in t.partitions:
+                ts = p.timestamp
+                epoch = getattr(p, "current_leader_epoch", -1)
+                try:
+                    plog = self.replicas.leader_log(t.name, p.partition_index, epoch)
+                    if ts == EARLIEST:
+                        offset, found = plog.log_start_offset, -1
+                    elif ts == LATEST:
+                        offset, found = plog.high_watermark, -1
+                    elif ts == MAX_TIMESTAMP:
+                        offset, found = max_timestamp_record(plog)
+                    elif ts < 0:
+                        raise LogMQError(f"invalid timestamp {ts}", ErrorCode.INVALID_REQUEST)
+                    else:
+                        offset, found = first_record_at_or_after(plog, ts)
+                    code = ErrorCode.NONE
+                    leader_epoch = plog.leader_epochs.latest_epoch if offset >= 0 else -1
+                except LogMQError as e:
+                    code, offset, found, leader_epoch = e.code, -1, -1, -1
+                pf: dict[str, Any] = {
+                    "partition_index": p.partition_index,
+                    "error_code": _code(code),
+                    "timestamp": found,
+                    "offset": offset,
+                }
+                if req.api_version >= 4:
+                    pf["leader_epoch"] = max(leader_epoch, -1)
+                parts.append(m.ListOffsetsPartitionResponse(**pf))
+            topics.append(m.ListOffsetsTopicResponse(name=t.name, partitions=tuple(parts)))
+        fields: dict[str, Any] = {"topics": tuple(topics)}
+        if req.api_version >= 2:
+            fields["throttle_time"] = _ZERO
+        return Reply(m.ListOffsetsResponse(**fields))
+
+    # -- OffsetForLeaderEpoch -----------------------------------------------------------
+    async def offset_for_leader_epoch(self, req: Request) -> Reply:
+        """Where a leader epoch ends (consumers validate their position after a leader
+        change, KIP-320), answered as for followers by the replica manager."""
+        body = req.body
+        m = _module(body)
+        topics = []
+        for t in body.topics:
+            parts = []
+            for p in t.partitions:
+                error, epoch, end = self.replicas.epoch_end_offset(
+                    t.topic, p.partition, p.current_leader_epoch, p.leader_epoch
+                )
+                parts.append(
+                    m.EpochEndOffset(
+                        error_code=_code(error),
+                        partition=p.partition,
+                        leader_epoch=epoch,
+                        end_offset=end,
+                    )
+                )
+            topics.append(m.OffsetForLeaderTopicResult(topic=t.topic, partitions=tuple(parts)))
+        return Reply(m.OffsetForLeaderEpochResponse(throttle_time=_ZERO, topics=tuple(topics)))
+
+    # -- InitProducerId ----------------------------------------------------------------
+    async def init_producer_id(self, req: Request) -> Reply:
+        body = req.body
+        m = _module(body)
+        fields: dict[str, Any] = {"throttle_time": _ZERO}
+        if body.transactional_id is not None:
+            fields.update(
+                error_code=KioErrorCode.transactional_id_authorization_failed,
+                producer_id=-1,
+                producer_epoch=-1,
+            )
+            return Reply(m.InitProducerIdResponse(**fields))
+        pid = getattr(body, "producer_id", -1)
+        epoch = getattr(body, "producer_epoch", -1)
+        ids = self.producer_ids
+        try:
+            if pid >= 0 and 0 <= epoch < MAX_PRODUCER_EPOCH and ids.was_issued(pid):
+                new_pid, new_epoch = pid, epoch + 1
+            else:
+                new_pid, new_epoch = await ids.next_id(), 0
+            fields.update(
+                error_code=KioErrorCode.none, producer_id=new_pid, producer_epoch=new_epoch
+            )
+        except LogMQError as e:
+            fields.update(error_code=_code(e.code), producer_id=-1, producer_epoch=-1)
+        return Reply(m.InitProducerIdResponse(**fields))

@@ -1,0 +1,117 @@
+"""Kafka Fetch responses (v4-v12) encoded by hand, so record bytes stay file regions.
+
+A generic encoder would need every partition's records in memory. Here the response is
+a list of parts: struct bytes, then the partition's file region (sent with sendfile, as
+for native fetches), then the struct bytes that follow it, and so on. Each partition's
+records field is only a length prefix before its region. Sans-IO.
+
+Layout, per Kafka's FetchResponse schema: v7+ adds the top-level error code and session
+id; v11+ the preferred read replica (always -1: read from the leader); v12+ is flexible
+(compact arrays, strings and bytes, whose lengths are unsigned varints of n + 1, and an
+empty tagged-field section closing every struct).
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Sequence
+
+from logmq.net.reply import FileRegion, TailPart
+
+_I16 = struct.Struct(">h")
+_I32 = struct.Struct(">i")
+_PARTITION_HEAD = struct.Struct(">ihqqq")  # index, error, HW, last stable, log start
+_PARTITION_V4 = struct.Struct(">ihqq")  # v4 has no log start offset
+_NO_TAGS = b"\x00"
+
+
+def uvarint(n: int) -> bytes:
+    out = bytearray()
+    while n >= 0x80:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+class FetchedPartition:
+    """One partition of the answer: its numbers and its records (bytes or a region)."""
+
+    __slots__ = ("error", "high_watermark", "log_start_offset", "partition", "records")
+
+    def __init__(
+        self,
+        partition: int,
+        error: int,
+        high_watermark: int,
+        log_start_offset: int,
+        records: FileRegion | bytes | None,
+    ) -> None:
+        self.partition = partition
+        self.error = error
+        self.high_watermark = high_watermark
+        self.log_start_offset = log_start_offset
+        self.records = records
+
+
+def encode_fetch_response(
+    version: int,
+    topics: Sequence[tuple[str, Sequence[FetchedPartition]]],
+    *,
+    error: int = 0,
+    session_id: int = 0,
+    throttle_ms: int = 0,
+) -> tuple[bytes, list[TailPart]]:
+    """(the body up to the first records, the parts after it) for ``version`` 4..12.
+
+    The first part is returned apart so the server can put the response header in front
+    of it; joining them gives the whole body.
+    """
+    flexible = version >= 12
+    parts: list[TailPart] = []
+    buf = bytearray(_I32.pack(throttle_ms))
+    if version >= 7:
+        buf += _I16.pack(error) + _I32.pack(session_id)
+    buf += _count(len(topics), flexible)
+    for name, partitions in topics:
+        encoded = name.encode()
+        buf += uvarint(len(encoded) + 1) if flexible else _I16.pack(len(encoded))
+        buf += encoded
+        buf += _count(len(partitions), flexible)
+        for p in partitions:
+            lso = p.high_watermark  # no transactions: everything below the HW is stable
+            if version >= 5:
+                buf += _PARTITION_HEAD.pack(
+                    p.partition, p.error, p.high_watermark, lso, p.log_start_offset
+                )
+            else:
+                buf += _PARTITION_V4.pack(p.partition, p.error, p.high_watermark, lso)
+            buf += _count(0, flexible)  # aborted transactions: none (empty, not null)
+            if version >= 11:
+                buf += _I32.pack(-1)  # preferred read replica: none
+            records = p.records
+            size = (
+                0
+                if records is None
+                else (records.length if not isinstance(records, bytes) else len(records))
+            )
+            buf += uvarint(size + 1) if flexible else _I32.pack(size)
+            if size:
+                if isinstance(records, bytes):
+                    buf += records
+                else:
+                    parts.append(bytes(buf))
+                    parts.append(records)  # type: ignore[arg-type]
+                    buf = bytearray()
+            if flexible:
+                buf += _NO_TAGS  # partition
+        if flexible:
+            buf += _NO_TAGS  # topic
+    if flexible:
+        buf += _NO_TAGS  # response
+    parts.append(bytes(buf))
+    return parts[0], parts[1:]  # type: ignore[return-value]
+
+
+def _count(n: int, flexible: bool) -> bytes:
+    return uvarint(n + 1) if flexible else _I32.pack(n)

@@ -1,0 +1,62 @@
+"""Which Kafka APIs and versions the Kafka listener serves (the ApiVersions answer).
+
+Ranges are chosen so every client we test picks its modern path (docs/kafka-compatibility.md):
+librdkafka turns features on by probing exact versions (record batch v2 needs Produce 3
+and Fetch 4; ZSTD Produce 7 and Fetch 10; its lz4 check wants Produce 0 inside the
+range, so Produce is advertised from 0 and versions 0-2, which carry the old message
+formats, are answered UNSUPPORTED_VERSION); kafka-python guesses the broker's release
+from the list (ListOffsets 7 reads as Kafka 3.0: v2 batches and idempotence); aiokafka
+takes the highest version inside each range it knows.
+"""
+
+from __future__ import annotations
+
+import datetime
+import sys
+
+from kio.index import load_response_schema
+from kio.static.primitive import i32Timedelta
+
+from logmq.errors import ErrorCode
+
+API_VERSIONS_KEY = 18
+
+# api key -> (min, max) advertised
+SUPPORTED: dict[int, tuple[int, int]] = {
+    0: (0, 9),  # Produce (0-2: old message formats, refused)
+    1: (4, 12),  # Fetch
+    2: (1, 7),  # ListOffsets
+    3: (0, 12),  # Metadata
+    18: (0, 3),  # ApiVersions
+    22: (0, 4),  # InitProducerId
+    23: (2, 4),  # OffsetForLeaderEpoch (librdkafka validates positions with v2)
+}
+
+# Versions inside the advertised range that are refused anyway (the message format
+# they carry is not Kafka's RecordBatch v2).
+REFUSED: dict[int, int] = {0: 3}  # api key -> oldest version served
+
+_ZERO = i32Timedelta.parse(datetime.timedelta(0))
+
+
+def api_versions_response(version: int, error: ErrorCode = ErrorCode.NONE):
+    """The ApiVersions answer at ``version`` (the error one is always v0, KIP-511)."""
+    cls = load_response_schema(API_VERSIONS_KEY, version)
+    entry = sys.modules[cls.__module__].ApiVersion
+    keys = tuple(
+        entry(api_key=k, min_version=lo, max_version=hi)
+        for k, (lo, hi) in sorted(SUPPORTED.items())
+    )
+    from kio.schema.errors import ErrorCode as KioErrorCode
+
+    fields = {"error_code": KioErrorCode(int(error)), "api_keys": keys}
+    if version >= 1:
+        fields["throttle_time"] = _ZERO
+    if version >= 3:
+        fields.update(
+            supported_features=(),
+            finalized_features_epoch=-1,
+            finalized_features=(),
+            zk_migration_ready=False,
+        )
+    return cls(**fields)

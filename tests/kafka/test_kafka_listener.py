@@ -1,0 +1,145 @@
+"""The Kafka listener of a real broker under hostile and odd input, over raw sockets.
+
+Whatever arrives, the broker answers what it can (Kafka's error codes, the request's
+correlation id), closes only when nothing can be matched, and keeps serving everyone.
+"""
+
+from __future__ import annotations
+
+import io
+import socket
+import struct
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from kio.index import load_request_schema, load_response_schema
+from kio.serial import entity_reader, entity_writer
+
+from logmq.errors import ErrorCode
+from tests.harness import BrokerProcess
+
+
+@pytest.fixture(scope="module")
+def kbroker(tmp_path_factory):
+    broker = BrokerProcess(tmp_path_factory.mktemp("kafka-listener") / "data")
+    broker.start()
+    yield broker
+    broker.stop()
+
+
+def connect(broker: BrokerProcess) -> socket.socket:
+    s = socket.create_connection(("127.0.0.1", broker.kafka_port), timeout=10)
+    return s
+
+
+def read_frame(s: socket.socket) -> bytes | None:
+    head = _read_exactly(s, 4)
+    if head is None:
+        return None
+    (size,) = struct.unpack(">i", head)
+    return _read_exactly(s, size)
+
+
+def _read_exactly(s: socket.socket, n: int) -> bytes | None:
+    buf = b""
+    while len(buf) < n:
+        chunk = s.recv(n - len(buf))
+        if not chunk:
+            return None
+        buf += chunk
+    return buf
+
+
+def request(api_key: int, version: int, body, corr: int) -> bytes:
+    cls = load_request_schema(api_key, version)
+    header = cls.__header_schema__(
+        request_api_key=api_key, request_api_version=version, correlation_id=corr, client_id="raw"
+    )
+    out = io.BytesIO()
+    entity_writer(type(header))(out, header)
+    entity_writer(cls)(out, body)
+    data = out.getvalue()
+    return struct.pack(">i", len(data)) + data
+
+
+def api_versions(s: socket.socket, corr: int, version: int = 3):
+    cls = load_request_schema(18, version)
+    fields = {"client_software_name": "raw", "client_software_version": "1"} if version >= 3 else {}
+    s.sendall(request(18, version, cls(**fields), corr))
+    frame = read_frame(s)
+    assert frame is not None
+    resp_cls = load_response_schema(18, version)
+    header, pos = entity_reader(resp_cls.__header_schema__)(frame, 0)
+    body, _ = entity_reader(resp_cls)(frame, pos)
+    return header.correlation_id, body
+
+
+def test_api_versions_then_a_newer_version_falls_back_to_v0(kbroker):
+    with connect(kbroker) as s:
+        corr, body = api_versions(s, 1)
+        assert corr == 1 and int(body.error_code) == 0
+        keys = {k.api_key: (k.min_version, k.max_version) for k in body.api_keys}
+        assert keys[0][0] == 0 and keys[0][1] >= 3 and keys[1][0] <= 4  # v2 batches
+        # a version from the future: v0 with UNSUPPORTED_VERSION and the list (KIP-511)
+        future = struct.pack(">hhih", 18, 42, 2, 3) + b"raw" + b"\x00\x00\x00\x00"
+        s.sendall(struct.pack(">i", len(future)) + future)
+        frame = read_frame(s)
+        header, pos = entity_reader(load_response_schema(18, 0).__header_schema__)(frame, 0)
+        body, _ = entity_reader(load_response_schema(18, 0))(frame, pos)
+        assert header.correlation_id == 2 and int(body.error_code) == ErrorCode.UNSUPPORTED_VERSION
+        assert {k.api_key for k in body.api_keys} == set(keys)
+        # and the connection still serves
+        assert api_versions(s, 3)[0] == 3
+
+
+def test_unknown_apis_old_formats_and_garbage_are_answered(kbroker):
+    with connect(kbroker) as s:
+        for corr, (key, version) in enumerate([(9999, 0), (0, 2), (3, 40)], start=10):
+            s.sendall(struct.pack(">ihhih", 10, key, version, corr, 0))
+            frame = read_frame(s)
+            assert frame is not None and struct.unpack_from(">i", frame)[0] == corr
+        # a Metadata v12 header with a body that is not one: INVALID_REQUEST, still open
+        junk = struct.pack(">hhih", 3, 12, 20, 3) + b"raw" + b"\x00" + b"\xff" * 9
+        s.sendall(struct.pack(">i", len(junk)) + junk)
+        frame = read_frame(s)
+        assert frame is not None and struct.unpack_from(">i", frame)[0] == 20
+        assert api_versions(s, 21)[0] == 21
+    with connect(kbroker) as s:
+        s.sendall(struct.pack(">i", 3) + b"abc")  # no header at all: closed, nothing said
+        assert read_frame(s) is None
+    with connect(kbroker) as s:  # the broker goes on for everyone
+        assert api_versions(s, 1)[0] == 1
+
+
+def test_a_frame_over_the_limit_is_refused_before_it_is_read(kbroker):
+    with connect(kbroker) as s:
+        s.sendall(struct.pack(">i", 0x7FFFFFF0) + b"\x00" * 16)
+        assert read_frame(s) is None  # closed: the stream cannot be trusted any more
+    with connect(kbroker) as s:
+        assert api_versions(s, 5)[0] == 5
+
+
+@settings(
+    max_examples=60,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(
+    key=st.sampled_from([0, 1, 2, 3, 18, 22, 23]),
+    version=st.integers(0, 15),
+    junk=st.binary(max_size=120),
+)
+def test_fuzzed_requests_never_hurt_the_broker(kbroker, key, version, junk):
+    payload = struct.pack(">hhih", key, version, 77, 1) + b"f" + junk
+    with connect(kbroker) as s:
+        s.sendall(struct.pack(">i", len(payload)) + payload)
+        s.settimeout(3)
+        try:
+            frame = read_frame(s)
+        except TimeoutError:
+            frame = None  # an acks=0 produce that parsed: nothing to answer
+        if frame is not None:
+            assert struct.unpack_from(">i", frame)[0] == 77
+    with connect(kbroker) as s:
+        assert api_versions(s, 1, version=0)[0] == 1
