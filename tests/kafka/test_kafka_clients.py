@@ -234,3 +234,160 @@ async def test_aiokafka_produces_and_reads_with_assign(kbroker):
     finally:
         await consumer.stop()
     assert [m.value for m in got] == [f"v{i}".encode() for i in range(100)]
+
+
+# -- offsets without a group protocol ----------------------------------------------------
+def test_confluent_assign_commit_resume_and_native_sees_the_offsets(kbroker):
+    ck = pytest.importorskip("confluent_kafka")
+    topic, group = "ck-commit", "ck-assign-group"
+    create(kbroker, topic, 2)
+    producer = ck.Producer({"bootstrap.servers": kbroker.kafka_bootstrap})
+    for i in range(100):
+        producer.produce(topic, value=f"v{i}".encode(), partition=i % 2)
+    assert producer.flush(30) == 0
+    conf = {
+        "bootstrap.servers": kbroker.kafka_bootstrap,
+        "group.id": group,
+        "enable.auto.commit": False,
+        "auto.offset.reset": "earliest",
+    }
+    consumer = ck.Consumer(conf)
+    consumer.assign([ck.TopicPartition(topic, p) for p in range(2)])
+    seen = 0
+    deadline = time.monotonic() + 30
+    while seen < 60 and time.monotonic() < deadline:
+        msg = consumer.poll(1.0)
+        if msg is not None and msg.error() is None:
+            seen += 1
+    consumer.commit(
+        offsets=[ck.TopicPartition(topic, 0, 30), ck.TopicPartition(topic, 1, 20)],
+        asynchronous=False,
+    )
+    committed = consumer.committed([ck.TopicPartition(topic, p) for p in range(2)], timeout=10)
+    assert [(tp.partition, tp.offset) for tp in committed] == [(0, 30), (1, 20)]
+    consumer.close()
+    # the native protocol reads the same commits
+    with Admin(kbroker.bootstrap) as admin:
+        offsets = admin.group_offsets(group)
+    assert {tp: o.offset for tp, o in offsets.items()} == {(topic, 0): 30, (topic, 1): 20}
+    # a new consumer of the group resumes where the commits say
+    consumer = ck.Consumer(conf)
+    consumer.assign([ck.TopicPartition(topic, 0)])
+    first = None
+    deadline = time.monotonic() + 30
+    while first is None and time.monotonic() < deadline:
+        msg = consumer.poll(1.0)
+        if msg is not None and msg.error() is None:
+            first = msg
+    consumer.close()
+    assert first is not None and first.offset() == 30
+
+
+def test_native_commits_are_visible_to_kafka_python_and_back(kbroker):
+    kafka = pytest.importorskip("kafka")
+    from kafka.structs import OffsetAndMetadata
+
+    topic, group = "kp-commit", "kp-group"
+    create(kbroker, topic)
+    with Admin(kbroker.bootstrap) as admin:
+        admin.alter_group_offsets(group, {(topic, 0): 7})
+    consumer = kafka.KafkaConsumer(
+        bootstrap_servers=kbroker.kafka_bootstrap, group_id=group, enable_auto_commit=False
+    )
+    tp = kafka.TopicPartition(topic, 0)
+    consumer.assign([tp])
+    assert consumer.committed(tp) == 7
+    consumer.commit({tp: OffsetAndMetadata(9, "kp", -1)})
+    consumer.close()
+    with Admin(kbroker.bootstrap) as admin:
+        got = admin.group_offsets(group)[(topic, 0)]
+    assert (got.offset, got.metadata) == (9, "kp")
+
+
+# -- topic admin ---------------------------------------------------------------------------
+def test_confluent_admin_creates_grows_and_deletes_topics(kbroker):
+    pytest.importorskip("confluent_kafka")
+    from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": kbroker.kafka_bootstrap})
+    # validate-only creates nothing
+    dry = admin.create_topics([NewTopic("ck-admin", 2, 1)], validate_only=True)
+    dry["ck-admin"].result(30)
+    assert "ck-admin" not in admin.list_topics(timeout=10).topics
+    made = admin.create_topics(
+        [NewTopic("ck-admin", 2, 1, config={"retention.ms": "60000", "cleanup.policy": "delete"})]
+    )
+    made["ck-admin"].result(30)
+    again = admin.create_topics([NewTopic("ck-admin", 2, 1)])
+    with pytest.raises(Exception, match=r"TOPIC_ALREADY_EXISTS|already exists"):
+        again["ck-admin"].result(30)
+    bad = admin.create_topics([NewTopic("ck-bad", 1, 1, config={"retention.ms": "soon"})])
+    with pytest.raises(Exception, match=r"INVALID_CONFIG|retention"):
+        bad["ck-bad"].result(30)
+    with Admin(kbroker.bootstrap) as native:  # what the native side sees
+        assert native.describe_configs(["ck-admin"])["ck-admin"]["retention.ms"].value == "60000"
+    admin.create_partitions([NewPartitions("ck-admin", 5)])["ck-admin"].result(30)
+    assert len(admin.list_topics("ck-admin", timeout=10).topics["ck-admin"].partitions) == 5
+    admin.delete_topics(["ck-admin"])["ck-admin"].result(30)
+    gone = admin.delete_topics(["ck-admin"])
+    with pytest.raises(Exception, match="UNKNOWN_TOPIC"):
+        gone["ck-admin"].result(30)
+
+
+def test_kafka_python_admin_creates_and_deletes(kbroker):
+    pytest.importorskip("kafka")
+    from kafka.admin import KafkaAdminClient, NewTopic
+
+    admin = KafkaAdminClient(bootstrap_servers=kbroker.kafka_bootstrap)
+    cluster = admin.describe_cluster()
+    assert cluster["controller_id"] == 1
+    assert [(b["broker_id"], b["port"]) for b in cluster["brokers"]] == [(1, kbroker.kafka_port)]
+    admin.create_topics([NewTopic("kp-admin", 3, 1)])
+    assert "kp-admin" in admin.list_topics()
+    admin.delete_topics(["kp-admin"])
+    assert "kp-admin" not in admin.list_topics()
+    admin.close()
+
+
+def test_confluent_configs_both_ways(kbroker):
+    pytest.importorskip("confluent_kafka")
+    from confluent_kafka.admin import (
+        AdminClient,
+        AlterConfigOpType,
+        ConfigEntry,
+        ConfigResource,
+        ResourceType,
+    )
+
+    topic = "ck-configs"
+    create(kbroker, topic, 1, **{"retention.ms": "60000", "segment.bytes": "1048576"})
+    admin = AdminClient({"bootstrap.servers": kbroker.kafka_bootstrap})
+    res = ConfigResource(ResourceType.TOPIC, topic)
+    described = admin.describe_configs([res])[res].result(30)
+    assert described["retention.ms"].value == "60000" and not described["retention.ms"].is_default
+    assert described["cleanup.policy"].is_default
+    # incremental: only what is named changes
+    change = ConfigResource(
+        ResourceType.TOPIC,
+        topic,
+        incremental_configs=[
+            ConfigEntry("retention.ms", "120000", incremental_operation=AlterConfigOpType.SET),
+            ConfigEntry(
+                "cleanup.policy", "compact", incremental_operation=AlterConfigOpType.APPEND
+            ),
+        ],
+    )
+    admin.incremental_alter_configs([change])[change].result(30)
+    with Admin(kbroker.bootstrap) as native:
+        got = native.describe_configs([topic])[topic]
+    assert got["retention.ms"].value == "120000" and got["segment.bytes"].value == "1048576"
+    assert set(got["cleanup.policy"].value.split(",")) == {"delete", "compact"}
+    # AlterConfigs replaces every override: segment.bytes and cleanup.policy go back
+    replace = ConfigResource(ResourceType.TOPIC, topic, set_config={"retention.ms": "90000"})
+    admin.alter_configs([replace])[replace].result(30)
+    with Admin(kbroker.bootstrap) as native:
+        got = native.describe_configs([topic])[topic]
+    assert got["retention.ms"].value == "90000"
+    assert got["segment.bytes"].default and got["cleanup.policy"].default
+    broker = ConfigResource(ResourceType.BROKER, "1")
+    assert admin.describe_configs([broker])[broker].result(30)["node.id"].value == "1"

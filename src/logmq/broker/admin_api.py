@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from logmq.broker.config_view import ConfigView, broker_configs, topic_configs
 from logmq.broker.group_coordinator import PROTECTED_OFFSETS_CONFIGS
 from logmq.broker.metadata_store import (
     MAX_PARTITIONS_PER_TOPIC,
@@ -45,6 +46,10 @@ if TYPE_CHECKING:
     from logmq.broker.topic_creation import TopicCreator
 
 MAX_PRODUCER_EPOCH = 32767
+
+
+def _config_entry(v: ConfigView) -> dict:
+    return {"name": v.name, "value": v.value, "default": v.default, "read_only": v.read_only}
 
 
 def _entry(name: str, code: ErrorCode = ErrorCode.NONE, message: str | None = None) -> dict:
@@ -270,37 +275,11 @@ class AdminApi:
 
     # -- Configs ----------------------------------------------------------------------
     def _topic_configs(self, info: TopicInfo) -> list[dict]:
-        defaults = self._base_config().to_dict()
-        effective = self._base_config().merged(info.configs).to_dict()
-        return [
-            {
-                "name": key,
-                "value": None if value is None else str(value),
-                "default": key not in info.configs and defaults.get(key) == value,
-                "read_only": False,
-            }
-            for key, value in sorted(effective.items())
-        ]
-
-    def _base_config(self) -> LogConfig:
-        return LogConfig.from_dict(dict(self.config.topic_defaults))
+        views = topic_configs(self.config.topic_defaults, info.configs)
+        return [_config_entry(v) for v in views]
 
     def _broker_configs(self) -> list[dict]:
-        cfg = self.config
-        out = []
-        for name in cfg.field_names():
-            value = getattr(cfg, name)
-            if name == "topic_defaults":
-                continue
-            out.append(
-                {
-                    "name": name.replace("_", "."),
-                    "read_only": True,
-                    "default": False,
-                    "value": None if value is None else str(value),
-                }
-            )
-        return out
+        return [_config_entry(v) for v in broker_configs(self.config)]
 
     async def describe_configs(self, req: Request) -> Reply:
         resources = req_list(req.body, "resources")

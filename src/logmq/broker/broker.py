@@ -55,6 +55,9 @@ from logmq.cluster.metadata_image import MetadataImage
 from logmq.errors import ErrorCode, LogMQError
 from logmq.kafka.apis import KAFKA_CONCURRENT_APIS, KAFKA_READ_ONLY_APIS, KafkaApis
 from logmq.kafka.codec import KafkaWire
+from logmq.kafka.configs import KafkaConfigApis
+from logmq.kafka.offsets import KafkaOffsetApis
+from logmq.kafka.topics import KafkaTopicApis
 from logmq.net.codec import ApiKey, Request
 from logmq.net.reply import Reply
 from logmq.net.server import ServerOptions, TcpServer
@@ -309,6 +312,11 @@ class Broker:
             produce_path=self.produce_path,
             producer_ids=self.producer_ids,
             auto_create=self.topic_creator.auto_create,
+            offsets=KafkaOffsetApis(self.groups, self._kafka_endpoint),
+            topics=KafkaTopicApis(self.forwarder.run_on_controller),
+            configs=KafkaConfigApis(
+                cfg, lambda: self.quorum.image, self.forwarder.run_on_controller
+            ),
             max_fetch_wait_ms=cfg.max_fetch_wait_ms,
         )
         self._handlers.update(

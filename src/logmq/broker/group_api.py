@@ -29,12 +29,14 @@ from logmq.broker.request_fields import (
 from logmq.errors import ErrorCode, LogMQError
 from logmq.group import (
     JOIN_EPOCH,
+    MAX_ID_BYTES,
     TEMPORARY_LEAVE_EPOCH,
     GroupCoordinator,
     GroupDescription,
     GroupState,
     MemberOptions,
     TopicPartition,
+    group_id_error,
 )
 from logmq.group.assignors import ASSIGNORS
 from logmq.net.codec import Request
@@ -44,7 +46,6 @@ if TYPE_CHECKING:
     from logmq.broker.group_coordinator import GroupCoordinatorService
     from logmq.broker.metrics import BrokerMetrics
 
-MAX_ID_BYTES = 1024  # group, member and instance ids: they are part of every record key
 MAX_SUBSCRIBED_TOPICS = 10_000
 NO_REBALANCE_TIMEOUT = -1  # "unchanged" in a heartbeat
 # Commit errors that concern the whole request: they also go in the top-level "error".
@@ -72,15 +73,6 @@ _MESSAGES = {
     ErrorCode.INVALID_SESSION_TIMEOUT: "session_timeout_ms outside the broker's limits",
     ErrorCode.INVALID_COMMIT_OFFSET_SIZE: "the commit is too large to write as one batch",
 }
-
-
-def group_id_error(group_id: str) -> str | None:
-    """Why ``group_id`` cannot name a group, or None."""
-    if not group_id:
-        return "the group id is empty"
-    if len(group_id.encode()) > MAX_ID_BYTES:
-        return f"the group id is longer than {MAX_ID_BYTES} bytes"
-    return None
 
 
 def tp_list(partitions: Iterable[TopicPartition]) -> list[dict[str, Any]]:

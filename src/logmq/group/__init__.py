@@ -14,7 +14,13 @@ from .assignors import (
     TopicPartition,
     assignor_by_name,
 )
-from .codec import OFFSETS_TOPIC, GroupRecord, coordinator_partition
+from .codec import (
+    MAX_ID_BYTES,
+    OFFSETS_TOPIC,
+    GroupRecord,
+    coordinator_partition,
+    group_id_error,
+)
 from .consumer_group import ConsumerGroup
 from .coordinator import GroupCoordinator
 from .model import (
@@ -35,6 +41,7 @@ from .offsets import CommittedOffset, OffsetStore
 __all__ = [
     "JOIN_EPOCH",
     "LEAVE_EPOCH",
+    "MAX_ID_BYTES",
     "OFFSETS_TOPIC",
     "TEMPORARY_LEAVE_EPOCH",
     "Assignor",
@@ -57,4 +64,5 @@ __all__ = [
     "TopicPartition",
     "assignor_by_name",
     "coordinator_partition",
+    "group_id_error",
 ]

@@ -114,3 +114,15 @@ def pack_partitions(partitions: Iterable[TopicPartition]) -> dict[str, list[int]
 
 def unpack_partitions(packed: Mapping[str, Iterable[int]]) -> set[TopicPartition]:
     return {(topic, int(p)) for topic, ps in packed.items() for p in ps}
+
+
+MAX_ID_BYTES = 1024  # group, member and instance ids: they are part of every record key
+
+
+def group_id_error(group_id: str) -> str | None:
+    """Why ``group_id`` cannot name a group, or None (both protocols' check)."""
+    if not group_id:
+        return "the group id is empty"
+    if len(group_id.encode()) > MAX_ID_BYTES:
+        return f"the group id is longer than {MAX_ID_BYTES} bytes"
+    return None

@@ -26,6 +26,7 @@ from logmq.broker.metadata_store import is_internal, topic_name_error
 from logmq.errors import ErrorCode, LogMQError
 from logmq.kafka.codec import error_entity, response_class
 from logmq.kafka.fetch_response import FetchedPartition, encode_fetch_response
+from logmq.kafka.offsets import build
 from logmq.kafka.versions import api_versions_response
 from logmq.net.codec import Request
 from logmq.net.reply import Reply
@@ -36,12 +37,15 @@ if TYPE_CHECKING:
     from logmq.broker.producer_ids import ProducerIdManager
     from logmq.broker.replica_manager import ReplicaManager
     from logmq.cluster.metadata_image import MetadataImage
+    from logmq.kafka.configs import KafkaConfigApis
+    from logmq.kafka.offsets import KafkaOffsetApis
+    from logmq.kafka.topics import KafkaTopicApis
 
 KafkaHandler = Callable[[Request], Awaitable[Reply | None]]
 # Produce handlers overlap their durability waits; these have no effect to carry out
 # once their client is gone (net/server.py)
 KAFKA_CONCURRENT_APIS = frozenset({0})
-KAFKA_READ_ONLY_APIS = frozenset({1, 2, 3, 18, 23})
+KAFKA_READ_ONLY_APIS = frozenset({1, 2, 3, 9, 10, 18, 23, 32, 60})
 log = logging.getLogger("logmq.kafka")
 
 _ZERO = i32Timedelta.parse(datetime.timedelta(0))
@@ -82,6 +86,9 @@ class KafkaApis:
         produce_path: ProducePath,
         producer_ids: ProducerIdManager,
         auto_create: Callable[[str], Awaitable[Any]],
+        offsets: KafkaOffsetApis,
+        topics: KafkaTopicApis,
+        configs: KafkaConfigApis,
         max_fetch_wait_ms: int,
     ) -> None:
         self.node_id = node_id
@@ -92,6 +99,9 @@ class KafkaApis:
         self.produce_path = produce_path
         self.producer_ids = producer_ids
         self.auto_create = auto_create
+        self.offsets = offsets
+        self.topics = topics
+        self.configs = configs
         self.max_fetch_wait_ms = max_fetch_wait_ms
         self._table = self.table()
 
@@ -101,9 +111,19 @@ class KafkaApis:
             1: self.fetch,
             2: self.list_offsets,
             3: self.metadata,
+            8: self.offsets.offset_commit,
+            9: self.offsets.offset_fetch,
+            10: self.offsets.find_coordinator,
             18: self.api_versions,
+            19: self.topics.create_topics,
+            20: self.topics.delete_topics,
             22: self.init_producer_id,
             23: self.offset_for_leader_epoch,
+            32: self.configs.describe_configs,
+            33: self.configs.alter_configs,
+            37: self.topics.create_partitions,
+            44: self.configs.incremental_alter_configs,
+            60: self.describe_cluster,
         }
 
     async def handle(self, req: Request) -> Reply | None:
@@ -141,16 +161,10 @@ class KafkaApis:
                 if name not in image.topics and allow and not topic_name_error(name):
                     await self.auto_create(name)
             image = self.image()
-        brokers = []
-        for node_id in sorted(image.brokers):
-            reg = image.brokers[node_id]
-            endpoint = self.kafka_endpoint(node_id)
-            if reg.fenced or endpoint is None:
-                continue
-            fields = {"node_id": node_id, "host": endpoint[0], "port": endpoint[1]}
-            if req.api_version >= 1:
-                fields["rack"] = reg.rack
-            brokers.append(m.MetadataResponseBroker(**fields))
+        brokers = [
+            build(m.MetadataResponseBroker, node_id=n, host=h, port=p, rack=r)
+            for n, h, p, r in self._live_brokers(image)
+        ]
         topics = [self._topic_metadata(m, req.api_version, image, name) for name in names]
         fields = {"brokers": tuple(brokers), "topics": tuple(topics)}
         if req.api_version >= 1:
@@ -200,6 +214,53 @@ class KafkaApis:
         if version >= 8:
             fields["topic_authorized_operations"] = -2147483648
         return m.MetadataResponseTopic(**fields)
+
+    def _live_brokers(self, image: MetadataImage) -> list[tuple[int, str, int, str | None]]:
+        """(id, Kafka host, Kafka port, rack) of the unfenced brokers with a Kafka listener."""
+        out = []
+        for node_id in sorted(image.brokers):
+            reg = image.brokers[node_id]
+            endpoint = self.kafka_endpoint(node_id)
+            if not reg.fenced and endpoint is not None:
+                out.append((node_id, endpoint[0], endpoint[1], reg.rack))
+        return out
+
+    # -- DescribeCluster ---------------------------------------------------------------
+    async def describe_cluster(self, req: Request) -> Reply:
+        m = _module(req.body)
+        image = self.image()
+        if getattr(req.body, "endpoint_type", 1) != 1:  # 1: brokers; 2: controllers
+            return Reply(
+                build(
+                    m.DescribeClusterResponse,
+                    throttle_time=_ZERO,
+                    error_code=KioErrorCode.unsupported_endpoint_type,
+                    error_message="only the brokers' endpoints are described",
+                    endpoint_type=req.body.endpoint_type,
+                    cluster_id=image.cluster_id or "",
+                    controller_id=-1,
+                    brokers=(),
+                    cluster_authorized_operations=-2147483648,
+                )
+            )
+        controller = self.controller_id()
+        brokers = tuple(
+            m.DescribeClusterBroker(broker_id=n, host=h, port=p, rack=r)
+            for n, h, p, r in self._live_brokers(image)
+        )
+        return Reply(
+            build(
+                m.DescribeClusterResponse,
+                throttle_time=_ZERO,
+                error_code=KioErrorCode.none,
+                error_message=None,
+                endpoint_type=1,
+                cluster_id=image.cluster_id or "",
+                controller_id=controller if controller is not None else -1,
+                brokers=brokers,
+                cluster_authorized_operations=-2147483648,
+            )
+        )
 
     # -- Produce -----------------------------------------------------------------------
     async def produce(self, req: Request) -> Reply | None:

@@ -27,9 +27,19 @@ SUPPORTED: dict[int, tuple[int, int]] = {
     1: (4, 12),  # Fetch
     2: (1, 7),  # ListOffsets
     3: (0, 12),  # Metadata
+    8: (2, 8),  # OffsetCommit
+    9: (1, 8),  # OffsetFetch
+    10: (0, 4),  # FindCoordinator
     18: (0, 3),  # ApiVersions
+    19: (2, 4),  # CreateTopics
+    20: (1, 4),  # DeleteTopics
     22: (0, 4),  # InitProducerId
     23: (2, 4),  # OffsetForLeaderEpoch (librdkafka validates positions with v2)
+    32: (1, 4),  # DescribeConfigs
+    33: (0, 2),  # AlterConfigs (replaces a topic's overrides)
+    37: (0, 3),  # CreatePartitions
+    44: (0, 1),  # IncrementalAlterConfigs
+    60: (0, 1),  # DescribeCluster
 }
 
 # Versions inside the advertised range that are refused anyway (the message format

@@ -1,0 +1,232 @@
+"""Kafka's offset APIs without a group protocol: FindCoordinator, OffsetCommit, OffsetFetch.
+
+For clients that ``assign()`` partitions and commit (kafka-python, aiokafka,
+confluent-kafka): a commit with no member id and generation -1 is Kafka's "simple"
+commit, taken while the group has no members, as the native protocol's administrative
+commit is; a commit from a member is checked against its generation (the group
+protocols come with issue 15). The offsets live in the same ``__consumer_offsets``
+partitions and shards as native groups', so each protocol sees the other's commits and
+``logmq group describe`` shows both.
+"""
+
+from __future__ import annotations
+
+import datetime
+import sys
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from kio.schema.errors import ErrorCode as KioErrorCode
+from kio.static.primitive import i32Timedelta
+
+from logmq.errors import ErrorCode, LogMQError
+from logmq.group import group_id_error
+from logmq.net.codec import Request
+from logmq.net.reply import Reply
+
+if TYPE_CHECKING:
+    from logmq.broker.group_coordinator import GroupCoordinatorService
+    from logmq.group import GroupCoordinator
+
+_ZERO = i32Timedelta.parse(datetime.timedelta(0))
+# Errors that concern the whole group rather than a partition (Kafka puts them
+# on every partition, and v2+ OffsetFetch at the top too).
+_COORDINATOR_ERRORS = {
+    ErrorCode.COORDINATOR_NOT_AVAILABLE,
+    ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
+    ErrorCode.NOT_COORDINATOR,
+}
+
+
+def build(cls: type, **fields: Any) -> Any:
+    """``cls`` from the fields this version of it has (the others are dropped)."""
+    known = cls.__dataclass_fields__  # type: ignore[attr-defined]
+    return cls(**{k: v for k, v in fields.items() if k in known})
+
+
+def kio_code(code: ErrorCode | int) -> KioErrorCode:
+    try:
+        return KioErrorCode(int(code))
+    except ValueError:  # a logmq-only code: Kafka clients know it as unknown
+        return KioErrorCode.unknown_server_error
+
+
+def response_module(body: Any) -> Any:
+    return sys.modules[type(body).__module__.replace(".request", ".response")]
+
+
+class KafkaOffsetApis:
+    def __init__(
+        self,
+        groups: GroupCoordinatorService,
+        kafka_endpoint: Callable[[int], tuple[str, int] | None],
+    ) -> None:
+        self.groups = groups
+        self.kafka_endpoint = kafka_endpoint
+
+    # -- FindCoordinator ---------------------------------------------------------------
+    async def find_coordinator(self, req: Request) -> Reply:
+        body = req.body
+        m = response_module(body)
+        key_type = getattr(body, "key_type", 0)
+        if req.api_version >= 4:
+            found = [await self._coordinator(key, key_type) for key in body.coordinator_keys]
+            coordinators = tuple(
+                m.Coordinator(
+                    key=key, node_id=node, host=host, port=port, error_code=code, error_message=msg
+                )
+                for key, (code, msg, node, host, port) in zip(
+                    body.coordinator_keys, found, strict=True
+                )
+            )
+            return Reply(m.FindCoordinatorResponse(throttle_time=_ZERO, coordinators=coordinators))
+        code, msg, node, host, port = await self._coordinator(body.key, key_type)
+        return Reply(
+            build(
+                m.FindCoordinatorResponse,
+                throttle_time=_ZERO,
+                error_code=code,
+                error_message=msg,
+                node_id=node,
+                host=host,
+                port=port,
+            )
+        )
+
+    async def _coordinator(
+        self, key: str, key_type: int
+    ) -> tuple[KioErrorCode, str | None, int, str, int]:
+        try:
+            if key_type != 0:
+                raise LogMQError(
+                    f"key type {key_type} is not supported: only 0 (groups); no transactions",
+                    ErrorCode.INVALID_REQUEST,
+                )
+            problem = group_id_error(key)
+            if problem:
+                raise LogMQError(problem, ErrorCode.INVALID_GROUP_ID)
+            node, _, _ = await self.groups.find_coordinator(key)
+            endpoint = self.kafka_endpoint(node)
+            if endpoint is None:
+                raise LogMQError(
+                    f"the coordinator, broker {node}, has no Kafka listener",
+                    ErrorCode.COORDINATOR_NOT_AVAILABLE,
+                )
+        except LogMQError as e:
+            return kio_code(e.code), str(e), -1, "", -1
+        return KioErrorCode.none, None, node, endpoint[0], endpoint[1]
+
+    # -- OffsetCommit ------------------------------------------------------------------
+    async def offset_commit(self, req: Request) -> Reply:
+        body = req.body
+        m = response_module(body)
+        group_id = body.group_id
+        member_id = body.member_id or None
+        generation = body.generation_id_or_member_epoch
+        offsets = {
+            (t.name, p.partition_index): (p.committed_offset, p.committed_metadata or "")
+            for t in body.topics
+            for p in t.partitions
+        }
+        codes: dict[tuple[str, int], ErrorCode] = {}
+        top = ErrorCode.NONE
+        problem = group_id_error(group_id)
+        if problem:
+            top = ErrorCode.INVALID_GROUP_ID
+        else:
+            if member_id is None and generation < 0:  # a simple commit: assign(), no group
+
+                def commit(core: GroupCoordinator, now_ms: int):
+                    return core.alter_offsets(group_id, offsets, now_ms)
+            else:
+
+                def commit(core: GroupCoordinator, now_ms: int):
+                    return core.commit_offsets(group_id, member_id, generation, offsets, now_ms)
+
+            try:
+                codes = await self.groups.shard_for(group_id).submit(commit)
+            except LogMQError as e:
+                top = e.code
+        topics = tuple(
+            m.OffsetCommitResponseTopic(
+                name=t.name,
+                partitions=tuple(
+                    m.OffsetCommitResponsePartition(
+                        partition_index=p.partition_index,
+                        error_code=kio_code(codes.get((t.name, p.partition_index), top)),
+                    )
+                    for p in t.partitions
+                ),
+            )
+            for t in body.topics
+        )
+        return Reply(build(m.OffsetCommitResponse, throttle_time=_ZERO, topics=topics))
+
+    # -- OffsetFetch -------------------------------------------------------------------
+    async def offset_fetch(self, req: Request) -> Reply:
+        body = req.body
+        m = response_module(body)
+        if req.api_version >= 8:
+            groups = []
+            for g in body.groups:
+                code, topics = await self._fetch(m, req.api_version, g.group_id, g.topics)
+                groups.append(
+                    m.OffsetFetchResponseGroup(
+                        group_id=g.group_id, topics=topics, error_code=kio_code(code)
+                    )
+                )
+            return Reply(m.OffsetFetchResponse(throttle_time=_ZERO, groups=tuple(groups)))
+        code, topics = await self._fetch(m, req.api_version, body.group_id, body.topics)
+        return Reply(
+            build(
+                m.OffsetFetchResponse, throttle_time=_ZERO, topics=topics, error_code=kio_code(code)
+            )
+        )
+
+    async def _fetch(
+        self, m: Any, version: int, group_id: str, wanted: Any
+    ) -> tuple[ErrorCode, tuple[Any, ...]]:
+        topic_cls = getattr(m, "OffsetFetchResponseTopics", None) or m.OffsetFetchResponseTopic
+        part_cls = getattr(m, "OffsetFetchResponsePartitions", None) or (
+            m.OffsetFetchResponsePartition
+        )
+        tps = None if wanted is None else [(t.name, p) for t in wanted for p in t.partition_indexes]
+        problem = group_id_error(group_id)
+        code = ErrorCode.INVALID_GROUP_ID if problem else ErrorCode.NONE
+        found: dict = {}
+        if not problem:
+
+            def fetch(core: GroupCoordinator, now_ms: int):
+                return core.fetch_offsets(group_id, tps)
+
+            try:
+                code, found = await self.groups.shard_for(group_id).submit(fetch)
+            except LogMQError as e:
+                code = e.code
+        if wanted is None:
+            shape: dict[str, list[int]] = {}
+            for t, p in found:
+                shape.setdefault(t, []).append(p)
+            wanted_pairs = list(shape.items())
+        else:
+            wanted_pairs = [(t.name, list(t.partition_indexes)) for t in wanted]
+        # Before v2 there is no top-level error: the group's error goes on every partition.
+        part_code = code if version < 2 or code in _COORDINATOR_ERRORS else ErrorCode.NONE
+        topics = tuple(
+            topic_cls(
+                name=name,
+                partitions=tuple(
+                    build(
+                        part_cls,
+                        partition_index=p,
+                        committed_offset=-1 if (c := found.get((name, p))) is None else c.offset,
+                        committed_leader_epoch=-1,
+                        metadata=None if c is None else c.metadata,
+                        error_code=kio_code(part_code),
+                    )
+                    for p in parts
+                ),
+            )
+            for name, parts in wanted_pairs
+        )
+        return code, topics
