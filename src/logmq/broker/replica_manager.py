@@ -511,6 +511,12 @@ class ReplicaManager:
         is its log end offset. A replicated one checks min.insync.replicas first and
         stamps the replica's leader epoch.
         """
+        if not self.replicated:  # the hot path of a single broker, inlined
+            info = await self.logs.append(plog, data, leader_epoch=LEADER_EPOCH)
+            if not info.duplicate:
+                plog.high_watermark = plog.log_end_offset
+                self.waiters.notify(key)
+            return info
         error, epoch = self.check_append(key, acks, plog.config.min_insync_replicas)
         if error is not ErrorCode.NONE:
             raise LogMQError(f"cannot append to {key[0]}-{key[1]}: {error.name}", error)
@@ -627,6 +633,8 @@ class ReplicaManager:
         """Consumers read from the leader only, fenced by their view of its epoch."""
         replica = self.replicas.get((topic, partition))
         if replica is None:  # a single replica: the metadata image knows the epoch
+            if epoch < 0:
+                return  # nothing to fence; LocalLogs checked the image's leader
             part = self.metadata().partition(topic, partition)
             current = part.leader_epoch if part is not None else LEADER_EPOCH
         elif not replica.is_leader:
