@@ -391,3 +391,62 @@ def test_confluent_configs_both_ways(kbroker):
     assert got["segment.bytes"].default and got["cleanup.policy"].default
     broker = ConfigResource(ResourceType.BROKER, "1")
     assert admin.describe_configs([broker])[broker].result(30)["node.id"].value == "1"
+
+
+# -- group admin -------------------------------------------------------------------------
+def test_kafka_admin_lists_describes_and_deletes_native_groups(kbroker):
+    pytest.importorskip("confluent_kafka")
+    from confluent_kafka.admin import AdminClient
+
+    topic, group = "grp-admin", "native-group"
+    create(kbroker, topic, 2)
+    with Producer(kbroker.bootstrap) as p:
+        for i in range(20):
+            p.send(topic, f"v{i}", partition=i % 2)
+        p.flush()
+    with Consumer(kbroker.bootstrap, group_id=group, auto_offset_reset="earliest") as c:
+        c.subscribe([topic])
+        got: list = []
+        deadline = time.monotonic() + 30
+        while len(got) < 20:
+            assert time.monotonic() < deadline, f"read {len(got)} of 20"
+            got += c.poll(1.0)
+        c.commit()
+        admin = AdminClient({"bootstrap.servers": kbroker.kafka_bootstrap})
+        listed = admin.list_consumer_groups().result(30)
+        assert group in {g.group_id for g in listed.valid}
+        described = admin.describe_consumer_groups([group])[group].result(30)
+        assert str(described.state).lower().endswith("stable")
+        owned = {
+            (tp.topic, tp.partition)
+            for member in described.members
+            for tp in member.assignment.topic_partitions
+        }
+        assert owned == {(topic, 0), (topic, 1)}
+        # the group consumes: its offsets cannot be deleted, nor the group
+        refused = admin.delete_consumer_groups([group])[group]
+        with pytest.raises(Exception, match=r"NON_EMPTY_GROUP|not empty|has members"):
+            refused.result(30)
+    # the native consumer left: now both go
+    admin.delete_consumer_groups([group])[group].result(30)
+    listed = admin.list_consumer_groups().result(30)
+    assert group not in {g.group_id for g in listed.valid}
+
+
+def test_kafka_python_deletes_committed_offsets(kbroker):
+    pytest.importorskip("kafka")
+    from kafka.admin import KafkaAdminClient
+    from kafka.structs import TopicPartition as KpTp
+
+    topic, group = "kp-offdel", "kp-offdel-group"
+    create(kbroker, topic, 2)
+    with Admin(kbroker.bootstrap) as admin:
+        admin.alter_group_offsets(group, {(topic, 0): 3, (topic, 1): 4})
+    kp = KafkaAdminClient(bootstrap_servers=kbroker.kafka_bootstrap)
+    offsets = kp.list_group_offsets({group: None})[group]
+    assert {tp.partition: o.offset for tp, o in offsets.items()} == {0: 3, 1: 4}
+    kp.delete_group_offsets(group, [KpTp(topic, 0)])
+    with Admin(kbroker.bootstrap) as admin:
+        left = admin.group_offsets(group)
+    assert {tp: o.offset for tp, o in left.items()} == {(topic, 1): 4}
+    kp.close()

@@ -56,6 +56,7 @@ from logmq.errors import ErrorCode, LogMQError
 from logmq.kafka.apis import KAFKA_CONCURRENT_APIS, KAFKA_READ_ONLY_APIS, KafkaApis
 from logmq.kafka.codec import KafkaWire
 from logmq.kafka.configs import KafkaConfigApis
+from logmq.kafka.groups import KafkaGroupApis
 from logmq.kafka.offsets import KafkaOffsetApis
 from logmq.kafka.topics import KafkaTopicApis
 from logmq.net.codec import ApiKey, Request
@@ -314,6 +315,7 @@ class Broker:
             auto_create=self.topic_creator.auto_create,
             offsets=KafkaOffsetApis(self.groups, self._kafka_endpoint),
             topics=KafkaTopicApis(self.forwarder.run_on_controller),
+            groups=KafkaGroupApis(self.groups),
             configs=KafkaConfigApis(
                 cfg, lambda: self.quorum.image, self.forwarder.run_on_controller
             ),

@@ -473,16 +473,7 @@ class GroupApi:
         return group_ids
 
     def _submit(self, group_id: str, fn: Any) -> asyncio.Future[Any]:
-        """Queue ``fn`` on the group's shard; a future failed with the error if it cannot."""
-        try:
-            problem = group_id_error(group_id)
-            if problem:
-                raise LogMQError(problem, ErrorCode.INVALID_GROUP_ID)
-            return self.groups.shard_for(group_id).submit(fn)
-        except LogMQError as exc:
-            future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-            future.set_exception(exc)
-            return future
+        return self.groups.submit(group_id, fn)
 
 
 async def _gather(futures: list[asyncio.Future[Any]]) -> list[Any]:

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from logmq.broker.group_shard import CoordinatorError, GroupShard
 from logmq.errors import ErrorCode, LogMQError
-from logmq.group import OFFSETS_TOPIC, GroupConfig, coordinator_partition
+from logmq.group import OFFSETS_TOPIC, GroupConfig, coordinator_partition, group_id_error
 from logmq.net.codec import ApiKey
 
 if TYPE_CHECKING:
@@ -270,6 +270,22 @@ class GroupCoordinatorService:
 
     def partition_for(self, group_id: str) -> int:
         return coordinator_partition(group_id, self.ensure_offsets_topic())
+
+    def submit(self, group_id: str, fn: Any) -> asyncio.Future[Any]:
+        """Queue ``fn(core, now_ms)`` on the group's shard (both front doors' way in).
+
+        The future fails with the LogMQError when the id is invalid or this broker does
+        not coordinate the group (yet): callers gather many without a try each.
+        """
+        try:
+            problem = group_id_error(group_id)
+            if problem:
+                raise LogMQError(problem, ErrorCode.INVALID_GROUP_ID)
+            return self.shard_for(group_id).submit(fn)
+        except LogMQError as exc:
+            future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+            future.set_exception(exc)
+            return future
 
     def shard_for(self, group_id: str) -> GroupShard:
         """The shard coordinating ``group_id``; NOT_COORDINATOR if another broker's."""

@@ -38,6 +38,7 @@ if TYPE_CHECKING:
     from logmq.broker.replica_manager import ReplicaManager
     from logmq.cluster.metadata_image import MetadataImage
     from logmq.kafka.configs import KafkaConfigApis
+    from logmq.kafka.groups import KafkaGroupApis
     from logmq.kafka.offsets import KafkaOffsetApis
     from logmq.kafka.topics import KafkaTopicApis
 
@@ -45,7 +46,7 @@ KafkaHandler = Callable[[Request], Awaitable[Reply | None]]
 # Produce handlers overlap their durability waits; these have no effect to carry out
 # once their client is gone (net/server.py)
 KAFKA_CONCURRENT_APIS = frozenset({0})
-KAFKA_READ_ONLY_APIS = frozenset({1, 2, 3, 9, 10, 18, 23, 32, 60})
+KAFKA_READ_ONLY_APIS = frozenset({1, 2, 3, 9, 10, 15, 16, 18, 23, 32, 60})
 log = logging.getLogger("logmq.kafka")
 
 _ZERO = i32Timedelta.parse(datetime.timedelta(0))
@@ -89,6 +90,7 @@ class KafkaApis:
         offsets: KafkaOffsetApis,
         topics: KafkaTopicApis,
         configs: KafkaConfigApis,
+        groups: KafkaGroupApis,
         max_fetch_wait_ms: int,
     ) -> None:
         self.node_id = node_id
@@ -102,6 +104,7 @@ class KafkaApis:
         self.offsets = offsets
         self.topics = topics
         self.configs = configs
+        self.groups = groups
         self.max_fetch_wait_ms = max_fetch_wait_ms
         self._table = self.table()
 
@@ -114,6 +117,8 @@ class KafkaApis:
             8: self.offsets.offset_commit,
             9: self.offsets.offset_fetch,
             10: self.offsets.find_coordinator,
+            15: self.groups.describe_groups,
+            16: self.groups.list_groups,
             18: self.api_versions,
             19: self.topics.create_topics,
             20: self.topics.delete_topics,
@@ -122,6 +127,8 @@ class KafkaApis:
             32: self.configs.describe_configs,
             33: self.configs.alter_configs,
             37: self.topics.create_partitions,
+            42: self.groups.delete_groups,
+            47: self.groups.offset_delete,
             44: self.configs.incremental_alter_configs,
             60: self.describe_cluster,
         }

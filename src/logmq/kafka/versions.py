@@ -30,6 +30,8 @@ SUPPORTED: dict[int, tuple[int, int]] = {
     8: (2, 8),  # OffsetCommit
     9: (1, 8),  # OffsetFetch
     10: (0, 4),  # FindCoordinator
+    15: (0, 5),  # DescribeGroups
+    16: (0, 4),  # ListGroups
     18: (0, 3),  # ApiVersions
     19: (2, 4),  # CreateTopics
     20: (1, 4),  # DeleteTopics
@@ -38,7 +40,9 @@ SUPPORTED: dict[int, tuple[int, int]] = {
     32: (1, 4),  # DescribeConfigs
     33: (0, 2),  # AlterConfigs (replaces a topic's overrides)
     37: (0, 3),  # CreatePartitions
+    42: (0, 2),  # DeleteGroups
     44: (0, 1),  # IncrementalAlterConfigs
+    47: (0, 0),  # OffsetDelete
     60: (0, 1),  # DescribeCluster
 }
 

@@ -1,0 +1,201 @@
+"""Kafka's group admin APIs: ListGroups, DescribeGroups, DeleteGroups, OffsetDelete.
+
+They read and change the same group shards the native protocol does, so Kafka's
+tools list, describe and delete groups made by native consumers too. logmq's groups are
+consumer-protocol groups (broker-side assignment, KIP-848 style): described to Kafka
+clients with protocol type ``consumer``, the assignor's name as the protocol, and each
+member's assignment encoded as Kafka's ConsumerProtocol assignment (version 0), which
+is what admin clients decode.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import struct
+from typing import TYPE_CHECKING, Any
+
+from kio.schema.errors import ErrorCode as KioErrorCode
+
+from logmq.errors import ErrorCode, LogMQError
+from logmq.kafka.offsets import _ZERO, build, kio_code, response_module
+from logmq.net.codec import Request
+from logmq.net.reply import Reply
+
+if TYPE_CHECKING:
+    from logmq.broker.group_coordinator import GroupCoordinatorService
+    from logmq.group import GroupCoordinator
+
+# logmq's group states as Kafka's consumer-protocol groups name them
+_STATES = {"empty": "Empty", "reconciling": "Reconciling", "stable": "Stable"}
+
+
+def consumer_assignment(partitions: Any) -> bytes:
+    """Kafka's ConsumerProtocol assignment v0 for ``[(topic, partition), ...]``."""
+    by_topic: dict[str, list[int]] = {}
+    for topic, partition in sorted(partitions):
+        by_topic.setdefault(topic, []).append(partition)
+    out = bytearray(struct.pack(">hi", 0, len(by_topic)))
+    for topic, parts in by_topic.items():
+        name = topic.encode()
+        out += struct.pack(">h", len(name)) + name + struct.pack(">i", len(parts))
+        out += b"".join(struct.pack(">i", p) for p in parts)
+    out += struct.pack(">i", -1)  # no user data
+    return bytes(out)
+
+
+class KafkaGroupApis:
+    def __init__(self, groups: GroupCoordinatorService) -> None:
+        self.groups = groups
+
+    def _submit(self, group_id: str, fn: Any) -> asyncio.Future[Any]:
+        return self.groups.submit(group_id, fn)
+
+    # -- ListGroups --------------------------------------------------------------------
+    async def list_groups(self, req: Request) -> Reply:
+        body = req.body
+        m = response_module(body)
+        wanted = {s.lower() for s in getattr(body, "states_filter", ()) or ()}
+        code = ErrorCode.NONE
+        listings: list[Any] = []
+        try:
+            shards = self.groups.shards()
+        except LogMQError as e:
+            shards, code = [], e.code
+        results = await asyncio.gather(
+            *(self._list(shard) for shard in shards), return_exceptions=True
+        )
+        for result in results:
+            if isinstance(result, LogMQError):
+                code = code if code is not ErrorCode.NONE else result.code
+            elif isinstance(result, BaseException):
+                raise result
+            else:
+                listings += result
+        groups = tuple(
+            build(
+                m.ListedGroup,
+                group_id=g.group_id,
+                protocol_type="consumer",
+                group_state=_STATES.get(g.state.value, g.state.value),
+                group_type="consumer",
+            )
+            for g in listings
+            if not wanted or _STATES.get(g.state.value, "").lower() in wanted
+        )
+        return Reply(
+            build(
+                m.ListGroupsResponse, throttle_time=_ZERO, error_code=kio_code(code), groups=groups
+            )
+        )
+
+    async def _list(self, shard: Any) -> list[Any]:
+        return await shard.submit(lambda core, now_ms: core.list_groups())
+
+    # -- DescribeGroups ----------------------------------------------------------------
+    async def describe_groups(self, req: Request) -> Reply:
+        body = req.body
+        m = response_module(body)
+
+        def describe(group_id: str):
+            return lambda core, now_ms: core.describe(group_id)
+
+        results = await asyncio.gather(
+            *(self._submit(g, describe(g)) for g in body.groups), return_exceptions=True
+        )
+        out = []
+        for group_id, result in zip(body.groups, results, strict=True):
+            if isinstance(result, BaseException) and not isinstance(result, LogMQError):
+                raise result
+            code, d = (result.code, None) if isinstance(result, LogMQError) else result
+            if d is None:
+                # Kafka describes an unknown group as Dead with no error
+                dead = code in (ErrorCode.GROUP_ID_NOT_FOUND, ErrorCode.NONE)
+                out.append(
+                    build(
+                        m.DescribedGroup,
+                        error_code=KioErrorCode.none if dead else kio_code(code),
+                        group_id=group_id,
+                        group_state="Dead",
+                        protocol_type="",
+                        protocol_data="",
+                        members=(),
+                        authorized_operations=-2147483648,
+                    )
+                )
+                continue
+            members = tuple(
+                build(
+                    m.DescribedGroupMember,
+                    member_id=mem.member_id,
+                    group_instance_id=mem.instance_id,
+                    client_id=mem.client_id,
+                    client_host=mem.client_host,
+                    member_metadata=b"",
+                    member_assignment=consumer_assignment(mem.assigned),
+                )
+                for mem in d.members
+            )
+            out.append(
+                build(
+                    m.DescribedGroup,
+                    error_code=KioErrorCode.none,
+                    group_id=group_id,
+                    group_state=_STATES.get(d.state.value, d.state.value),
+                    protocol_type="consumer",
+                    protocol_data=d.assignor,
+                    members=members,
+                    authorized_operations=-2147483648,
+                )
+            )
+        return Reply(build(m.DescribeGroupsResponse, throttle_time=_ZERO, groups=tuple(out)))
+
+    # -- DeleteGroups ------------------------------------------------------------------
+    async def delete_groups(self, req: Request) -> Reply:
+        body = req.body
+        m = response_module(body)
+
+        def delete(group_id: str):
+            return lambda core, now_ms: core.delete_group(group_id)
+
+        results = await asyncio.gather(
+            *(self._submit(g, delete(g)) for g in body.groups_names), return_exceptions=True
+        )
+        out = []
+        for group_id, result in zip(body.groups_names, results, strict=True):
+            if isinstance(result, BaseException) and not isinstance(result, LogMQError):
+                raise result
+            code = result.code if isinstance(result, LogMQError) else result
+            out.append(m.DeletableGroupResult(group_id=group_id, error_code=kio_code(code)))
+        return Reply(m.DeleteGroupsResponse(throttle_time=_ZERO, results=tuple(out)))
+
+    # -- OffsetDelete ------------------------------------------------------------------
+    async def offset_delete(self, req: Request) -> Reply:
+        body = req.body
+        m = response_module(body)
+        group_id = body.group_id
+        tps = [(t.name, p.partition_index) for t in body.topics for p in t.partitions]
+
+        def delete(core: GroupCoordinator, now_ms: int):
+            return core.delete_offsets(group_id, tps)
+
+        try:
+            code = await self._submit(group_id, delete)
+        except LogMQError as e:
+            code = e.code
+        # Kafka puts a group-wide refusal (the group still consumes them) on the group
+        # and per partition
+        topics = tuple(
+            m.OffsetDeleteResponseTopic(
+                name=t.name,
+                partitions=tuple(
+                    m.OffsetDeleteResponsePartition(
+                        partition_index=p.partition_index, error_code=kio_code(code)
+                    )
+                    for p in t.partitions
+                ),
+            )
+            for t in body.topics
+        )
+        return Reply(
+            m.OffsetDeleteResponse(error_code=kio_code(code), throttle_time=_ZERO, topics=topics)
+        )
