@@ -14,19 +14,23 @@ from __future__ import annotations
 import asyncio
 import datetime
 import logging
-import sys
 import uuid
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode as KioErrorCode
-from kio.static.primitive import i32Timedelta
 
 from logmq.broker.metadata_store import is_internal, topic_name_error
 from logmq.errors import ErrorCode, LogMQError
 from logmq.kafka.codec import error_entity, response_class
 from logmq.kafka.fetch_response import FetchedPartition, encode_fetch_response
-from logmq.kafka.offsets import build
+from logmq.kafka.messages import (
+    NO_THROTTLE,
+    UNKNOWN_OPERATIONS,
+    build,
+    kio_code,
+    response_module,
+)
 from logmq.kafka.versions import api_versions_response
 from logmq.net.codec import Request
 from logmq.net.reply import Reply
@@ -49,21 +53,8 @@ KAFKA_CONCURRENT_APIS = frozenset({0})
 KAFKA_READ_ONLY_APIS = frozenset({1, 2, 3, 9, 10, 15, 16, 18, 23, 32, 60})
 log = logging.getLogger("logmq.kafka")
 
-_ZERO = i32Timedelta.parse(datetime.timedelta(0))
 EARLIEST, LATEST, MAX_TIMESTAMP = -2, -1, -3
 MAX_PRODUCER_EPOCH = 32767
-
-
-def _module(entity_or_cls: Any) -> Any:
-    cls = entity_or_cls if isinstance(entity_or_cls, type) else type(entity_or_cls)
-    return sys.modules[cls.__module__.replace(".request", ".response")]
-
-
-def _code(code: ErrorCode | int) -> KioErrorCode:
-    try:
-        return KioErrorCode(int(code))
-    except ValueError:  # a logmq-only code: Kafka clients know it as unknown
-        return KioErrorCode.unknown_server_error
 
 
 def _topic_uuid(topic_id: str) -> uuid.UUID | None:
@@ -156,7 +147,7 @@ class KafkaApis:
     # -- Metadata ----------------------------------------------------------------------
     async def metadata(self, req: Request) -> Reply:
         body = req.body
-        m = _module(body)
+        m = response_module(body)
         image = self.image()
         wanted = body.topics
         if wanted is None or (req.api_version == 0 and not wanted):
@@ -180,9 +171,9 @@ class KafkaApis:
         if req.api_version >= 2:
             fields["cluster_id"] = image.cluster_id
         if req.api_version >= 3:
-            fields["throttle_time"] = _ZERO
+            fields["throttle_time"] = NO_THROTTLE
         if 8 <= req.api_version <= 10:
-            fields["cluster_authorized_operations"] = -2147483648
+            fields["cluster_authorized_operations"] = UNKNOWN_OPERATIONS
         return Reply(m.MetadataResponse(**fields))
 
     def _topic_metadata(self, m: Any, version: int, image: MetadataImage, name: str) -> Any:
@@ -193,7 +184,7 @@ class KafkaApis:
             code = (
                 ErrorCode.INVALID_TOPIC_EXCEPTION if bad else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
             )
-            fields["error_code"] = _code(code)
+            fields["error_code"] = kio_code(code)
         else:
             fields["error_code"] = KioErrorCode.none
             parts = []
@@ -219,7 +210,7 @@ class KafkaApis:
         if version >= 1:
             fields["is_internal"] = is_internal(name)
         if version >= 8:
-            fields["topic_authorized_operations"] = -2147483648
+            fields["topic_authorized_operations"] = UNKNOWN_OPERATIONS
         return m.MetadataResponseTopic(**fields)
 
     def _live_brokers(self, image: MetadataImage) -> list[tuple[int, str, int, str | None]]:
@@ -234,20 +225,20 @@ class KafkaApis:
 
     # -- DescribeCluster ---------------------------------------------------------------
     async def describe_cluster(self, req: Request) -> Reply:
-        m = _module(req.body)
+        m = response_module(req.body)
         image = self.image()
         if getattr(req.body, "endpoint_type", 1) != 1:  # 1: brokers; 2: controllers
             return Reply(
                 build(
                     m.DescribeClusterResponse,
-                    throttle_time=_ZERO,
+                    throttle_time=NO_THROTTLE,
                     error_code=KioErrorCode.unsupported_endpoint_type,
                     error_message="only the brokers' endpoints are described",
                     endpoint_type=req.body.endpoint_type,
                     cluster_id=image.cluster_id or "",
                     controller_id=-1,
                     brokers=(),
-                    cluster_authorized_operations=-2147483648,
+                    cluster_authorized_operations=UNKNOWN_OPERATIONS,
                 )
             )
         controller = self.controller_id()
@@ -258,21 +249,21 @@ class KafkaApis:
         return Reply(
             build(
                 m.DescribeClusterResponse,
-                throttle_time=_ZERO,
+                throttle_time=NO_THROTTLE,
                 error_code=KioErrorCode.none,
                 error_message=None,
                 endpoint_type=1,
                 cluster_id=image.cluster_id or "",
                 controller_id=controller if controller is not None else -1,
                 brokers=brokers,
-                cluster_authorized_operations=-2147483648,
+                cluster_authorized_operations=UNKNOWN_OPERATIONS,
             )
         )
 
     # -- Produce -----------------------------------------------------------------------
     async def produce(self, req: Request) -> Reply | None:
         body = req.body
-        m = _module(body)
+        m = response_module(body)
         acks = body.acks
         timeout_ms = int(body.timeout.total_seconds() * 1000)
         if body.transactional_id is not None:
@@ -299,7 +290,7 @@ class KafkaApis:
             )))  # fmt: skip
         if acks == 0:
             return None
-        return Reply(m.ProduceResponse(responses=tuple(responses), throttle_time=_ZERO))
+        return Reply(m.ProduceResponse(responses=tuple(responses), throttle_time=NO_THROTTLE))
 
     async def _append(
         self, topic: str, partition: int, records: bytes | None, acks: int, timeout_ms: int
@@ -328,7 +319,7 @@ class KafkaApis:
     ) -> Any:
         fields: dict[str, Any] = {
             "index": index,
-            "error_code": _code(code),
+            "error_code": kio_code(code),
             "base_offset": base_offset,
         }
         if version >= 2:
@@ -355,7 +346,7 @@ class KafkaApis:
             )
             for t in req.body.topic_data
         )
-        return Reply(m.ProduceResponse(responses=responses, throttle_time=_ZERO))
+        return Reply(m.ProduceResponse(responses=responses, throttle_time=NO_THROTTLE))
 
     # -- Fetch -------------------------------------------------------------------------
     async def fetch(self, req: Request) -> Reply:
@@ -389,7 +380,7 @@ class KafkaApis:
                 parts.append(
                     FetchedPartition(
                         p["partition"],
-                        int(_code(p["error"])),
+                        int(kio_code(p["error"])),
                         p["high_watermark"],
                         p["log_start_offset"],
                         next(tail) if size else None,
@@ -402,7 +393,7 @@ class KafkaApis:
     # -- ListOffsets -------------------------------------------------------------------
     async def list_offsets(self, req: Request) -> Reply:
         body = req.body
-        m = _module(body)
+        m = response_module(body)
         topics = []
         for t in body.topics:
             parts = []
@@ -427,7 +418,7 @@ class KafkaApis:
                     code, offset, found, leader_epoch = e.code, -1, -1, -1
                 pf: dict[str, Any] = {
                     "partition_index": p.partition_index,
-                    "error_code": _code(code),
+                    "error_code": kio_code(code),
                     "timestamp": found,
                     "offset": offset,
                 }
@@ -437,7 +428,7 @@ class KafkaApis:
             topics.append(m.ListOffsetsTopicResponse(name=t.name, partitions=tuple(parts)))
         fields: dict[str, Any] = {"topics": tuple(topics)}
         if req.api_version >= 2:
-            fields["throttle_time"] = _ZERO
+            fields["throttle_time"] = NO_THROTTLE
         return Reply(m.ListOffsetsResponse(**fields))
 
     # -- OffsetForLeaderEpoch -----------------------------------------------------------
@@ -445,7 +436,7 @@ class KafkaApis:
         """Where a leader epoch ends (consumers validate their position after a leader
         change, KIP-320), answered as for followers by the replica manager."""
         body = req.body
-        m = _module(body)
+        m = response_module(body)
         topics = []
         for t in body.topics:
             parts = []
@@ -455,20 +446,22 @@ class KafkaApis:
                 )
                 parts.append(
                     m.EpochEndOffset(
-                        error_code=_code(error),
+                        error_code=kio_code(error),
                         partition=p.partition,
                         leader_epoch=epoch,
                         end_offset=end,
                     )
                 )
             topics.append(m.OffsetForLeaderTopicResult(topic=t.topic, partitions=tuple(parts)))
-        return Reply(m.OffsetForLeaderEpochResponse(throttle_time=_ZERO, topics=tuple(topics)))
+        return Reply(
+            m.OffsetForLeaderEpochResponse(throttle_time=NO_THROTTLE, topics=tuple(topics))
+        )
 
     # -- InitProducerId ----------------------------------------------------------------
     async def init_producer_id(self, req: Request) -> Reply:
         body = req.body
-        m = _module(body)
-        fields: dict[str, Any] = {"throttle_time": _ZERO}
+        m = response_module(body)
+        fields: dict[str, Any] = {"throttle_time": NO_THROTTLE}
         if body.transactional_id is not None:
             fields.update(
                 error_code=KioErrorCode.transactional_id_authorization_failed,
@@ -488,5 +481,5 @@ class KafkaApis:
                 error_code=KioErrorCode.none, producer_id=new_pid, producer_epoch=new_epoch
             )
         except LogMQError as e:
-            fields.update(error_code=_code(e.code), producer_id=-1, producer_epoch=-1)
+            fields.update(error_code=kio_code(e.code), producer_id=-1, producer_epoch=-1)
         return Reply(m.InitProducerIdResponse(**fields))

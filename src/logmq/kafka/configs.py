@@ -11,15 +11,12 @@ SUBTRACT on list values such as ``cleanup.policy``). Broker settings are static
 
 from __future__ import annotations
 
-import datetime
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from kio.static.primitive import i32Timedelta
-
 from logmq.broker.config_view import ConfigView, broker_configs, topic_configs
 from logmq.errors import ErrorCode, LogMQError
-from logmq.kafka.offsets import build, kio_code, response_module
+from logmq.kafka.messages import NO_THROTTLE, build, kio_code, response_module
 from logmq.kafka.topics import RunOnController
 from logmq.net.codec import ApiKey, Request
 from logmq.net.reply import Reply
@@ -32,7 +29,6 @@ TOPIC, BROKER = 2, 4  # Kafka's resource types
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3  # IncrementalAlterConfigs operations
 # config_source values
 DYNAMIC_TOPIC_CONFIG, STATIC_BROKER_CONFIG, DEFAULT_CONFIG = 1, 4, 5
-_ZERO = i32Timedelta.parse(datetime.timedelta(0))
 
 
 class KafkaConfigApis:
@@ -79,7 +75,7 @@ class KafkaConfigApis:
                     configs=configs,
                 )
             )
-        return Reply(m.DescribeConfigsResponse(throttle_time=_ZERO, results=tuple(results)))
+        return Reply(m.DescribeConfigsResponse(throttle_time=NO_THROTTLE, results=tuple(results)))
 
     def _describe(
         self, rtype: int, name: str
@@ -183,4 +179,4 @@ class KafkaConfigApis:
                 )
             )
         cls = getattr(m, "AlterConfigsResponse", None) or m.IncrementalAlterConfigsResponse
-        return Reply(cls(throttle_time=_ZERO, responses=tuple(responses)))
+        return Reply(cls(throttle_time=NO_THROTTLE, responses=tuple(responses)))

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from kio.schema.errors import ErrorCode as KioErrorCode
 
 from logmq.errors import ErrorCode, LogMQError
-from logmq.kafka.offsets import _ZERO, build, kio_code, response_module
+from logmq.kafka.messages import NO_THROTTLE, UNKNOWN_OPERATIONS, build, kio_code, response_module
 from logmq.net.codec import Request
 from logmq.net.reply import Reply
 
@@ -84,7 +84,10 @@ class KafkaGroupApis:
         )
         return Reply(
             build(
-                m.ListGroupsResponse, throttle_time=_ZERO, error_code=kio_code(code), groups=groups
+                m.ListGroupsResponse,
+                throttle_time=NO_THROTTLE,
+                error_code=kio_code(code),
+                groups=groups,
             )
         )
 
@@ -119,7 +122,7 @@ class KafkaGroupApis:
                         protocol_type="",
                         protocol_data="",
                         members=(),
-                        authorized_operations=-2147483648,
+                        authorized_operations=UNKNOWN_OPERATIONS,
                     )
                 )
                 continue
@@ -144,10 +147,10 @@ class KafkaGroupApis:
                     protocol_type="consumer",
                     protocol_data=d.assignor,
                     members=members,
-                    authorized_operations=-2147483648,
+                    authorized_operations=UNKNOWN_OPERATIONS,
                 )
             )
-        return Reply(build(m.DescribeGroupsResponse, throttle_time=_ZERO, groups=tuple(out)))
+        return Reply(build(m.DescribeGroupsResponse, throttle_time=NO_THROTTLE, groups=tuple(out)))
 
     # -- DeleteGroups ------------------------------------------------------------------
     async def delete_groups(self, req: Request) -> Reply:
@@ -166,7 +169,7 @@ class KafkaGroupApis:
                 raise result
             code = result.code if isinstance(result, LogMQError) else result
             out.append(m.DeletableGroupResult(group_id=group_id, error_code=kio_code(code)))
-        return Reply(m.DeleteGroupsResponse(throttle_time=_ZERO, results=tuple(out)))
+        return Reply(m.DeleteGroupsResponse(throttle_time=NO_THROTTLE, results=tuple(out)))
 
     # -- OffsetDelete ------------------------------------------------------------------
     async def offset_delete(self, req: Request) -> Reply:
@@ -197,5 +200,7 @@ class KafkaGroupApis:
             for t in body.topics
         )
         return Reply(
-            m.OffsetDeleteResponse(error_code=kio_code(code), throttle_time=_ZERO, topics=topics)
+            m.OffsetDeleteResponse(
+                error_code=kio_code(code), throttle_time=NO_THROTTLE, topics=topics
+            )
         )

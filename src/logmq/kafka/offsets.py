@@ -11,16 +11,14 @@ partitions and shards as native groups', so each protocol sees the other's commi
 
 from __future__ import annotations
 
-import datetime
-import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode as KioErrorCode
-from kio.static.primitive import i32Timedelta
 
 from logmq.errors import ErrorCode, LogMQError
 from logmq.group import group_id_error
+from logmq.kafka.messages import NO_THROTTLE, build, kio_code, response_module
 from logmq.net.codec import Request
 from logmq.net.reply import Reply
 
@@ -28,7 +26,6 @@ if TYPE_CHECKING:
     from logmq.broker.group_coordinator import GroupCoordinatorService
     from logmq.group import GroupCoordinator
 
-_ZERO = i32Timedelta.parse(datetime.timedelta(0))
 # Errors that concern the whole group rather than a partition (Kafka puts them
 # on every partition, and v2+ OffsetFetch at the top too).
 _COORDINATOR_ERRORS = {
@@ -36,23 +33,6 @@ _COORDINATOR_ERRORS = {
     ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
     ErrorCode.NOT_COORDINATOR,
 }
-
-
-def build(cls: type, **fields: Any) -> Any:
-    """``cls`` from the fields this version of it has (the others are dropped)."""
-    known = cls.__dataclass_fields__  # type: ignore[attr-defined]
-    return cls(**{k: v for k, v in fields.items() if k in known})
-
-
-def kio_code(code: ErrorCode | int) -> KioErrorCode:
-    try:
-        return KioErrorCode(int(code))
-    except ValueError:  # a logmq-only code: Kafka clients know it as unknown
-        return KioErrorCode.unknown_server_error
-
-
-def response_module(body: Any) -> Any:
-    return sys.modules[type(body).__module__.replace(".request", ".response")]
 
 
 class KafkaOffsetApis:
@@ -79,12 +59,14 @@ class KafkaOffsetApis:
                     body.coordinator_keys, found, strict=True
                 )
             )
-            return Reply(m.FindCoordinatorResponse(throttle_time=_ZERO, coordinators=coordinators))
+            return Reply(
+                m.FindCoordinatorResponse(throttle_time=NO_THROTTLE, coordinators=coordinators)
+            )
         code, msg, node, host, port = await self._coordinator(body.key, key_type)
         return Reply(
             build(
                 m.FindCoordinatorResponse,
-                throttle_time=_ZERO,
+                throttle_time=NO_THROTTLE,
                 error_code=code,
                 error_message=msg,
                 node_id=node,
@@ -160,7 +142,7 @@ class KafkaOffsetApis:
             )
             for t in body.topics
         )
-        return Reply(build(m.OffsetCommitResponse, throttle_time=_ZERO, topics=topics))
+        return Reply(build(m.OffsetCommitResponse, throttle_time=NO_THROTTLE, topics=topics))
 
     # -- OffsetFetch -------------------------------------------------------------------
     async def offset_fetch(self, req: Request) -> Reply:
@@ -175,11 +157,14 @@ class KafkaOffsetApis:
                         group_id=g.group_id, topics=topics, error_code=kio_code(code)
                     )
                 )
-            return Reply(m.OffsetFetchResponse(throttle_time=_ZERO, groups=tuple(groups)))
+            return Reply(m.OffsetFetchResponse(throttle_time=NO_THROTTLE, groups=tuple(groups)))
         code, topics = await self._fetch(m, req.api_version, body.group_id, body.topics)
         return Reply(
             build(
-                m.OffsetFetchResponse, throttle_time=_ZERO, topics=topics, error_code=kio_code(code)
+                m.OffsetFetchResponse,
+                throttle_time=NO_THROTTLE,
+                topics=topics,
+                error_code=kio_code(code),
             )
         )
 

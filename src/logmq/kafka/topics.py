@@ -8,19 +8,15 @@ validation and internal-topic protection are the same for both front doors.
 
 from __future__ import annotations
 
-import datetime
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from kio.static.primitive import i32Timedelta
-
 from logmq.errors import ErrorCode, LogMQError
-from logmq.kafka.offsets import build, kio_code, response_module
+from logmq.kafka.messages import NO_THROTTLE, build, kio_code, response_module
 from logmq.net.codec import ApiKey, Request
 from logmq.net.reply import Reply
 
 RunOnController = Callable[[int, dict[str, Any]], Awaitable[dict[str, Any]]]
-_ZERO = i32Timedelta.parse(datetime.timedelta(0))
 
 
 class KafkaTopicApis:
@@ -83,7 +79,7 @@ class KafkaTopicApis:
             )
             for t in body.topics
         )
-        return Reply(build(m.CreateTopicsResponse, throttle_time=_ZERO, topics=topics))
+        return Reply(build(m.CreateTopicsResponse, throttle_time=NO_THROTTLE, topics=topics))
 
     # -- DeleteTopics ------------------------------------------------------------------
     async def delete_topics(self, req: Request) -> Reply:
@@ -100,7 +96,7 @@ class KafkaTopicApis:
             )
             for name in names
         )
-        return Reply(build(m.DeleteTopicsResponse, throttle_time=_ZERO, responses=responses))
+        return Reply(build(m.DeleteTopicsResponse, throttle_time=NO_THROTTLE, responses=responses))
 
     # -- CreatePartitions --------------------------------------------------------------
     async def create_partitions(self, req: Request) -> Reply:
@@ -128,4 +124,4 @@ class KafkaTopicApis:
             )
             for t in body.topics
         )
-        return Reply(m.CreatePartitionsResponse(throttle_time=_ZERO, results=out))
+        return Reply(m.CreatePartitionsResponse(throttle_time=NO_THROTTLE, results=out))

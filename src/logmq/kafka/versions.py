@@ -11,13 +11,12 @@ takes the highest version inside each range it knows.
 
 from __future__ import annotations
 
-import datetime
 import sys
 
 from kio.index import load_response_schema
-from kio.static.primitive import i32Timedelta
 
 from logmq.errors import ErrorCode
+from logmq.kafka.messages import NO_THROTTLE
 
 API_VERSIONS_KEY = 18
 
@@ -50,8 +49,6 @@ SUPPORTED: dict[int, tuple[int, int]] = {
 # they carry is not Kafka's RecordBatch v2).
 REFUSED: dict[int, int] = {0: 3}  # api key -> oldest version served
 
-_ZERO = i32Timedelta.parse(datetime.timedelta(0))
-
 
 def api_versions_response(version: int, error: ErrorCode = ErrorCode.NONE):
     """The ApiVersions answer at ``version`` (the error one is always v0, KIP-511)."""
@@ -65,7 +62,7 @@ def api_versions_response(version: int, error: ErrorCode = ErrorCode.NONE):
 
     fields = {"error_code": KioErrorCode(int(error)), "api_keys": keys}
     if version >= 1:
-        fields["throttle_time"] = _ZERO
+        fields["throttle_time"] = NO_THROTTLE
     if version >= 3:
         fields.update(
             supported_features=(),

@@ -1,0 +1,35 @@
+"""Small helpers for building kio response objects, shared by the Kafka handlers."""
+
+from __future__ import annotations
+
+import datetime
+import sys
+from typing import Any
+
+from kio.schema.errors import ErrorCode as KioErrorCode
+from kio.static.primitive import i32Timedelta
+
+from logmq.errors import ErrorCode
+
+NO_THROTTLE = i32Timedelta.parse(datetime.timedelta(0))  # throttle_time: never throttled
+UNKNOWN_OPERATIONS = -2147483648  # authorized operations: not computed (no ACLs)
+
+
+def build(cls: type, **fields: Any) -> Any:
+    """``cls`` from the fields this version of it has (the others are dropped)."""
+    known = cls.__dataclass_fields__  # type: ignore[attr-defined]
+    return cls(**{k: v for k, v in fields.items() if k in known})
+
+
+def kio_code(code: ErrorCode | int) -> KioErrorCode:
+    """Kafka's error code for ours; a logmq-only code reads as UNKNOWN_SERVER_ERROR."""
+    try:
+        return KioErrorCode(int(code))
+    except ValueError:
+        return KioErrorCode.unknown_server_error
+
+
+def response_module(entity: Any) -> Any:
+    """The kio module of the response that answers request ``entity`` (same version)."""
+    cls = entity if isinstance(entity, type) else type(entity)
+    return sys.modules[cls.__module__.replace(".request", ".response")]
