@@ -3,7 +3,8 @@
 Starts its own ``logmq-server`` (temp data dir, free ports) and measures, each in its
 own process so client and broker compete for the cores as real ones would:
 
-* a confluent-kafka (librdkafka) producer of 100-byte records, one partition and four;
+* a confluent-kafka (librdkafka) producer of 100-byte records, one partition and four,
+  and kcat producing the same from a file (librdkafka without Python in the loop);
 * a confluent-kafka consumer (``assign()``) of those records, and of 10 KB records,
   timed from its first record (librdkafka's start-up, about half a second here, apart);
 * the native ``logmq bench`` produce and consume of the same sizes;
@@ -21,6 +22,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 from typing import Any
 
@@ -95,6 +97,27 @@ def kafka(script: str, broker: BrokerProcess, topic: str, n: int, size: int, par
     return run([sys.executable, "-c", script, *args])
 
 
+def kcat_produce(broker: BrokerProcess, topic: str, n: int, tmp: Path) -> dict[str, Any]:
+    """kcat -P from a file of n 100-byte lines; checked against the partition's end."""
+    path = tmp / "lines.txt"
+    path.write_bytes((b"x" * 100 + b"\n") * n)
+    start = time.perf_counter()
+    subprocess.run(
+        ["kcat", "-P", "-b", broker.kafka_bootstrap, "-t", topic, "-p", "0", "-l", str(path),
+         "-X", "linger.ms=5", "-X", "batch.size=1000000",
+         "-X", "queue.buffering.max.messages=2000000"],
+        check=True, capture_output=True, timeout=600,
+    )  # fmt: skip
+    secs = time.perf_counter() - start
+    from logmq.client import Consumer
+
+    with Consumer(broker.bootstrap) as c:
+        end = c.end_offsets([(topic, 0)])[(topic, 0)]
+    if end != n:
+        raise RuntimeError(f"kcat produced {end} records, not {n}")
+    return {"records_per_sec": n / secs, "mb_per_sec": n * 100 / secs / 1e6}
+
+
 def native(broker: BrokerProcess, *args: str) -> dict[str, Any]:
     cmd = [sys.executable, "-m", "logmq_cli.main", "-b", broker.bootstrap, "bench", *args,
            "--json", "--no-progress"]  # fmt: skip
@@ -113,7 +136,14 @@ def main() -> None:
         from logmq.client import Admin
 
         with Admin(broker.bootstrap) as admin:
-            for name, parts in (("k1", 1), ("k4", 4), ("k10k", 1), ("n1", 1), ("n10k", 1)):
+            for name, parts in (
+                ("k1", 1),
+                ("k4", 4),
+                ("kc1", 1),
+                ("k10k", 1),
+                ("n1", 1),
+                ("n10k", 1),
+            ):
                 admin.create_topic(name, parts)
         pid = broker.pid
         assert pid is not None
@@ -130,6 +160,11 @@ def main() -> None:
         )
         measure(
             "produce 100 B, 4 partitions", "kafka", lambda: kafka(PRODUCER, broker, "k4", n, 100, 4)
+        )
+        measure(
+            "produce 100 B, 1 partition (kcat -P from a file)",
+            "kafka",
+            lambda: kcat_produce(broker, "kc1", n, broker.data_dir.parent),
         )
         measure(
             "produce 100 B, 1 partition (send_batch)",
