@@ -22,7 +22,7 @@ from logmq.broker.request_fields import InvalidRequestError, req_int, req_list, 
 from logmq.errors import ErrorCode, LogMQError
 from logmq.net.codec import Request
 from logmq.net.reply import Reply
-from logmq.storage.offset_search import first_record_at_or_after
+from logmq.storage.offset_search import offset_for
 
 if TYPE_CHECKING:
     from logmq.broker.metrics import BrokerMetrics
@@ -30,9 +30,6 @@ if TYPE_CHECKING:
     from logmq.broker.replica_manager import ReplicaManager
 
 log = logging.getLogger("logmq.broker")
-
-EARLIEST = -2
-LATEST = -1
 
 
 def _perror(partition: int, code: ErrorCode, message: str | None = None, **extra: Any) -> dict:
@@ -234,14 +231,7 @@ class DataApi:
                 partition, ts = req_int(p, "partition"), req_int(p, "timestamp")
                 try:
                     plog = self.replicas.leader_log(name, partition)
-                    if ts == EARLIEST:
-                        offset, found_ts = plog.log_start_offset, -1
-                    elif ts == LATEST:
-                        offset, found_ts = plog.high_watermark, -1
-                    elif ts < 0:
-                        raise InvalidRequestError(f"invalid timestamp {ts}")
-                    else:
-                        offset, found_ts = first_record_at_or_after(plog, ts)
+                    offset, found_ts = offset_for(plog, ts)
                     results.append(
                         {
                             "partition": partition,

@@ -34,7 +34,7 @@ from logmq.kafka.messages import (
 from logmq.kafka.versions import api_versions_response
 from logmq.net.codec import Request
 from logmq.net.reply import Reply
-from logmq.storage.offset_search import first_record_at_or_after, max_timestamp_record
+from logmq.storage.offset_search import offset_for
 
 if TYPE_CHECKING:
     from logmq.broker.produce_path import ProducePath
@@ -53,7 +53,6 @@ KAFKA_CONCURRENT_APIS = frozenset({0})
 KAFKA_READ_ONLY_APIS = frozenset({1, 2, 3, 9, 10, 15, 16, 18, 23, 32, 60})
 log = logging.getLogger("logmq.kafka")
 
-EARLIEST, LATEST, MAX_TIMESTAMP = -2, -1, -3
 MAX_PRODUCER_EPOCH = 32767
 
 
@@ -402,16 +401,7 @@ class KafkaApis:
                 epoch = getattr(p, "current_leader_epoch", -1)
                 try:
                     plog = self.replicas.leader_log(t.name, p.partition_index, epoch)
-                    if ts == EARLIEST:
-                        offset, found = plog.log_start_offset, -1
-                    elif ts == LATEST:
-                        offset, found = plog.high_watermark, -1
-                    elif ts == MAX_TIMESTAMP:
-                        offset, found = max_timestamp_record(plog)
-                    elif ts < 0:
-                        raise LogMQError(f"invalid timestamp {ts}", ErrorCode.INVALID_REQUEST)
-                    else:
-                        offset, found = first_record_at_or_after(plog, ts)
+                    offset, found = offset_for(plog, ts)
                     code = ErrorCode.NONE
                     leader_epoch = plog.leader_epochs.latest_epoch if offset >= 0 else -1
                 except LogMQError as e:

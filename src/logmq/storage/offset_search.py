@@ -9,10 +9,31 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from logmq.errors import ErrorCode, LogMQError
 from logmq.storage import batch as b
 
 if TYPE_CHECKING:
     from logmq.storage.partition_log import PartitionLog
+
+# ListOffsets' special timestamps
+EARLIEST, LATEST, MAX_TIMESTAMP = -2, -1, -3
+
+
+def offset_for(plog: PartitionLog, ts: int) -> tuple[int, int]:
+    """ListOffsets for one partition: (offset, timestamp or -1) for ``ts``.
+
+    EARLIEST is the log start, LATEST the high watermark, MAX_TIMESTAMP the record with
+    the largest timestamp, any other ``ts >= 0`` the first record at or after it.
+    """
+    if ts == EARLIEST:
+        return plog.log_start_offset, -1
+    if ts == LATEST:
+        return plog.high_watermark, -1
+    if ts == MAX_TIMESTAMP:
+        return max_timestamp_record(plog)
+    if ts < 0:
+        raise LogMQError(f"invalid timestamp {ts}", ErrorCode.INVALID_REQUEST)
+    return first_record_at_or_after(plog, ts)
 
 
 def first_record_at_or_after(plog: PartitionLog, ts: int) -> tuple[int, int]:
