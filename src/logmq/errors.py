@@ -66,6 +66,7 @@ class ErrorCode(IntEnum):
     NO_REASSIGNMENT_IN_PROGRESS = 85  # cancel of a partition that is not moving
     INVALID_RECORD = 87
     INVALID_UPDATE_VERSION = 95
+    UNKNOWN_TOPIC_ID = 100
     BROKER_ID_NOT_REGISTERED = 102
     INCONSISTENT_CLUSTER_ID = 104
     INELIGIBLE_REPLICA = 107
@@ -89,6 +90,7 @@ _RETRIABLE = frozenset(
     {
         ErrorCode.CORRUPT_MESSAGE,  # corrupted in transit: resend
         ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+        ErrorCode.UNKNOWN_TOPIC_ID,
         ErrorCode.LEADER_NOT_AVAILABLE,
         ErrorCode.NOT_LEADER_OR_FOLLOWER,
         ErrorCode.REQUEST_TIMED_OUT,

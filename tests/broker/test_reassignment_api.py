@@ -91,7 +91,7 @@ async def test_refusals_are_all_or_nothing_and_name_each_partition(client):
     assert (await client.create_topic("refuse", 2))["error"] == 0
     assert (await client.create_topic("strict", 1, {"min.insync.replicas": "2"}))["error"] == 0
     cases = [
-        (move("refuse", 0, [7]), E.BROKER_NOT_AVAILABLE),
+        (move("refuse", 0, [7]), E.INVALID_REPLICA_ASSIGNMENT),
         (move("refuse", 0, [1, 1]), E.INVALID_REPLICA_ASSIGNMENT),
         (move("refuse", 0, []), E.INVALID_REPLICA_ASSIGNMENT),
         (move("refuse", 5, [1]), E.UNKNOWN_TOPIC_OR_PARTITION),
@@ -112,11 +112,11 @@ async def test_refusals_are_all_or_nothing_and_name_each_partition(client):
 
     # one bad entry refuses the whole request; the message lists every refusal
     out = await alter(client, move("refuse", 0, [1]), move("refuse", 1, [9]), move("gone", 0, [1]))
-    assert out["error"] == E.BROKER_NOT_AVAILABLE
+    assert out["error"] == E.INVALID_REPLICA_ASSIGNMENT
     codes = {(e["topic"], e["partition"]): e["error"] for e in out["partitions"]}
     assert codes == {
         ("refuse", 0): 0,
-        ("refuse", 1): E.BROKER_NOT_AVAILABLE,
+        ("refuse", 1): E.INVALID_REPLICA_ASSIGNMENT,
         ("gone", 0): E.UNKNOWN_TOPIC_OR_PARTITION,
     }
     assert "refuse-1" in out["message"] and "gone-0" in out["message"]

@@ -151,7 +151,7 @@ async def test_refusals_raise_reassignment_error_and_start_nothing(shared_broker
         assert err.value.code is E.NO_REASSIGNMENT_IN_PROGRESS
         with pytest.raises(ReassignmentError) as err:
             await admin.alter_partition_reassignments({(topic_name, 0): [1, 5]})
-        assert err.value.code is E.BROKER_NOT_AVAILABLE
+        assert err.value.code is E.INVALID_REPLICA_ASSIGNMENT
         with pytest.raises(ReassignmentError) as err:
             await admin.set_reassignment_throttle(-5)
         assert err.value.code is E.INVALID_REQUEST
@@ -202,7 +202,7 @@ def test_blocking_admin_has_the_same_calls(shared_broker, topic_name):
         admin.alter_partition_reassignments({(topic_name, 0): [1]}, throttle_bytes_per_sec=0)
         with pytest.raises(ReassignmentError) as err:
             admin.alter_partition_reassignments({(topic_name, 0): [3]})
-        assert err.value.partitions[(topic_name, 0)][0] is E.BROKER_NOT_AVAILABLE
+        assert err.value.partitions[(topic_name, 0)][0] is E.INVALID_REPLICA_ASSIGNMENT
         admin.set_reassignment_throttle(0)
         assert admin.list_partition_reassignments().partitions == {}
         assert admin.list_partition_reassignments([(topic_name, 0)]).throttle_bytes_per_sec is None

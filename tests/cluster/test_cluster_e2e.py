@@ -309,3 +309,77 @@ def test_kafka_clients_find_every_brokers_kafka_listener(cluster):
             values.add(msg.value())
     consumer.close()
     assert values == {f"v{i}".encode() for i in range(300)}
+
+
+def test_kafka_admin_deletes_records_moves_and_elects_across_brokers(cluster):
+    """DeleteRecords waits for every in-sync replica's log start offset; kafka-python
+    moves a partition's replicas, lists the move, and elects the preferred leader."""
+    ck = pytest.importorskip("confluent_kafka")
+    pytest.importorskip("kafka")
+    from confluent_kafka.admin import AdminClient
+    from kafka.admin import KafkaAdminClient
+    from kafka.structs import TopicPartition
+
+    topic, tp = "kafka-admin-rf3", ("kafka-admin-rf3", 0)
+    running = {n: node for n, node in cluster.nodes.items() if node.running}
+    kafka_bootstrap = ",".join(node.kafka_bootstrap for node in running.values())
+    with Admin(cluster.bootstrap) as native:
+        native.create_topic(topic, 1, replication_factor=3)
+    producer = ck.Producer({"bootstrap.servers": kafka_bootstrap, "acks": "all"})
+    for i in range(100):
+        producer.produce(topic, value=f"v{i}".encode(), partition=0)
+    assert producer.flush(30) == 0
+
+    admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
+    [future] = admin.delete_records([ck.TopicPartition(topic, 0, 60)]).values()
+    assert future.result(30).low_watermark == 60  # every in-sync replica got there
+    with Admin(cluster.bootstrap) as native:
+        replicas = native.describe_topics([topic])[topic].partitions[0].replicas
+        starts = {b: native.describe_log_dirs(b)[tp].log_start_offset for b in replicas}
+    assert starts == dict.fromkeys(replicas, 60)
+
+    kp = KafkaAdminClient(bootstrap_servers=kafka_bootstrap)
+
+    def settled(want: list[int]) -> list[int]:
+        """Wait until the move is over and the metadata shows ``want``; returns the ISR."""
+        deadline = time.monotonic() + DEADLINE_S
+        while True:
+            with Admin(cluster.bootstrap) as native:
+                part = native.describe_topics([topic])[topic].partitions[0]
+            if not kp.list_partition_reassignments() and list(part.replicas) == want:
+                return list(part.isr)
+            assert time.monotonic() < deadline, (part, kp.list_partition_reassignments())
+            time.sleep(0.1)
+
+    try:
+        # shrink to two replicas, the second of them first: the leader may stay put
+        target = [replicas[1], replicas[0]]
+        assert kp.alter_partition_reassignments({TopicPartition(topic, 0): target}) == {
+            TopicPartition(topic, 0): None
+        }
+        assert sorted(settled(target)) == sorted(target)
+        with Admin(cluster.bootstrap) as native:
+            leader = native.describe_topics([topic])[topic].partitions[0].leader
+        out = kp.elect_leaders(0, {topic: [0]}, raise_errors=False)
+        [result] = out.replica_election_results
+        code = result.partition_result[0].error_code
+        assert code == (84 if leader == target[0] else 0)  # ELECTION_NOT_NEEDED or elected
+        deadline = time.monotonic() + DEADLINE_S
+        while True:
+            with Admin(cluster.bootstrap) as native:
+                if native.describe_topics([topic])[topic].partitions[0].leader == target[0]:
+                    break
+            assert time.monotonic() < deadline, "the preferred replica did not become leader"
+            time.sleep(0.1)
+        # every broker reports its own copy: the one dropped has none left
+        dirs = kp.describe_log_dirs(topic_partitions={topic: [0]})
+    finally:
+        kp.close()
+    holders = {
+        d["broker"]
+        for d in dirs
+        for log_dir in d["log_dirs"]
+        for t in log_dir["topics"]
+        if t["name"] == topic and t["partitions"]
+    }
+    assert holders == set(target)

@@ -105,7 +105,7 @@ def test_bad_plans_start_nothing():
     cases = [
         ({("nope", 0): [1, 2]}, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "no partition nope-0"),
         ({("t", 7): [1, 2]}, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "t-7"),
-        ({T0: [1, 9]}, ErrorCode.BROKER_NOT_AVAILABLE, "unknown broker(s) [9]"),
+        ({T0: [1, 9]}, ErrorCode.INVALID_REPLICA_ASSIGNMENT, "unknown broker(s) [9]"),
         ({T0: [1, 2, 2]}, ErrorCode.INVALID_REPLICA_ASSIGNMENT, "appears twice"),
         ({T0: []}, ErrorCode.INVALID_REPLICA_ASSIGNMENT, "empty"),
         ({T0: [4]}, ErrorCode.INVALID_REPLICATION_FACTOR, "min.insync.replicas (2)"),

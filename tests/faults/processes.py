@@ -159,7 +159,15 @@ class ClusterNode(BrokerProcess):
         args = self.args_builder(
             self.node_id, self.port, self.voters, self.data_dir, self.extra_args, peers=self.peers
         )
-        return [sys.executable, "-m", "logmq_cli.server", *args]
+        # the Kafka listener where ``kafka_bootstrap`` says (a restart keeps the port)
+        return [
+            sys.executable,
+            "-m",
+            "logmq_cli.server",
+            *args,
+            "--kafka-port",
+            str(self.kafka_port),
+        ]
 
     def pause(self) -> None:
         if self.pid is None:

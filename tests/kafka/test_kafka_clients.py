@@ -16,14 +16,6 @@ from logmq.client import Admin, Consumer, Producer
 from tests.harness import BrokerProcess
 
 
-@pytest.fixture(scope="module")
-def kbroker(tmp_path_factory):
-    broker = BrokerProcess(tmp_path_factory.mktemp("kafka") / "data")
-    broker.start()
-    yield broker
-    broker.stop()
-
-
 def create(broker: BrokerProcess, name: str, partitions: int = 1, **configs: str) -> None:
     with Admin(broker.bootstrap) as admin:
         admin.create_topic(name, partitions, configs=configs or None)
@@ -450,3 +442,74 @@ def test_kafka_python_deletes_committed_offsets(kbroker):
         left = admin.group_offsets(group)
     assert {tp: o.offset for tp, o in left.items()} == {(topic, 1): 4}
     kp.close()
+
+
+# -- kafka-python and aiokafka admin, more broadly --------------------------------------
+def test_kafka_python_admin_partitions_topics_and_configs(kbroker):
+    pytest.importorskip("kafka")
+    from kafka.admin import ConfigResource, ConfigResourceType, KafkaAdminClient, NewPartitions
+
+    topic = "kp-admin-more"
+    create(kbroker, topic, 1, **{"retention.ms": "60000"})
+    admin = KafkaAdminClient(bootstrap_servers=kbroker.kafka_bootstrap)
+    try:
+        admin.create_partitions({topic: NewPartitions(3)})
+        [described] = admin.describe_topics([topic])
+        assert described["error_code"] == 0 and not described["is_internal"]
+        assert sorted(p["partition_index"] for p in described["partitions"]) == [0, 1, 2]
+        res = ConfigResource(ConfigResourceType.TOPIC, topic)
+        described = admin.describe_configs([res])["topic"][topic]
+        assert described["retention.ms"]["value"] == "60000"
+        assert described["retention.ms"]["config_source"] == "DYNAMIC_TOPIC_CONFIG"
+        # by default kafka-python alters incrementally: retention.ms stays
+        change = ConfigResource(ConfigResourceType.TOPIC, topic, {"segment.ms": "1000"})
+        admin.alter_configs([change])
+        with Admin(kbroker.bootstrap) as native:
+            got = native.describe_configs([topic])[topic]
+            assert native.describe_topics([topic])[topic].partitions[2].leader == 1
+        assert got["segment.ms"].value == "1000" and got["retention.ms"].value == "60000"
+        # forced to AlterConfigs (which replaces every override), it sends the other
+        # overrides along, having read them with DescribeConfigs
+        replace = ConfigResource(ConfigResourceType.TOPIC, topic, {"segment.ms": "2000"})
+        admin.alter_configs([replace], incremental=False)
+    finally:
+        admin.close()
+    with Admin(kbroker.bootstrap) as native:
+        got = native.describe_configs([topic])[topic]
+    assert got["segment.ms"].value == "2000" and got["retention.ms"].value == "60000"
+
+
+async def test_aiokafka_admin_topics_configs_cluster_and_groups(kbroker):
+    aio_admin = pytest.importorskip("aiokafka.admin")
+    from aiokafka.admin import NewPartitions, NewTopic
+    from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
+
+    topic, group = "aio-admin", "aio-admin-group"
+    admin = aio_admin.AIOKafkaAdminClient(bootstrap_servers=kbroker.kafka_bootstrap)
+    await admin.start()
+    try:
+        cluster = await admin.describe_cluster()
+        assert cluster["controller_id"] == 1
+        assert [(b["node_id"], b["port"]) for b in cluster["brokers"]] == [(1, kbroker.kafka_port)]
+        await admin.create_topics([NewTopic(topic, 2, 1, topic_configs={"retention.ms": "5000"})])
+        assert topic in await admin.list_topics()
+        await admin.create_partitions({topic: NewPartitions(4)})
+        [described] = await admin.describe_topics([topic])
+        assert len(described["partitions"]) == 4
+        res = ConfigResource(ConfigResourceType.TOPIC, topic)
+        [resp] = await admin.describe_configs([res])
+        configs = {c[0]: c[1] for c in resp.resources[0][4]}
+        assert configs["retention.ms"] == "5000"
+        await admin.alter_configs(
+            [ConfigResource(ConfigResourceType.TOPIC, topic, {"retention.ms": "7000"})]
+        )
+        [resp] = await admin.describe_configs([res])
+        assert {c[0]: c[1] for c in resp.resources[0][4]}["retention.ms"] == "7000"
+        with Admin(kbroker.bootstrap) as native:
+            native.alter_group_offsets(group, {(topic, 0): 1})
+        groups = await admin.list_consumer_groups()
+        assert group in {g[0] for g in groups}
+        await admin.delete_topics([topic])
+        assert topic not in await admin.list_topics()
+    finally:
+        await admin.close()

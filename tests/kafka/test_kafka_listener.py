@@ -10,7 +10,6 @@ import io
 import socket
 import struct
 
-import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kio.index import load_request_schema, load_response_schema
@@ -18,14 +17,6 @@ from kio.serial import entity_reader, entity_writer
 
 from logmq.errors import ErrorCode
 from tests.harness import BrokerProcess
-
-
-@pytest.fixture(scope="module")
-def kbroker(tmp_path_factory):
-    broker = BrokerProcess(tmp_path_factory.mktemp("kafka-listener") / "data")
-    broker.start()
-    yield broker
-    broker.stop()
 
 
 def connect(broker: BrokerProcess) -> socket.socket:
@@ -126,7 +117,7 @@ def test_a_frame_over_the_limit_is_refused_before_it_is_read(kbroker):
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
 @given(
-    key=st.sampled_from([0, 1, 2, 3, 18, 22, 23]),
+    key=st.sampled_from([0, 1, 2, 3, 18, 21, 22, 23, 35, 43, 45, 46]),
     version=st.integers(0, 15),
     junk=st.binary(max_size=120),
 )
@@ -143,3 +134,41 @@ def test_fuzzed_requests_never_hurt_the_broker(kbroker, key, version, junk):
             assert struct.unpack_from(">i", frame)[0] == 77
     with connect(kbroker) as s:
         assert api_versions(s, 1, version=0)[0] == 1
+
+
+def test_metadata_v12_finds_topics_by_id(kbroker):
+    """KIP-848 consumers resolve their assignments by topic id alone."""
+    import uuid
+
+    from logmq.client import Admin
+
+    with Admin(kbroker.bootstrap) as admin:
+        admin.create_topic("by-id", 2)
+    cls = load_request_schema(3, 12)
+    mod = __import__(cls.__module__, fromlist=["MetadataRequestTopic"])
+    resp_cls = load_response_schema(3, 12)
+
+    def ask(topics, corr):
+        body = cls(
+            topics=topics,
+            allow_auto_topic_creation=False,
+            include_topic_authorized_operations=False,
+        )
+        with connect(kbroker) as s:
+            s.sendall(request(3, 12, body, corr))
+            frame = read_frame(s)
+        _, pos = entity_reader(resp_cls.__header_schema__)(frame, 0)
+        return entity_reader(resp_cls)(frame, pos)[0]
+
+    [by_name] = ask((mod.MetadataRequestTopic(topic_id=uuid.UUID(int=0), name="by-id"),), 1).topics
+    assert by_name.name == "by-id" and len(by_name.partitions) == 2
+    stranger = uuid.uuid4()
+    topics = (
+        mod.MetadataRequestTopic(topic_id=by_name.topic_id, name=None),
+        mod.MetadataRequestTopic(topic_id=stranger, name=None),
+    )
+    found, missing = ask(topics, 2).topics
+    assert (found.name, found.topic_id, int(found.error_code)) == ("by-id", by_name.topic_id, 0)
+    assert len(found.partitions) == 2
+    assert missing.topic_id == stranger and missing.name is None
+    assert int(missing.error_code) == ErrorCode.UNKNOWN_TOPIC_ID

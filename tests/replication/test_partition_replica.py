@@ -301,3 +301,19 @@ def test_members_of_refused_requests_stop_counting_once_the_epoch_moves():
     assert r.tick(LAG + 1) == [AlterIsr((1, 2), 0, 0)]
     r.on_alter_isr_response(ErrorCode.NONE, State(1, 0, 1, (1, 2, 3), (1, 2)))
     assert r.maximal_isr == (1, 2) and r.hw == 8
+
+
+def test_low_watermark_is_the_lowest_log_start_offset_the_isr_reported():
+    r = leader(isr=(1, 2, 3), leo=50)
+    assert r.low_watermark(20) == -1  # followers have not reported theirs yet
+    r.on_follower_fetch(2, 50, 0, 1, log_start_offset=20)
+    assert r.low_watermark(20) == -1  # follower 3 still unknown
+    r.on_follower_fetch(3, 50, 0, 1, log_start_offset=10)
+    assert r.low_watermark(20) == 10
+    r.on_follower_fetch(3, 50, 0, 2, log_start_offset=20)
+    assert r.low_watermark(20) == 20
+    assert r.low_watermark(5) == 5  # the leader's own start counts too
+    # a replica outside the ISR is not waited for
+    r.update_metadata(State(1, 0, 1, (1, 2, 3), (1, 2)))
+    r.on_follower_fetch(3, 50, 0, 3, log_start_offset=0)
+    assert r.low_watermark(20) == 20

@@ -58,6 +58,7 @@ from logmq.kafka.codec import KafkaWire
 from logmq.kafka.configs import KafkaConfigApis
 from logmq.kafka.groups import KafkaGroupApis
 from logmq.kafka.offsets import KafkaOffsetApis
+from logmq.kafka.partition_admin import KafkaPartitionAdminApis
 from logmq.kafka.topics import KafkaTopicApis
 from logmq.net.codec import ApiKey, Request
 from logmq.net.reply import Reply
@@ -318,6 +319,12 @@ class Broker:
             groups=KafkaGroupApis(self.groups),
             configs=KafkaConfigApis(
                 cfg, lambda: self.quorum.image, self.forwarder.run_on_controller
+            ),
+            partitions=KafkaPartitionAdminApis(
+                self.replicas,
+                self.reassignment_api,
+                self.forwarder.run_on_controller,
+                lambda: self.quorum.image,
             ),
             max_fetch_wait_ms=cfg.max_fetch_wait_ms,
         )

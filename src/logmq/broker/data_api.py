@@ -164,8 +164,11 @@ class DataApi:
         if max_bytes < 0:
             raise LogMQError("max_bytes must be >= 0", ErrorCode.INVALID_FETCH_SIZE)
         wanted: list[tuple[str, list[tuple[int, int, int, int]]]] = []
+        replica_id = req_int(body, "replica_id", -1)
+        log_starts: dict[tuple[str, int], int] = {}  # followers report theirs
         for t in req_list(body, "topics"):
             parts = []
+            topic = req_str(t, "topic")
             for p in req_list(t, "partitions"):
                 pmax = req_int(p, "partition_max_bytes", 1024 * 1024)
                 if pmax < 0:
@@ -180,12 +183,13 @@ class DataApi:
                         req_int(p, "current_leader_epoch", -1),
                     )
                 )
-            wanted.append((req_str(t, "topic"), parts))
+                if replica_id >= 0:
+                    log_starts[(topic, parts[-1][0])] = req_int(p, "log_start_offset", -1)
+            wanted.append((topic, parts))
 
-        replica_id = req_int(body, "replica_id", -1)
         if replica_id >= 0:
             topics, tail = await self.replicas.fetch_for_follower(
-                replica_id, wanted, max_wait_ms, min_bytes, max_bytes
+                replica_id, wanted, max_wait_ms, min_bytes, max_bytes, log_starts
             )
             return Reply({"error": 0, "topics": topics}, tail)
         topics, tail = await self.replicas.fetch_for_consumer(
@@ -220,6 +224,24 @@ class DataApi:
                 )
             out.append({"topic": name, "partitions": results})
         return Reply({"topics": out})
+
+    # -- DeleteRecords ----------------------------------------------------------------
+    async def delete_records(self, req: Request) -> Reply:
+        """Move log start offsets forward (the replica manager waits for the ISR)."""
+        timeout_ms = req_int(req.body, "timeout_ms", 30_000)
+        offsets: dict[tuple[str, int], int] = {}
+        for t in req_list(req.body, "topics"):
+            name = req_str(t, "topic")
+            for p in req_list(t, "partitions"):
+                offsets[(name, req_int(p, "partition"))] = req_int(p, "offset")
+        results = await self.replicas.delete_records(offsets, timeout_ms)
+        out: dict[str, list[dict[str, Any]]] = {}
+        for (name, partition), (low, error, message) in results.items():
+            entry = {"partition": partition, "error": int(error), "low_watermark": low}
+            if message is not None:
+                entry["message"] = message
+            out.setdefault(name, []).append(entry)
+        return Reply({"topics": [{"topic": n, "partitions": ps} for n, ps in out.items()]})
 
     # -- ListOffsets ------------------------------------------------------------------
     async def list_offsets(self, req: Request) -> Reply:

@@ -88,6 +88,7 @@ def _log_dir_entry(plog: PartitionLog) -> dict[str, Any]:
         "size": plog.size_bytes(),
         "log_start_offset": plog.log_start_offset,
         "log_end_offset": plog.log_end_offset,
+        "high_watermark": plog.high_watermark,
     }
 
 
@@ -183,7 +184,16 @@ class ReassignmentApi:
                 for plog in (logs.get_log(*key) for key in dict.fromkeys(keys))
                 if plog is not None and image.partition(plog.topic, plog.partition) is not None
             ]
-        return Reply({"broker_id": self.node_id, "partitions": [_log_dir_entry(p) for p in found]})
+        disk = logs.disk
+        return Reply(
+            {
+                "broker_id": self.node_id,
+                "log_dir": str(logs.data_dir.resolve()),
+                "total_bytes": disk.total_bytes,
+                "usable_bytes": disk.free_bytes,
+                "partitions": [_log_dir_entry(p) for p in found],
+            }
+        )
 
     # -- ElectLeaders (on the controller) ---------------------------------------------------
     async def elect_leaders(self, req: Request) -> Reply:

@@ -220,6 +220,10 @@ class ReplicaFetcher:
             limits[key] = share
         return limits, throttled, None
 
+    def _log_start(self, topic: str, partition: int) -> int:
+        plog = self.manager.logs.get_log(topic, partition)
+        return plog.log_start_offset if plog is not None else -1
+
     async def _fetch(
         self,
         conn: BrokerConnection,
@@ -237,7 +241,9 @@ class ReplicaFetcher:
         body = fetch_request(
             _by_topic(
                 {k: fetches[k] for k in limits},
-                lambda partition, p, topic: _fetch_entry(partition, p, limits[(topic, partition)]),
+                lambda partition, p, topic: _fetch_entry(
+                    partition, p, limits[(topic, partition)], self._log_start(topic, partition)
+                ),
             ),
             max_wait_ms=max_wait_ms,
             min_bytes=1,
@@ -260,7 +266,9 @@ class ReplicaFetcher:
                 continue
             if f.error is ErrorCode.NONE:
                 offset = p.offset
-                leo = await self.manager.on_fetched(key, f.records, f.high_watermark)
+                leo = await self.manager.on_fetched(
+                    key, f.records, f.high_watermark, f.log_start_offset
+                )
                 if leo is not None and self.partitions.get(key) is p and p.offset == offset:
                     p.offset = leo
             elif f.error is ErrorCode.OFFSET_OUT_OF_RANGE:
@@ -273,12 +281,13 @@ class ReplicaFetcher:
                 p.retry_at = retry_at
 
 
-def _fetch_entry(partition: int, p: _Partition, max_bytes: int) -> dict:
+def _fetch_entry(partition: int, p: _Partition, max_bytes: int, log_start: int) -> dict:
     return {
         "partition": partition,
         "fetch_offset": p.offset,
         "partition_max_bytes": max_bytes,
         "current_leader_epoch": p.leader_epoch,
+        "log_start_offset": log_start,  # the leader's DeleteRecords waits on it
     }
 
 

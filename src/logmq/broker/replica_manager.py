@@ -176,6 +176,8 @@ class ReplicaManager:
         self.fetchers: dict[int, ReplicaFetcher] = {}
         self._following: dict[TopicPartition, int] = {}  # tp -> leader we fetch from
         self._acks: dict[int, asyncio.Future[ErrorCode]] = {}
+        # DeleteRecords answers waiting for the ISR's log start offsets: (offset, future)
+        self._trims: dict[TopicPartition, list[tuple[int, asyncio.Future[int]]]] = {}
         self._ack_keys = itertools.count()
         self._tasks: set[asyncio.Task] = set()
         self._tick_task: asyncio.Task | None = None
@@ -218,6 +220,8 @@ class ReplicaManager:
         await asyncio.gather(*self._tasks, return_exceptions=True)
         for key, replica in list(self.replicas.items()):
             self._run(key, replica.stop())
+        for key in list(self._trims):
+            self._check_trims(key)
 
     async def _tick_loop(self) -> None:
         interval = self.config.tick_ms / 1000
@@ -262,6 +266,8 @@ class ReplicaManager:
             replica = self.replicas.pop(key, None)
             if replica is not None:
                 self._run(key, replica.stop())
+            if key in self._trims:
+                self._check_trims(key)
             return
         plog = self.logs.get_log(*key)
         if plog is None:
@@ -296,6 +302,8 @@ class ReplicaManager:
                 self._stop_following(key)
             actions = replica.become_follower(change)
         self._run(key, actions)
+        if key in self._trims:  # an ISR change or a lost leadership ends or frees them
+            self._check_trims(key)
 
     def _replica_config(self, plog: PartitionLog) -> ReplicaConfig:
         return ReplicaConfig(
@@ -401,8 +409,11 @@ class ReplicaManager:
         if replica is not None:
             self._run(key, replica.on_leader_epoch_answer(error, epoch, end_offset))
 
-    async def on_fetched(self, key: TopicPartition, data: memoryview, leader_hw: int) -> int | None:
-        """Append the leader's batches as they are (offsets and epochs kept), then the HW."""
+    async def on_fetched(
+        self, key: TopicPartition, data: memoryview, leader_hw: int, leader_log_start: int = -1
+    ) -> int | None:
+        """Append the leader's batches as they are (offsets and epochs kept), then the HW,
+        then the log start offset (a DeleteRecords on the leader reaches us this way)."""
         replica = self.replicas.get(key)
         plog = self.logs.get_log(*key)
         if replica is None or plog is None:
@@ -432,6 +443,8 @@ class ReplicaManager:
             if replica is None:
                 return None
         self._run(key, replica.on_fetched(plog.log_end_offset, leader_hw))
+        if leader_log_start > plog.log_start_offset and not plog.closed:
+            plog.advance_log_start_offset(leader_log_start)  # capped at our HW
         return plog.log_end_offset
 
     def on_out_of_range(
@@ -533,6 +546,99 @@ class ReplicaManager:
                     error,
                 )
         return info
+
+    # -- leader side: DeleteRecords ------------------------------------------------------
+
+    async def delete_records(
+        self, offsets: dict[TopicPartition, int], timeout_ms: int
+    ) -> dict[TopicPartition, tuple[int, ErrorCode, str | None]]:
+        """DeleteRecords for both front doors: per partition (low watermark, error, message),
+        all partitions at once."""
+
+        async def one(key: TopicPartition, offset: int) -> tuple[int, ErrorCode, str | None]:
+            try:
+                return await self._delete_records(*key, offset, timeout_ms), ErrorCode.NONE, None
+            except LogMQError as e:
+                return -1, e.code, str(e)
+
+        results = await asyncio.gather(*(one(k, o) for k, o in offsets.items()))
+        return dict(zip(offsets, results, strict=True))
+
+    async def _delete_records(
+        self, topic: str, partition: int, offset: int, timeout_ms: int
+    ) -> int:
+        """Move the log start offset to ``offset`` (-1: the HW); returns the low watermark.
+
+        The leader moves its own start and writes the log-start checkpoint first, so the
+        deletion survives a crash. Followers take the start every fetch answer carries
+        and report theirs in their next fetch; the answer waits until every ISR member's
+        start has reached ``offset`` (Kafka's low watermark), else REQUEST_TIMED_OUT.
+        """
+        key = (topic, partition)
+        plog = self.leader_log(topic, partition)
+        if not plog.config.delete:
+            raise LogMQError(
+                f"records of {topic}-{partition} cannot be deleted: cleanup.policy is "
+                f"{plog.config.cleanup_policy}",
+                ErrorCode.POLICY_VIOLATION,
+            )
+        hw = plog.high_watermark
+        target = hw if offset == -1 else offset
+        if not 0 <= target <= hw:
+            raise LogMQError(
+                f"cannot delete {topic}-{partition} records below {offset}: the offset must "
+                f"be in [0, {hw}] (the high watermark) or -1",
+                ErrorCode.OFFSET_OUT_OF_RANGE,
+            )
+        if target > plog.log_start_offset:
+            plog.advance_log_start_offset(target)
+            await self.logs.checkpoint()
+        low = self._low_watermark(key)
+        if low >= target:
+            return low
+        fut: asyncio.Future[int] = self._loop().create_future()
+        entry = (target, fut)
+        self._trims.setdefault(key, []).append(entry)
+        try:
+            return await asyncio.wait_for(fut, max(timeout_ms, 0) / 1000)
+        except TimeoutError:
+            raise LogMQError(
+                f"{topic}-{partition}: the in-sync replicas did not delete below {target} "
+                f"within {timeout_ms} ms (the leader did)",
+                ErrorCode.REQUEST_TIMED_OUT,
+            ) from None
+        finally:
+            waiting = self._trims.get(key)
+            if waiting is not None and entry in waiting:
+                waiting.remove(entry)
+                if not waiting:
+                    del self._trims[key]
+
+    def _low_watermark(self, key: TopicPartition) -> int:
+        """The lowest log start offset over the ISR (-1 unknown); raises if not leader."""
+        plog = self.leader_log(*key)
+        replica = self.replicas.get(key)
+        if replica is None:
+            return plog.log_start_offset  # a single broker: its own log is the ISR
+        return replica.low_watermark(plog.log_start_offset)
+
+    def _check_trims(self, key: TopicPartition) -> None:
+        """Answer the DeleteRecords waiting on ``key`` that the low watermark now passes."""
+        waiting = self._trims.get(key, [])
+        try:
+            low = -1 if self._stopped else self._low_watermark(key)
+            error = None
+        except LogMQError as e:
+            low, error = -1, e
+        if self._stopped:
+            error = LogMQError("the broker is stopping", ErrorCode.NOT_LEADER_OR_FOLLOWER)
+        for target, fut in waiting:
+            if fut.done():
+                continue
+            if error is not None:
+                fut.set_exception(error)
+            elif low >= target:
+                fut.set_result(low)
 
     # -- leader side: consumer reads ----------------------------------------------------
 
@@ -656,7 +762,13 @@ class ReplicaManager:
     # -- leader side: follower fetches ---------------------------------------------------
 
     async def fetch_for_follower(
-        self, replica_id: int, wanted, max_wait_ms: int, min_bytes: int, max_bytes: int
+        self,
+        replica_id: int,
+        wanted,
+        max_wait_ms: int,
+        min_bytes: int,
+        max_bytes: int,
+        log_starts: dict[TopicPartition, int] | None = None,
     ) -> tuple[list, list[FileRegion]]:
         """A follower's fetch: record its LEO once, then long-poll on appends and HW moves.
 
@@ -677,7 +789,8 @@ class ReplicaManager:
                     errors[key] = ErrorCode.OFFSET_OUT_OF_RANGE
                 else:
                     hw_before = plog.high_watermark if plog is not None else -1
-                    error = rm.follower_fetch(key, replica_id, offset, epoch)
+                    start = log_starts.get(key, -1) if log_starts else -1
+                    error = rm.follower_fetch(key, replica_id, offset, epoch, start)
                     if error is not ErrorCode.NONE:
                         errors[key] = error
                     elif plog is not None and plog.high_watermark != hw_before:
@@ -814,9 +927,15 @@ class ReplicaManager:
         return topics, tail, total, hws, held
 
     def follower_fetch(
-        self, key: TopicPartition, replica_id: int, fetch_offset: int, leader_epoch: int
+        self,
+        key: TopicPartition,
+        replica_id: int,
+        fetch_offset: int,
+        leader_epoch: int,
+        log_start_offset: int = -1,
     ) -> ErrorCode:
-        """A follower fetches from ``fetch_offset``: that is its LEO now."""
+        """A follower fetches from ``fetch_offset``: that is its LEO now (and
+        ``log_start_offset`` its log start, which DeleteRecords waits on)."""
         replica = self.replicas.get(key)
         if replica is None:
             return ErrorCode.NOT_LEADER_OR_FOLLOWER
@@ -826,9 +945,11 @@ class ReplicaManager:
             # can read it already: count it now.
             self._run(key, replica.on_append(plog.log_end_offset))
         error, actions = replica.on_follower_fetch(
-            replica_id, fetch_offset, leader_epoch, self.clock()
+            replica_id, fetch_offset, leader_epoch, self.clock(), log_start_offset
         )
         self._run(key, actions)
+        if key in self._trims:
+            self._check_trims(key)
         return error
 
     def epoch_end_offset(

@@ -348,6 +348,16 @@ class AsyncAdmin:
         """Map ``(topic, partition)`` to -2, -1 or a time; returns ``(offset, timestamp)`` each."""
         return await self._cluster.list_offsets(dict(requests))
 
+    async def delete_records(
+        self, offsets: Mapping[TopicPartition, int], *, timeout_ms: int = 30_000
+    ) -> dict[TopicPartition, int]:
+        """Make records below each offset unreadable (-1: below the high watermark).
+
+        Returns each partition's low watermark: the lowest log start offset among its
+        in-sync replicas, which the leader waits to reach before it answers.
+        """
+        return await self._cluster.delete_records(dict(offsets), timeout_ms)
+
     # -- consumer groups (client/group_admin.py) -----------------------------------
     async def list_groups(self, states: Iterable[str] | None = None) -> list[GroupListing]:
         """Every consumer group, optionally only those in ``states``."""

@@ -19,7 +19,7 @@ import collections
 import random
 from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from logmq.client.connection import BrokerConnection
 from logmq.client.fetcher import first_at_or_after, parse_fetch_response
@@ -34,6 +34,7 @@ from logmq.errors import (
 from logmq.net.codec import ApiKey, Response
 from logmq.net.fetch_message import fetch_request
 
+T = TypeVar("T")
 TopicPartition = tuple[str, int]
 Address = tuple[str, int]
 # While one address is silent, the next is tried too after this long (RFC 8305's
@@ -463,18 +464,53 @@ class ClusterClient:
         """ListOffsets routed to each partition's leader: ``{tp: (offset, timestamp)}``.
 
         ``requests`` maps a partition to -2 (earliest), -1 (latest) or a time in ms.
-        Retriable errors refresh metadata and retry (``retries`` times); a leader that
-        cannot be reached is retried until the request timeout, since a broker that just
-        died stays the leader until the cluster fences it. Other errors raise.
+        """
+        return await self.to_leaders(
+            ApiKey.LIST_OFFSETS,
+            {tp: {"timestamp": ts} for tp, ts in requests.items()},
+            {"replica_id": -1, "isolation_level": 0},
+            lambda p: (p.get("offset", -1), p.get("timestamp", -1)),
+            retries=retries,
+        )
+
+    async def delete_records(
+        self, offsets: dict[TopicPartition, int], timeout_ms: int
+    ) -> dict[TopicPartition, int]:
+        """DeleteRecords routed to each partition's leader: ``{tp: low watermark}``."""
+        return await self.to_leaders(
+            ApiKey.DELETE_RECORDS,
+            {tp: {"offset": offset} for tp, offset in offsets.items()},
+            {"timeout_ms": timeout_ms},
+            lambda p: p.get("low_watermark", -1),
+            timeout=timeout_ms / 1000 + self.request_timeout,
+        )
+
+    async def to_leaders(
+        self,
+        api_key: int,
+        entries: dict[TopicPartition, dict[str, Any]],
+        body: dict[str, Any],
+        read: Callable[[dict[str, Any]], T],
+        *,
+        retries: int = 5,
+        timeout: float | None = None,
+    ) -> dict[TopicPartition, T]:
+        """A per-partition request sent to each partition's leader: ``{tp: read(answer)}``.
+
+        ``entries`` holds each partition's fields, ``body`` the request's others; the
+        answer lists ``topics[].partitions[]`` with an ``error`` each. Retriable errors
+        refresh metadata and retry (``retries`` times); a leader that cannot be reached
+        is retried until the request timeout, since a broker that just died stays the
+        leader until the cluster fences it. Other errors raise.
         """
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.request_timeout
-        out: dict[TopicPartition, tuple[int, int]] = {}
-        todo = dict(requests)
+        out: dict[TopicPartition, T] = {}
+        todo = dict(entries)
         lost_rounds = 0
         while todo:
-            by_node: dict[int, dict[str, list[dict[str, int]]]] = {}
-            for (topic, part), ts in todo.items():
+            by_node: dict[int, dict[str, list[dict[str, Any]]]] = {}
+            for (topic, part), fields in todo.items():
                 leader = self.metadata.leader_for(topic, part)
                 if leader < 0:
                     await self.refresh_metadata([topic])
@@ -482,18 +518,18 @@ class ClusterClient:
                     if leader < 0:
                         raise self.topic_error(topic, part)
                 by_node.setdefault(leader, {}).setdefault(topic, []).append(
-                    {"partition": part, "timestamp": ts}
+                    {"partition": part, **fields}
                 )
             retry: LogMQError | None = None
             lost: ConnectionError_ | None = None
+            name = ApiKey(api_key).name
             for node, topics in by_node.items():
-                body = {
-                    "replica_id": -1,
-                    "isolation_level": 0,
+                request = {
+                    **body,
                     "topics": [{"topic": t, "partitions": ps} for t, ps in topics.items()],
                 }
                 try:
-                    resp = await self.request_node(node, ApiKey.LIST_OFFSETS, body)
+                    resp = await self.request_node(node, api_key, request, timeout=timeout)
                 except ConnectionError_ as e:
                     lost = e
                     continue
@@ -504,16 +540,16 @@ class ClusterClient:
                             continue
                         code = p.get("error", 0)
                         if code:
-                            err = error_for(code, p.get("message") or f"ListOffsets {tp}")
+                            err = error_for(code, p.get("message") or f"{name} {tp}")
                             if not err.retriable:
                                 raise err
                             retry = err
                             continue
-                        out[tp] = (p.get("offset", -1), p.get("timestamp", -1))
+                        out[tp] = read(p)
                         del todo[tp]
             if todo:
                 if retry is None and lost is None:
-                    raise error_for(ErrorCode.UNKNOWN_SERVER_ERROR, f"no offsets for {list(todo)}")
+                    raise error_for(ErrorCode.UNKNOWN_SERVER_ERROR, f"no {name} for {list(todo)}")
                 delay = self._backoff()
                 if retry is not None:
                     if retries <= 0:

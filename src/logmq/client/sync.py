@@ -499,6 +499,11 @@ class Admin(_Client):
     ) -> dict[TopicPartition, tuple[int, int]]:
         return self._run(self._a.list_offsets(dict(requests)))
 
+    def delete_records(
+        self, offsets: Mapping[TopicPartition, int], *, timeout_ms: int = 30_000
+    ) -> dict[TopicPartition, int]:
+        return self._run(self._a.delete_records(dict(offsets), timeout_ms=timeout_ms))
+
     def list_groups(self, states: Iterable[str] | None = None) -> list[GroupListing]:
         return self._run(self._a.list_groups(states))
 

@@ -64,7 +64,7 @@ def check_target(
         return ApiResult(bad, f"{name}: a broker appears twice in {list(target)}")
     unknown = [r for r in target if r not in brokers]
     if unknown:
-        return ApiResult(ErrorCode.BROKER_NOT_AVAILABLE, f"{name}: unknown broker(s) {unknown}")
+        return ApiResult(bad, f"{name}: unknown broker(s) {unknown}")
     if len(target) < min_insync_replicas:
         return ApiResult(
             ErrorCode.INVALID_REPLICATION_FACTOR,

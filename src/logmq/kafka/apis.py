@@ -44,13 +44,14 @@ if TYPE_CHECKING:
     from logmq.kafka.configs import KafkaConfigApis
     from logmq.kafka.groups import KafkaGroupApis
     from logmq.kafka.offsets import KafkaOffsetApis
+    from logmq.kafka.partition_admin import KafkaPartitionAdminApis
     from logmq.kafka.topics import KafkaTopicApis
 
 KafkaHandler = Callable[[Request], Awaitable[Reply | None]]
 # Produce handlers overlap their durability waits; these have no effect to carry out
 # once their client is gone (net/server.py)
 KAFKA_CONCURRENT_APIS = frozenset({0})
-KAFKA_READ_ONLY_APIS = frozenset({1, 2, 3, 9, 10, 15, 16, 18, 23, 32, 60})
+KAFKA_READ_ONLY_APIS = frozenset({1, 2, 3, 9, 10, 15, 16, 18, 23, 32, 35, 46, 60})
 log = logging.getLogger("logmq.kafka")
 
 MAX_PRODUCER_EPOCH = 32767
@@ -81,6 +82,7 @@ class KafkaApis:
         topics: KafkaTopicApis,
         configs: KafkaConfigApis,
         groups: KafkaGroupApis,
+        partitions: KafkaPartitionAdminApis,
         max_fetch_wait_ms: int,
     ) -> None:
         self.node_id = node_id
@@ -95,6 +97,7 @@ class KafkaApis:
         self.topics = topics
         self.configs = configs
         self.groups = groups
+        self.partitions = partitions
         self.max_fetch_wait_ms = max_fetch_wait_ms
         self._table = self.table()
 
@@ -112,12 +115,17 @@ class KafkaApis:
             18: self.api_versions,
             19: self.topics.create_topics,
             20: self.topics.delete_topics,
+            21: self.partitions.delete_records,
             22: self.init_producer_id,
             23: self.offset_for_leader_epoch,
             32: self.configs.describe_configs,
             33: self.configs.alter_configs,
+            35: self.partitions.describe_log_dirs,
             37: self.topics.create_partitions,
             42: self.groups.delete_groups,
+            43: self.partitions.elect_leaders,
+            45: self.partitions.alter_partition_reassignments,
+            46: self.partitions.list_partition_reassignments,
             47: self.groups.offset_delete,
             44: self.configs.incremental_alter_configs,
             60: self.describe_cluster,
@@ -149,12 +157,28 @@ class KafkaApis:
         m = response_module(body)
         image = self.image()
         wanted = body.topics
+        unknown_ids: list[uuid.UUID] = []
         if wanted is None or (req.api_version == 0 and not wanted):
             names = sorted(n for n in image.topics)
         else:
-            names = [t.name for t in wanted]
+            # v10+ may name a topic by its id alone (KIP-848 consumers resolve their
+            # assignments so); an id nobody has is UNKNOWN_TOPIC_ID, never auto-created.
+            by_id = {}
+            if req.api_version >= 10:
+                by_id = {_topic_uuid(t.topic_id): n for n, t in image.topics.items()}
+            names = []
+            for t in wanted:
+                if t.name is not None:
+                    names.append(t.name)
+                elif (name := by_id.get(t.topic_id)) is not None:
+                    names.append(name)
+                else:
+                    unknown_ids.append(t.topic_id)
             allow = getattr(body, "allow_auto_topic_creation", True)
-            for name in names:
+            for t in wanted:
+                name = t.name
+                if name is None:
+                    continue
                 if name not in image.topics and allow and not topic_name_error(name):
                     await self.auto_create(name)
             image = self.image()
@@ -163,6 +187,19 @@ class KafkaApis:
             for n, h, p, r in self._live_brokers(image)
         ]
         topics = [self._topic_metadata(m, req.api_version, image, name) for name in names]
+        if unknown_ids:
+            topics += [
+                build(
+                    m.MetadataResponseTopic,
+                    error_code=kio_code(ErrorCode.UNKNOWN_TOPIC_ID),
+                    name=None,
+                    topic_id=topic_id,
+                    is_internal=False,
+                    partitions=(),
+                    topic_authorized_operations=UNKNOWN_OPERATIONS,
+                )
+                for topic_id in unknown_ids
+            ]
         fields = {"brokers": tuple(brokers), "topics": tuple(topics)}
         if req.api_version >= 1:
             controller = self.controller_id()

@@ -58,7 +58,8 @@ class KafkaGroupApis:
         code = ErrorCode.NONE
         listings: list[Any] = []
         try:
-            shards = self.groups.shards()
+            # No offsets topic yet means no groups (Kafka does not create it for a read).
+            shards = self.groups.shards() if self.groups.partition_count else []
         except LogMQError as e:
             shards, code = [], e.code
         results = await asyncio.gather(

@@ -34,13 +34,18 @@ SUPPORTED: dict[int, tuple[int, int]] = {
     18: (0, 3),  # ApiVersions
     19: (2, 4),  # CreateTopics
     20: (1, 4),  # DeleteTopics
+    21: (0, 2),  # DeleteRecords
     22: (0, 4),  # InitProducerId
     23: (2, 4),  # OffsetForLeaderEpoch (librdkafka validates positions with v2)
     32: (1, 4),  # DescribeConfigs
     33: (0, 2),  # AlterConfigs (replaces a topic's overrides)
+    35: (1, 4),  # DescribeLogDirs
     37: (0, 3),  # CreatePartitions
     42: (0, 2),  # DeleteGroups
+    43: (0, 2),  # ElectLeaders
     44: (0, 1),  # IncrementalAlterConfigs
+    45: (0, 1),  # AlterPartitionReassignments
+    46: (0, 0),  # ListPartitionReassignments
     47: (0, 0),  # OffsetDelete
     60: (0, 1),  # DescribeCluster
 }

@@ -180,7 +180,9 @@ class ClientConnection(asyncio.BufferedProtocol):
     def _handle_events(self, events: list) -> None:
         for ev in events:
             if isinstance(ev, ProtocolError):
-                log.warning("bad frame from %s: %s (%s)", self.peer, ev.message, ev.code.name)
+                # A newer client's ApiVersions is the KIP-511 handshake, not a fault.
+                level = logging.DEBUG if ev.api_key == 18 else logging.WARNING
+                log.log(level, "bad frame from %s: %s (%s)", self.peer, ev.message, ev.code.name)
         self._queue.extend(events)
         if events:
             self._wakeup.set()

@@ -162,6 +162,7 @@ class FollowerState:
     last_caught_up_ms: int = 0
     last_fetch_ms: int = -1
     leader_leo_at_last_fetch: int = UNDEFINED_OFFSET
+    log_start_offset: int = UNDEFINED_OFFSET  # as its latest fetch reported it
 
 
 class PartitionReplica:
@@ -341,9 +342,17 @@ class PartitionReplica:
     # -- leader: followers -----------------------------------------------------------------------
 
     def on_follower_fetch(
-        self, replica_id: int, fetch_offset: int, current_leader_epoch: int, now_ms: int
+        self,
+        replica_id: int,
+        fetch_offset: int,
+        current_leader_epoch: int,
+        now_ms: int,
+        log_start_offset: int = UNDEFINED_OFFSET,
     ) -> tuple[ErrorCode, list[Action]]:
-        """A follower fetches from ``fetch_offset`` (its LEO). Answer with ``self.hw``."""
+        """A follower fetches from ``fetch_offset`` (its LEO). Answer with ``self.hw``.
+
+        ``log_start_offset`` is the follower's own, for the low watermark.
+        """
         if not self.is_leader:
             return ErrorCode.NOT_LEADER_OR_FOLLOWER, []
         if current_leader_epoch < self.leader_epoch:
@@ -363,6 +372,7 @@ class PartitionReplica:
         follower.leader_leo_at_last_fetch = self.leo
         follower.last_fetch_ms = now_ms
         follower.leo = fetch_offset
+        follower.log_start_offset = log_start_offset
         actions = self._maybe_expand_isr(replica_id, follower, now_ms)
         return ErrorCode.NONE, actions + self._advance_hw()
 
@@ -462,6 +472,21 @@ class PartitionReplica:
             if key is not None:
                 actions.append(ProduceCompleted(key, error))
         return actions
+
+    def low_watermark(self, log_start_offset: int) -> int:
+        """The lowest log start offset of the ISR, given the leader's own (DeleteRecords).
+
+        UNDEFINED_OFFSET until every follower in the ISR has reported its start in a
+        fetch of the current leader epoch.
+        """
+        low = log_start_offset
+        for r in self.isr:
+            if r != self.broker_id:
+                follower = self.followers.get(r)
+                if follower is None or follower.log_start_offset < 0:
+                    return UNDEFINED_OFFSET
+                low = min(low, follower.log_start_offset)
+        return low
 
     def _check_min_isr(self) -> list[Action]:
         if len(self.isr) >= self.config.min_insync_replicas:

@@ -19,6 +19,7 @@ import contextlib
 import logging
 import os
 import shutil
+import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -100,6 +101,7 @@ class LogManager:
         self._topic_overrides: dict[str, dict[str, str]] = {}
         self._committers: dict[tuple[str, int], _Committer] = {}
         self._tasks: list[asyncio.Task[None]] = []
+        self._checkpoint_lock = threading.Lock()
         self.cleaner_enabled = cleaner_enabled
         self.cleaner = LogCleaner(
             self.logs, interval_ms=cleaner_interval_ms, buffer_bytes=cleaner_buffer_bytes
@@ -385,7 +387,7 @@ class LogManager:
                 await self.sync(plog)
             if not plog.closed:
                 plog.delete_expired_files()  # retired segments whose delete delay passed
-        await asyncio.to_thread(self._write_offset_files, self._checkpoint_values())
+        await self.checkpoint()
 
     def _close_idle(self) -> int:
         """Release descriptors and index mappings of segments nobody used for a while."""
@@ -422,8 +424,15 @@ class LogManager:
         ]
 
     def _write_offset_files(self, values: list[tuple[str, dict[tuple[str, int], int]]]) -> None:
-        for name, offsets in values:
-            ckpt.write_offsets(self.data_dir / name, offsets)
+        # One writer at a time: the files share fixed temp names, and the periodic
+        # checkpoint (a worker thread) may meet one written on demand.
+        with self._checkpoint_lock:
+            for name, offsets in values:
+                ckpt.write_offsets(self.data_dir / name, offsets)
+
+    async def checkpoint(self) -> None:
+        """Write the offset checkpoints now, off the event loop (values taken on it)."""
+        await asyncio.to_thread(self._write_offset_files, self._checkpoint_values())
 
     def write_checkpoints(self) -> None:
         """Write the recovery-point, high-watermark and log-start checkpoints now."""
