@@ -7,12 +7,15 @@ the reverse, record for record (keys, values, headers, timestamps).
 
 from __future__ import annotations
 
+import json
 import subprocess
 import time
 
 import pytest
+from click.testing import CliRunner
 
 from logmq.client import Admin, Consumer, Producer
+from logmq_cli.main import cli
 from tests.harness import BrokerProcess
 
 
@@ -258,10 +261,17 @@ def test_confluent_assign_commit_resume_and_native_sees_the_offsets(kbroker):
     committed = consumer.committed([ck.TopicPartition(topic, p) for p in range(2)], timeout=10)
     assert [(tp.partition, tp.offset) for tp in committed] == [(0, 30), (1, 20)]
     consumer.close()
-    # the native protocol reads the same commits
+    # the native protocol reads the same commits, and `logmq group describe` shows them
     with Admin(kbroker.bootstrap) as admin:
         offsets = admin.group_offsets(group)
     assert {tp: o.offset for tp, o in offsets.items()} == {(topic, 0): 30, (topic, 1): 20}
+    shown = CliRunner().invoke(cli, ["-b", kbroker.bootstrap, "group", "describe", group, "--json"])
+    assert shown.exit_code == 0, shown.output
+    rows = json.loads(shown.stdout)["partitions"]
+    assert {(r["partition"], r["committed_offset"], r["log_end_offset"]) for r in rows} == {
+        (0, 30, 50),
+        (1, 20, 50),
+    }
     # a new consumer of the group resumes where the commits say
     consumer = ck.Consumer(conf)
     consumer.assign([ck.TopicPartition(topic, 0)])
@@ -513,3 +523,29 @@ async def test_aiokafka_admin_topics_configs_cluster_and_groups(kbroker):
         assert topic not in await admin.list_topics()
     finally:
         await admin.close()
+
+
+def test_kafka_produce_refusals_are_per_partition_and_lose_nothing(kbroker):
+    """Keyless records on a compacted topic and a batch over max.message.bytes are refused
+    with Kafka's errors; the producer's later records land."""
+    ck = pytest.importorskip("confluent_kafka")
+    create(kbroker, "ck-compacted", 1, **{"cleanup.policy": "compact"})
+    create(kbroker, "ck-small", 1, **{"max.message.bytes": "2000"})
+    producer = ck.Producer({"bootstrap.servers": kbroker.kafka_bootstrap, "linger.ms": 0})
+    outcomes: dict[str, object] = {}
+
+    def report(name):
+        return lambda err, msg: outcomes.__setitem__(name, err)
+
+    # one batch each: a refused batch is refused whole, as on Kafka
+    producer.produce("ck-compacted", value=b"no key", on_delivery=report("keyless"))
+    producer.produce("ck-small", value=b"x" * 5000, on_delivery=report("big"))
+    assert producer.flush(30) == 0
+    producer.produce("ck-compacted", key=b"k", value=b"keyed", on_delivery=report("keyed"))
+    producer.produce("ck-small", value=b"small", on_delivery=report("small"))
+    assert producer.flush(30) == 0
+    assert outcomes["keyless"].code() == ck.KafkaError.INVALID_RECORD
+    assert outcomes["big"].code() == ck.KafkaError.MSG_SIZE_TOO_LARGE
+    assert outcomes["keyed"] is None and outcomes["small"] is None
+    got = native_read(kbroker, "ck-compacted", 1, 1) + native_read(kbroker, "ck-small", 1, 1)
+    assert [(r.key, r.value) for r in got] == [(b"k", b"keyed"), (None, b"small")]
