@@ -80,11 +80,14 @@ def list_(ctx: CliContext, as_json: bool) -> None:
     """Consumer groups with their state and member count."""
     with open_admin(ctx) as admin:
         groups = admin.list_groups()
-    rows = [{"group_id": g.group_id, "state": g.state, "members": g.members} for g in groups]
+    rows = [
+        {"group_id": g.group_id, "type": g.type, "state": g.state, "members": g.members}
+        for g in groups
+    ]
     if as_json:
         emit_json(rows)
     else:
-        print_table(["group", "state", "members"], [list(r.values()) for r in rows])
+        print_table(["group", "type", "state", "members"], [list(r.values()) for r in rows])
 
 
 @group.command("describe")

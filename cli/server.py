@@ -2,19 +2,33 @@
 
 Options come from flags, then ``LOGMQ_<OPTION>`` environment variables, then a TOML file
 given with ``--config``, then defaults (docs/configuration.md). When the broker listens
-it prints one line ``logmq-server ready HOST:PORT`` on stdout, which scripts and the test
-harness wait for instead of polling the port.
+it prints one line ``logmq-server ready HOST:PORT kafka HOST:PORT`` on stdout (the Kafka
+part only with a Kafka listener), which scripts, the test harness and ``logmq.testing``
+wait for instead of polling the port.
 """
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
+if (__name__ == "__main__" or Path(sys.argv[0]).name == "logmq-server") and (
+    "kio" not in sys.modules
+):
+    # kio (the Kafka message types) imports hypothesis whenever it is installed, only to
+    # register test strategies for its types (kio/static/_phantom.py): about 0.2 s of a
+    # broker's start, which a test broker (logmq.testing) pays on every start, for nothing
+    # the server uses. A None entry makes that import fail at once, as if hypothesis were
+    # not installed. Only in the server's own process: a test process that imports this
+    # module keeps its hypothesis.
+    sys.modules.setdefault("hypothesis", None)  # type: ignore[arg-type]
+
 import asyncio
 import gc
 import logging
+import os
 import signal
-import sys
 import tomllib
-from pathlib import Path
 from typing import Any
 
 import click
@@ -60,7 +74,7 @@ def _parse_topic_configs(items: tuple[str, ...]) -> dict[str, str]:
     return out
 
 
-async def serve(config: BrokerConfig) -> None:
+async def serve(config: BrokerConfig, *, stop_on_stdin_close: bool = False) -> None:
     broker = Broker(config)
     await broker.start()
     # Everything allocated so far (modules, classes, loaded logs) lives until shutdown:
@@ -71,13 +85,32 @@ async def serve(config: BrokerConfig) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    print(f"{READY_PREFIX} {config.host}:{broker.port}", flush=True)
+    stdin_fd = sys.stdin.fileno() if stop_on_stdin_close else None
+    if stdin_fd is not None:
+        loop.add_reader(stdin_fd, _on_stdin, stdin_fd, stop)
+    ready = f"{READY_PREFIX} {config.host}:{broker.port}"
+    if broker.kafka_port is not None:
+        ready += f" kafka {config.kafka_host or config.host}:{broker.kafka_port}"
+    print(ready, flush=True)
     try:
         await stop.wait()
     finally:
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.remove_signal_handler(sig)
+        if stdin_fd is not None:
+            loop.remove_reader(stdin_fd)
         await broker.stop()
+
+
+def _on_stdin(fd: int, stop: asyncio.Event) -> None:
+    """End of stdin = the parent is gone (its end of the pipe closed, even on kill -9)."""
+    try:
+        data = os.read(fd, 4096)
+    except OSError:
+        data = b""
+    if not data:
+        asyncio.get_running_loop().remove_reader(fd)
+        stop.set()
 
 
 @click.command(context_settings={"auto_envvar_prefix": "LOGMQ", "show_default": True})
@@ -162,6 +195,12 @@ async def serve(config: BrokerConfig) -> None:
 @click.option("--group-max-session-timeout-ms", type=click.IntRange(1), default=300_000)
 @click.option("--group-heartbeat-interval-ms", type=click.IntRange(1), default=5_000)
 @click.option("--group-rebalance-timeout-ms", type=click.IntRange(1), default=300_000)
+@click.option(
+    "--group-initial-rebalance-delay-ms",
+    type=click.IntRange(0),
+    default=3_000,
+    help="How long the first rebalance of an empty classic group waits for more members.",
+)
 @click.option("--offset-metadata-max-bytes", type=click.IntRange(0), default=4096)
 @click.option("--offset-commit-max-bytes", type=click.IntRange(4096), default=1 << 20)
 @click.option(
@@ -213,6 +252,12 @@ async def serve(config: BrokerConfig) -> None:
     "[default: the smaller of 1 GiB and 5% of the disk]",
 )
 @click.option(
+    "--stop-on-stdin-close",
+    is_flag=True,
+    help="Stop (as on SIGTERM) when stdin reaches its end: a parent that holds the other end "
+    "of a pipe takes the broker down with it, even when it is killed (logmq.testing).",
+)
+@click.option(
     "--topic-config",
     multiple=True,
     metavar="KEY=VALUE",
@@ -223,6 +268,7 @@ def main(
     max_in_flight: int,
     topic_config: tuple[str, ...],
     no_kafka: bool,
+    stop_on_stdin_close: bool,
     **opts: Any,
 ) -> None:
     """Run a logmq broker."""
@@ -242,7 +288,7 @@ def main(
     except ValueError as e:
         raise click.UsageError(str(e)) from None
     try:
-        uvloop.run(serve(config))
+        uvloop.run(serve(config, stop_on_stdin_close=stop_on_stdin_close))
     except ClusterIdentityError as e:
         click.echo(f"logmq-server: refusing to start: {e}", err=True)
         sys.exit(2)

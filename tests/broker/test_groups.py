@@ -368,7 +368,13 @@ async def test_admin_commits_offset_delete_and_delete_groups(client):
     assert (await ready_call(client, ApiKey.OFFSET_COMMIT, admin))["error"] == 0
     assert await fetch_offsets(client, "g-admin") == {("t", 0): 4}
     listed = await ready_call(client, ApiKey.LIST_GROUPS, {"states": ["EMPTY"]})
-    assert {"group_id": "g-admin", "state": "empty", "members": 0} in listed["groups"]
+    assert {
+        "group_id": "g-admin",
+        "state": "empty",
+        "members": 0,
+        "type": "consumer",
+        "protocol_type": "consumer",
+    } in listed["groups"]
     a = Member(client, "g-admin")
     await a.beat()
     assert (await ready_call(client, ApiKey.OFFSET_COMMIT, admin))["error"] == (

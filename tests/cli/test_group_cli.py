@@ -79,7 +79,7 @@ def test_group_commands(broker):
     first = run(broker, "consume", "t", "--group", "g", "--from-beginning", "-n", "5")
     assert len(first.stdout.splitlines()) == 5
     assert b"Processed 5 records" in first.stderr
-    assert {"group_id": "g", "state": "empty", "members": 0} in run_json(
+    assert {"group_id": "g", "type": "consumer", "state": "empty", "members": 0} in run_json(
         broker, "group", "list", "--json"
     )
     doc = run_json(broker, "group", "describe", "g", "--json")

@@ -54,6 +54,7 @@ class BrokerConfig:
     group_max_session_timeout_ms: int = 300_000
     group_heartbeat_interval_ms: int = 5_000
     group_rebalance_timeout_ms: int = 300_000  # for members that do not send their own
+    group_initial_rebalance_delay_ms: int = 3_000  # classic groups: the first rebalance waits
     offset_metadata_max_bytes: int = 4096
     offset_commit_max_bytes: int = 1 << 20  # records of one OffsetCommit
     # a group write (commit, join, ...) is answered once replicated to the ISR of its
@@ -104,6 +105,7 @@ class BrokerConfig:
                 1 <= self.group_heartbeat_interval_ms < self.group_session_timeout_ms
             ),
             "group_rebalance_timeout_ms": self.group_rebalance_timeout_ms >= 1,
+            "group_initial_rebalance_delay_ms": self.group_initial_rebalance_delay_ms >= 0,
             "offsets_commit_timeout_ms": self.offsets_commit_timeout_ms >= 1,
             "offset_metadata_max_bytes": self.offset_metadata_max_bytes >= 0,
             "default_replication_factor": self.default_replication_factor >= 1,

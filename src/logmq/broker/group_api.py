@@ -392,7 +392,13 @@ class GroupApi:
                 error = error or result
                 continue
             groups += [
-                {"group_id": g.group_id, "state": g.state.value, "members": g.members}
+                {
+                    "group_id": g.group_id,
+                    "state": g.state.value,
+                    "members": g.members,
+                    "type": g.type,
+                    "protocol_type": g.protocol_type,
+                }
                 for g in result
                 if wanted is None or g.state.value in wanted
             ]

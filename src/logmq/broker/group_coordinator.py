@@ -110,6 +110,7 @@ class GroupCoordinatorService:
             min_session_timeout_ms=cfg.group_min_session_timeout_ms,
             max_session_timeout_ms=cfg.group_max_session_timeout_ms,
             max_commit_bytes=cfg.offset_commit_max_bytes,
+            initial_rebalance_delay_ms=cfg.group_initial_rebalance_delay_ms,
         )
         self.partition_count = 0  # of __consumer_offsets; 0 until it exists
         self._shards: dict[int, GroupShard] = {}
@@ -282,6 +283,19 @@ class GroupCoordinatorService:
             if problem:
                 raise LogMQError(problem, ErrorCode.INVALID_GROUP_ID)
             return self.shard_for(group_id).submit(fn)
+        except LogMQError as exc:
+            future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+            future.set_exception(exc)
+            return future
+
+    def submit_parked(self, group_id: str, fn: Any) -> asyncio.Future[Any]:
+        """Queue ``fn(core, now_ms, ticket)`` for a request that may wait (JoinGroup,
+        SyncGroup): the future has its answer, given now or completed later, once durable."""
+        try:
+            problem = group_id_error(group_id)
+            if problem:
+                raise LogMQError(problem, ErrorCode.INVALID_GROUP_ID)
+            return self.shard_for(group_id).submit_parked(fn)
         except LogMQError as exc:
             future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
             future.set_exception(exc)

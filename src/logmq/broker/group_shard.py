@@ -37,15 +37,16 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import itertools
 import logging
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Protocol, TypeVar
 
 from logmq.errors import ErrorCode, LogMQError, StorageError
-from logmq.group import GroupConfig, GroupCoordinator, GroupRecord
+from logmq.group import PARKED, GroupConfig, GroupCoordinator, GroupRecord
 from logmq.storage import batch as b
 from logmq.storage.log_manager import LogManager
 from logmq.storage.partition_log import PartitionLog
@@ -126,6 +127,7 @@ class _Round:
     end_offset: int  # the log end offset after the round: answers wait for the HW there
     wrote: bool
     deadline: float  # loop time by which the round must be replicated
+    completions: list[tuple[int, Any]]  # parked requests this round answered (ticket, answer)
 
 
 @dataclass(slots=True)
@@ -142,6 +144,9 @@ class _Run:
     )
     syncing: _Round | None = None  # the round the completer waits on
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
+    # requests parked in the core (JoinGroup, SyncGroup), by ticket
+    parked: dict[int, asyncio.Future[Any]] = field(default_factory=dict)
+    tickets: Iterator[int] = field(default_factory=itertools.count)
 
 
 class GroupShard:
@@ -232,6 +237,37 @@ class GroupShard:
         run.queue.append(_Op(fn, future))
         run.wakeup.set()
         return future
+
+    def submit_parked(self, fn: Callable[[GroupCoordinator, int, int], Any]) -> asyncio.Future[Any]:
+        """Queue ``fn(core, now_ms, ticket)`` for a request the core may park.
+
+        The future gets the answer ``fn`` returns, or, if that is PARKED, the answer the
+        core later completes the ticket with (another request or a tick does), each only
+        once the round that produced it is durable.
+        """
+        self.check_available()
+        run = self._run
+        assert run is not None
+        ticket = next(run.tickets)
+        result: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        run.parked[ticket] = result
+        op = self.submit(lambda core, now_ms: fn(core, now_ms, ticket))
+
+        def settle(f: asyncio.Future[Any]) -> None:
+            if f.cancelled():
+                run.parked.pop(ticket, None)
+                result.cancel()
+            elif (exc := f.exception()) is not None:
+                run.parked.pop(ticket, None)
+                if not result.done():
+                    result.set_exception(exc)
+            elif f.result() is not PARKED:
+                run.parked.pop(ticket, None)
+                if not result.done():
+                    result.set_result(f.result())
+
+        op.add_done_callback(settle)
+        return result
 
     def submit_background(self, fn: Operation[Any], what: str) -> None:
         """Queue an operation nobody waits for (metadata changes, ticks); log failures."""
@@ -377,6 +413,7 @@ class GroupShard:
             ops = [run.queue.popleft() for _ in range(min(len(run.queue), MAX_OPS_PER_ROUND))]
             now = self._clock()
             answers: list[tuple[_Op, Any]] = []
+            completions: list[tuple[int, Any]] = []
             batches: list[list[GroupRecord]] = [[]]
             size = 0
             for i, op in enumerate(ops):
@@ -390,6 +427,7 @@ class GroupShard:
                     self._reload(run, answers, f"operation failed: {reason}")
                     return
                 answers.append((op, answer))
+                completions += run.core.take_completions()
                 records = run.core.take_records()
                 if records:
                     if size >= BATCH_TARGET_BYTES:
@@ -416,9 +454,12 @@ class GroupShard:
                     self._reload(run, answers, f"append failed: {exc}")
                     return
                 self._replication.appended(run.plog)
-                run.timer_poke.set()
+            # a write, or a join that parks, may have brought a deadline forward
+            run.timer_poke.set()
             deadline = asyncio.get_running_loop().time() + self._replication_timeout_ms / 1000
-            await run.rounds.put(_Round(answers, run.plog.log_end_offset, wrote, deadline))
+            await run.rounds.put(
+                _Round(answers, run.plog.log_end_offset, wrote, deadline, completions)
+            )
 
     async def _complete(self, run: _Run) -> None:
         """Answer rounds in order, each once fsynced and replicated past its records."""
@@ -448,10 +489,17 @@ class GroupShard:
                 )
                 for op, _ in round_.answers:
                     _fail(op.future, code, reason)
+                for ticket, _ in round_.completions:
+                    if (parked := run.parked.pop(ticket, None)) is not None:
+                        _fail(parked, code, reason)
                 continue
             for op, answer in round_.answers:
                 if not op.future.done():
                     op.future.set_result(answer)
+            for ticket, answer in round_.completions:
+                parked = run.parked.pop(ticket, None)
+                if parked is not None and not parked.done():
+                    parked.set_result(answer)
 
     async def _timer(self, run: _Run) -> None:
         """Run ``tick`` when the earliest session or revocation deadline passes."""
@@ -521,6 +569,9 @@ class GroupShard:
         for round_ in rounds:
             for op, _ in round_.answers:
                 _fail(op.future, code, reason)
+        for parked in run.parked.values():  # the core that would complete them is gone
+            _fail(parked, code, reason)
+        run.parked.clear()
         current = asyncio.current_task()
         for task in run.tasks:
             if task is not current:

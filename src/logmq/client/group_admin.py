@@ -33,8 +33,9 @@ _LIST_AGAIN = frozenset(
 @dataclass(slots=True, frozen=True)
 class GroupListing:
     group_id: str
-    state: str  # empty, reconciling or stable
+    state: str  # empty, reconciling or stable; classic groups: Kafka's states, snake_case
     members: int
+    type: str = "consumer"  # "consumer" (KIP-848: native and Kafka clients) or "classic"
 
 
 @dataclass(slots=True, frozen=True)
@@ -140,7 +141,9 @@ async def list_groups(
             if code is not ErrorCode.NONE:
                 raise error_for(code, answer.get("message") or f"ListGroups: {code.name}")
             for g in answer.get("groups") or ():
-                found[g["group_id"]] = GroupListing(g["group_id"], g["state"], g.get("members", 0))
+                found[g["group_id"]] = GroupListing(
+                    g["group_id"], g["state"], g.get("members", 0), g.get("type", "consumer")
+                )
         if all(answer is not None for answer in answers):
             return sorted(found.values(), key=lambda g: g.group_id)
 

@@ -14,6 +14,7 @@ from .assignors import (
     TopicPartition,
     assignor_by_name,
 )
+from .classic_group import ClassicGroup
 from .codec import (
     MAX_ID_BYTES,
     OFFSETS_TOPIC,
@@ -26,15 +27,19 @@ from .coordinator import GroupCoordinator
 from .model import (
     JOIN_EPOCH,
     LEAVE_EPOCH,
+    PARKED,
     TEMPORARY_LEAVE_EPOCH,
+    ClassicState,
     GroupConfig,
     GroupDescription,
     GroupListing,
     GroupState,
     HeartbeatResult,
+    JoinAnswer,
     MemberDescription,
     MemberOptions,
     MemberState,
+    SyncAnswer,
 )
 from .offsets import CommittedOffset, OffsetStore
 
@@ -43,8 +48,11 @@ __all__ = [
     "LEAVE_EPOCH",
     "MAX_ID_BYTES",
     "OFFSETS_TOPIC",
+    "PARKED",
     "TEMPORARY_LEAVE_EPOCH",
     "Assignor",
+    "ClassicGroup",
+    "ClassicState",
     "CommittedOffset",
     "ConsumerGroup",
     "GroupConfig",
@@ -54,6 +62,7 @@ __all__ = [
     "GroupRecord",
     "GroupState",
     "HeartbeatResult",
+    "JoinAnswer",
     "MemberDescription",
     "MemberOptions",
     "MemberState",
@@ -61,6 +70,7 @@ __all__ = [
     "RangeAssignor",
     "RoundRobinAssignor",
     "StickyAssignor",
+    "SyncAnswer",
     "TopicPartition",
     "assignor_by_name",
     "coordinator_partition",

@@ -33,6 +33,15 @@ class RecordType(IntEnum):
     TARGET_ASSIGNMENT = 3  # key: [3, group, member_id]
     TARGET_ASSIGNMENT_METADATA = 4  # key: [4, group]
     CURRENT_ASSIGNMENT = 5  # key: [5, group, member_id]
+    CLASSIC_GROUP = 6  # key: [6, group]: a classic-protocol group, whole (group/classic_group.py)
+
+
+# record types keyed by the group alone
+_GROUP_KEYS = (
+    RecordType.GROUP_METADATA,
+    RecordType.TARGET_ASSIGNMENT_METADATA,
+    RecordType.CLASSIC_GROUP,
+)
 
 
 @dataclass(slots=True, frozen=True)
@@ -60,7 +69,7 @@ def coordinator_partition(group_id: str, partition_count: int) -> int:
 def encode_key(key: RecordKey) -> bytes:
     if key.type is RecordType.OFFSET_COMMIT:
         parts: list[Any] = [int(key.type), key.group_id, key.topic, key.partition]
-    elif key.type in (RecordType.GROUP_METADATA, RecordType.TARGET_ASSIGNMENT_METADATA):
+    elif key.type in _GROUP_KEYS:
         parts = [int(key.type), key.group_id]
     else:
         parts = [int(key.type), key.group_id, key.member_id]
@@ -80,7 +89,7 @@ def decode_key(raw: bytes) -> RecordKey:
             if not isinstance(topic, str) or type(partition) is not int:
                 raise TypeError("bad offset key")
             return RecordKey(kind, group_id, topic=topic, partition=partition)
-        if kind in (RecordType.GROUP_METADATA, RecordType.TARGET_ASSIGNMENT_METADATA):
+        if kind in _GROUP_KEYS:
             return RecordKey(kind, group_id)
         if not isinstance(parts[2], str):
             raise TypeError("member id must be a string")

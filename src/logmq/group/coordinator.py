@@ -2,19 +2,28 @@
 
 A broker runs one :class:`GroupCoordinator` per offsets partition it leads: it builds it
 from the partition's records when it becomes leader (:meth:`GroupCoordinator.replay`)
-and drops it when it stops leading. This class routes requests to the right
-:class:`ConsumerGroup`, validates group ids and collects the records every group wants
-persisted; like the groups it is pure (no clock, no I/O).
+and drops it when it stops leading. This class routes requests to the right group, a
+:class:`ConsumerGroup` (the consumer protocol: native clients, KIP-848) or a
+:class:`ClassicGroup` (Kafka's JoinGroup/SyncGroup), validates group ids and collects the
+records every group wants persisted and the answers of parked requests; like the groups
+it is pure (no clock, no I/O).
+
+One group id is one kind of group at a time: an empty group changes kind (keeping its
+offsets) when a member of the other protocol joins; a group with members refuses the
+other protocol (JoinGroup: INCONSISTENT_GROUP_PROTOCOL; a consumer-protocol heartbeat:
+GROUP_ID_NOT_FOUND, as Kafka with online migration disabled).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Set
 from types import MappingProxyType
+from typing import Any
 
 from ..errors import ErrorCode
 from .assignors import Assignor, StickyAssignor, TopicPartition
-from .codec import GroupRecord, coordinator_partition, decode_key
+from .classic_group import ClassicGroup, Protocols
+from .codec import GroupRecord, RecordType, coordinator_partition, decode_key
 from .consumer_group import NO_OPTIONS, ConsumerGroup
 from .model import (
     JOIN_EPOCH,
@@ -22,7 +31,9 @@ from .model import (
     GroupDescription,
     GroupListing,
     HeartbeatResult,
+    JoinAnswer,
     MemberOptions,
+    SyncAnswer,
 )
 from .offsets import CommittedOffset
 
@@ -46,9 +57,10 @@ class GroupCoordinator:
         # one read-only mapping shared by every group, replaced (never mutated) on update
         self._topic_partitions = MappingProxyType(dict(topic_partitions or {}))
         self._member_id_factory = member_id_factory
-        self._groups: dict[str, ConsumerGroup] = {}
+        self._groups: dict[str, ConsumerGroup | ClassicGroup] = {}
         self._touched: dict[str, None] = {}  # groups with records to take, in order
         self._outbox: list[GroupRecord] = []  # records of groups already dropped
+        self._completions: list[tuple[int, Any]] = []  # parked requests answered
 
     def group_ids(self) -> list[str]:
         return sorted(self._groups)
@@ -59,7 +71,7 @@ class GroupCoordinator:
     def member_count(self) -> int:
         return sum(g.member_count for g in self._groups.values())
 
-    def group(self, group_id: str) -> ConsumerGroup | None:
+    def group(self, group_id: str) -> ConsumerGroup | ClassicGroup | None:
         return self._groups.get(group_id)
 
     def check_group_id(self, group_id: str) -> ErrorCode:
@@ -89,7 +101,12 @@ class GroupCoordinator:
             error = ErrorCode.UNKNOWN_MEMBER_ID
         if error is not ErrorCode.NONE:
             return HeartbeatResult(member_id, member_epoch, None, error)
+        if isinstance(group, ClassicGroup):
+            if not group.is_empty:
+                return HeartbeatResult(member_id, member_epoch, None, ErrorCode.GROUP_ID_NOT_FOUND)
+            group = self._convert(group)
         group = group or self._create(group_id)
+        assert isinstance(group, ConsumerGroup)
         result = group.heartbeat(
             member_id,
             member_epoch,
@@ -102,6 +119,135 @@ class GroupCoordinator:
         self._touched[group_id] = None
         self._discard_if_blank(group_id)
         return result
+
+    # ---- the classic protocol (JoinGroup, SyncGroup, Heartbeat, LeaveGroup) --------
+
+    def join_group(
+        self,
+        ticket: int,
+        group_id: str,
+        member_id: str,
+        instance_id: str | None,
+        protocol_type: str,
+        protocols: Protocols,
+        session_timeout_ms: int,
+        rebalance_timeout_ms: int,
+        client_id: str = "",
+        client_host: str = "",
+        require_known_member_id: bool = True,
+        now_ms: int = 0,
+    ) -> JoinAnswer | Any:
+        """A JoinGroup: its answer, or PARKED (see :meth:`take_completions`)."""
+        error = self.check_group_id(group_id)
+        group = self._groups.get(group_id)
+        if error is ErrorCode.NONE and group is None and member_id:
+            error = ErrorCode.UNKNOWN_MEMBER_ID
+        if error is ErrorCode.NONE and isinstance(group, ConsumerGroup) and not group.is_empty:
+            error = ErrorCode.INCONSISTENT_GROUP_PROTOCOL
+        if error is not ErrorCode.NONE:
+            return JoinAnswer(error, member_id)
+        if isinstance(group, ConsumerGroup):
+            group = self._convert(group)
+        group = group or self._create_classic(group_id)
+        assert isinstance(group, ClassicGroup)
+        answer = group.join(
+            ticket,
+            member_id,
+            instance_id,
+            protocol_type,
+            protocols,
+            session_timeout_ms,
+            rebalance_timeout_ms,
+            client_id,
+            client_host,
+            require_known_member_id,
+            now_ms,
+        )
+        self._done(group_id)
+        return answer
+
+    def sync_group(
+        self,
+        ticket: int,
+        group_id: str,
+        member_id: str,
+        instance_id: str | None,
+        generation: int,
+        protocol_type: str | None,
+        protocol_name: str | None,
+        assignments: Mapping[str, bytes],
+        now_ms: int = 0,
+    ) -> SyncAnswer | Any:
+        group = self._classic(group_id)
+        if isinstance(group, ErrorCode):
+            return SyncAnswer(group)
+        answer = group.sync(
+            ticket,
+            member_id,
+            instance_id,
+            generation,
+            protocol_type,
+            protocol_name,
+            assignments,
+            now_ms,
+        )
+        self._done(group_id)
+        return answer
+
+    def classic_heartbeat(
+        self, group_id: str, member_id: str, instance_id: str | None, generation: int, now_ms: int
+    ) -> ErrorCode:
+        group = self._classic(group_id)
+        if isinstance(group, ErrorCode):
+            return group
+        return group.heartbeat(member_id, instance_id, generation, now_ms)
+
+    def leave_group(
+        self, group_id: str, members: Iterable[tuple[str, str | None]], now_ms: int = 0
+    ) -> tuple[ErrorCode, list[ErrorCode]]:
+        members = list(members)
+        group = self._classic(group_id)
+        if isinstance(group, ErrorCode):
+            return group, [group] * len(members)
+        result = group.leave(members, now_ms)
+        self._done(group_id)
+        return result
+
+    def take_completions(self) -> list[tuple[int, Any]]:
+        """(ticket, answer) of every parked request answered since the last call."""
+        done, self._completions = self._completions, []
+        return done
+
+    def _classic(self, group_id: str) -> ClassicGroup | ErrorCode:
+        """The classic group a member of one addresses, or the error to answer."""
+        error = self.check_group_id(group_id)
+        if error is not ErrorCode.NONE:
+            return error
+        group = self._groups.get(group_id)
+        if not isinstance(group, ClassicGroup):
+            return ErrorCode.UNKNOWN_MEMBER_ID  # no such group, or a consumer-protocol one
+        return group
+
+    def _done(self, group_id: str) -> None:
+        """After a request or tick changed a group: collect its records and answers."""
+        group = self._groups.get(group_id)
+        if isinstance(group, ClassicGroup):
+            self._completions += group.take_completions()
+        self._touched[group_id] = None
+        self._discard_if_blank(group_id)
+
+    def _convert(self, group: ConsumerGroup | ClassicGroup) -> ConsumerGroup | ClassicGroup:
+        """An empty group changes protocol: its state records go, its offsets stay."""
+        group.forget_state()
+        self._outbox += group.take_records()
+        self._touched.pop(group.group_id, None)
+        if isinstance(group, ClassicGroup):
+            self._completions += group.take_completions()
+            new: ConsumerGroup | ClassicGroup = self._create(group.group_id)
+        else:
+            new = self._create_classic(group.group_id)
+        new.offsets = group.offsets
+        return new
 
     def commit_offsets(
         self,
@@ -197,7 +343,11 @@ class GroupCoordinator:
             deadline = group.next_deadline_ms()
             if deadline is not None and deadline <= now_ms:
                 expired[group_id] = group.tick(now_ms)
+                if isinstance(group, ClassicGroup):
+                    self._completions += group.take_completions()
                 self._touched[group_id] = None
+        for group_id in [g for g, group in self._groups.items() if group.is_blank]:
+            self._discard_if_blank(group_id)
         return expired
 
     def next_deadline_ms(self) -> int | None:
@@ -239,7 +389,13 @@ class GroupCoordinator:
         if unreadable:
             failed[""] = f"{unreadable} records with unreadable keys skipped"
         for group_id, group_records in by_group.items():
-            group = self._groups.get(group_id) or self._create(group_id)
+            classic = any(
+                decode_key(r.key).type is RecordType.CLASSIC_GROUP and r.value is not None
+                for r in group_records
+            )
+            group = self._groups.get(group_id) or (
+                self._create_classic(group_id) if classic else self._create(group_id)
+            )
             try:
                 group.replay(group_records, now_ms)
             except ValueError as exc:
@@ -254,9 +410,16 @@ class GroupCoordinator:
         """Drop a group that has nothing to remember (e.g. its first request failed)."""
         group = self._groups.get(group_id)
         if group is not None and group.is_blank:
+            if isinstance(group, ClassicGroup):
+                self._completions += group.take_completions()
             self._outbox += group.take_records()  # e.g. tombstones of deleted offsets
             self._touched.pop(group_id, None)
             del self._groups[group_id]
+
+    def _create_classic(self, group_id: str) -> ClassicGroup:
+        group = ClassicGroup(group_id, self.config, self._topic_partitions, self._member_id_factory)
+        self._groups[group_id] = group
+        return group
 
     def _create(self, group_id: str) -> ConsumerGroup:
         group = ConsumerGroup(

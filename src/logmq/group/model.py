@@ -30,6 +30,15 @@ class GroupState(StrEnum):
     STABLE = "stable"
 
 
+class ClassicState(StrEnum):
+    """The states of a classic-protocol group (Kafka's JoinGroup/SyncGroup groups)."""
+
+    EMPTY = "empty"
+    PREPARING_REBALANCE = "preparing_rebalance"  # collecting joins
+    COMPLETING_REBALANCE = "completing_rebalance"  # waiting for the leader's assignment
+    STABLE = "stable"
+
+
 @dataclass(slots=True, frozen=True)
 class GroupConfig:
     """Coordinator-wide settings; members may override the two timeouts per member."""
@@ -43,6 +52,11 @@ class GroupConfig:
     max_session_timeout_ms: int = 300_000
     # the records of one offset commit must fit in one batch of __consumer_offsets
     max_commit_bytes: int = 1 << 20
+    # classic groups: how long the first rebalance of an empty group waits for more
+    # members (Kafka's group.initial.rebalance.delay.ms), and how long a joining member
+    # is kept without heartbeats while its JoinGroup waits
+    initial_rebalance_delay_ms: int = 3_000
+    new_member_join_timeout_ms: int = 300_000
 
 
 @dataclass(slots=True, frozen=True)
@@ -100,14 +114,35 @@ class MemberDescription:
 
 
 @dataclass(slots=True, frozen=True)
+class ClassicMemberDetails:
+    """A classic member's opaque protocol bytes (empty unless the group is stable)."""
+
+    member_id: str
+    metadata: bytes
+    assignment: bytes
+
+
+@dataclass(slots=True, frozen=True)
+class ClassicDetails:
+    """What a classic group adds to its description (Kafka's DescribeGroups fields)."""
+
+    protocol_type: str
+    protocol: str
+    generation: int
+    leader: str
+    members: tuple[ClassicMemberDetails, ...]
+
+
+@dataclass(slots=True, frozen=True)
 class GroupDescription:
     group_id: str
-    state: GroupState
+    state: GroupState | ClassicState
     group_epoch: int
     assignment_epoch: int
     assignor: str
     members: tuple[MemberDescription, ...]
     offsets: tuple[tuple[TopicPartition, CommittedOffset], ...] = field(default=())
+    classic: ClassicDetails | None = None  # set for classic-protocol groups
 
 
 @dataclass(slots=True, frozen=True)
@@ -115,5 +150,40 @@ class GroupListing:
     """One line of ListGroups."""
 
     group_id: str
-    state: GroupState
+    state: GroupState | ClassicState
     members: int
+    type: str = "consumer"  # "consumer" (KIP-848 protocol) or "classic"
+    protocol_type: str = "consumer"
+
+
+@dataclass(slots=True, frozen=True)
+class JoinAnswer:
+    """A JoinGroup answer; ``members`` (id, instance id, metadata) go to the leader only."""
+
+    error: ErrorCode
+    member_id: str = ""
+    generation: int = -1
+    protocol_type: str | None = None
+    protocol_name: str | None = None
+    leader: str = ""
+    members: tuple[tuple[str, str | None, bytes], ...] = ()
+    skip_assignment: bool = False
+
+
+@dataclass(slots=True, frozen=True)
+class SyncAnswer:
+    error: ErrorCode
+    protocol_type: str | None = None
+    protocol_name: str | None = None
+    assignment: bytes = b""
+
+
+class _Parked:
+    """The answer of a request that waits (a JoinGroup or SyncGroup): it comes later, as
+    a completion of its ticket."""
+
+    def __repr__(self) -> str:
+        return "PARKED"
+
+
+PARKED = _Parked()

@@ -59,6 +59,12 @@ class GroupPersistenceMixin:
         self._written.clear()
         return ErrorCode.NONE
 
+    def forget_state(self) -> None:
+        """Tombstone the group's state records, keeping its offsets: an empty group that
+        becomes a classic-protocol group."""
+        self._outbox.extend(GroupRecord(key, None) for key in sorted(self._written))
+        self._written.clear()
+
     def replay(self, records: Iterable[GroupRecord], now_ms: int = 0) -> None:
         """Rebuild from ``__consumer_offsets`` records of this group (others skipped).
 

@@ -42,6 +42,7 @@ if TYPE_CHECKING:
     from logmq.broker.replica_manager import ReplicaManager
     from logmq.cluster.metadata_image import MetadataImage
     from logmq.kafka.configs import KafkaConfigApis
+    from logmq.kafka.group_membership import KafkaGroupMembershipApis
     from logmq.kafka.groups import KafkaGroupApis
     from logmq.kafka.offsets import KafkaOffsetApis
     from logmq.kafka.partition_admin import KafkaPartitionAdminApis
@@ -82,6 +83,7 @@ class KafkaApis:
         topics: KafkaTopicApis,
         configs: KafkaConfigApis,
         groups: KafkaGroupApis,
+        membership: KafkaGroupMembershipApis,
         partitions: KafkaPartitionAdminApis,
         max_fetch_wait_ms: int,
     ) -> None:
@@ -97,6 +99,7 @@ class KafkaApis:
         self.topics = topics
         self.configs = configs
         self.groups = groups
+        self.membership = membership
         self.partitions = partitions
         self.max_fetch_wait_ms = max_fetch_wait_ms
         self._table = self.table()
@@ -110,6 +113,10 @@ class KafkaApis:
             8: self.offsets.offset_commit,
             9: self.offsets.offset_fetch,
             10: self.offsets.find_coordinator,
+            11: self.membership.join_group,
+            12: self.membership.heartbeat,
+            13: self.membership.leave_group,
+            14: self.membership.sync_group,
             15: self.groups.describe_groups,
             16: self.groups.list_groups,
             18: self.api_versions,

@@ -1,22 +1,23 @@
 """Kafka's group admin APIs: ListGroups, DescribeGroups, DeleteGroups, OffsetDelete.
 
 They read and change the same group shards the native protocol does, so Kafka's
-tools list, describe and delete groups made by native consumers too. logmq's groups are
-consumer-protocol groups (broker-side assignment, KIP-848 style): described to Kafka
-clients with protocol type ``consumer``, the assignor's name as the protocol, and each
-member's assignment encoded as Kafka's ConsumerProtocol assignment (version 0), which
-is what admin clients decode.
+tools list, describe and delete groups made by native consumers too. Classic groups
+(Kafka clients' JoinGroup/SyncGroup) are described as Kafka does, with their members'
+own protocol bytes. Consumer-protocol groups (native clients, KIP-848: broker-side
+assignment) are described with protocol type ``consumer``, the assignor's name as the
+protocol, and each member's assignment encoded as Kafka's ConsumerProtocol assignment
+(version 0), which is what admin clients decode.
 """
 
 from __future__ import annotations
 
 import asyncio
-import struct
 from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode as KioErrorCode
 
 from logmq.errors import ErrorCode, LogMQError
+from logmq.group.consumer_protocol import encode_assignment
 from logmq.kafka.messages import NO_THROTTLE, UNKNOWN_OPERATIONS, build, kio_code, response_module
 from logmq.net.codec import Request
 from logmq.net.reply import Reply
@@ -25,22 +26,14 @@ if TYPE_CHECKING:
     from logmq.broker.group_coordinator import GroupCoordinatorService
     from logmq.group import GroupCoordinator
 
-# logmq's group states as Kafka's consumer-protocol groups name them
-_STATES = {"empty": "Empty", "reconciling": "Reconciling", "stable": "Stable"}
-
-
-def consumer_assignment(partitions: Any) -> bytes:
-    """Kafka's ConsumerProtocol assignment v0 for ``[(topic, partition), ...]``."""
-    by_topic: dict[str, list[int]] = {}
-    for topic, partition in sorted(partitions):
-        by_topic.setdefault(topic, []).append(partition)
-    out = bytearray(struct.pack(">hi", 0, len(by_topic)))
-    for topic, parts in by_topic.items():
-        name = topic.encode()
-        out += struct.pack(">h", len(name)) + name + struct.pack(">i", len(parts))
-        out += b"".join(struct.pack(">i", p) for p in parts)
-    out += struct.pack(">i", -1)  # no user data
-    return bytes(out)
+# group states as Kafka names them (consumer-protocol groups, then classic ones)
+_STATES = {
+    "empty": "Empty",
+    "reconciling": "Reconciling",
+    "stable": "Stable",
+    "preparing_rebalance": "PreparingRebalance",
+    "completing_rebalance": "CompletingRebalance",
+}
 
 
 class KafkaGroupApis:
@@ -76,9 +69,9 @@ class KafkaGroupApis:
             build(
                 m.ListedGroup,
                 group_id=g.group_id,
-                protocol_type="consumer",
+                protocol_type=g.protocol_type,
                 group_state=_STATES.get(g.state.value, g.state.value),
-                group_type="consumer",
+                group_type=g.type,
             )
             for g in listings
             if not wanted or _STATES.get(g.state.value, "").lower() in wanted
@@ -127,6 +120,9 @@ class KafkaGroupApis:
                     )
                 )
                 continue
+            # a classic group's members carry their own bytes; a consumer-protocol
+            # group's assignment is encoded as the ConsumerProtocol admin clients read
+            raw = {x.member_id: x for x in d.classic.members} if d.classic else {}
             members = tuple(
                 build(
                     m.DescribedGroupMember,
@@ -134,8 +130,10 @@ class KafkaGroupApis:
                     group_instance_id=mem.instance_id,
                     client_id=mem.client_id,
                     client_host=mem.client_host,
-                    member_metadata=b"",
-                    member_assignment=consumer_assignment(mem.assigned),
+                    member_metadata=raw[mem.member_id].metadata if raw else b"",
+                    member_assignment=raw[mem.member_id].assignment
+                    if raw
+                    else encode_assignment(mem.assigned),
                 )
                 for mem in d.members
             )
@@ -145,7 +143,7 @@ class KafkaGroupApis:
                     error_code=KioErrorCode.none,
                     group_id=group_id,
                     group_state=_STATES.get(d.state.value, d.state.value),
-                    protocol_type="consumer",
+                    protocol_type=d.classic.protocol_type if d.classic else "consumer",
                     protocol_data=d.assignor,
                     members=members,
                     authorized_operations=UNKNOWN_OPERATIONS,

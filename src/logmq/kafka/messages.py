@@ -21,6 +21,13 @@ def build(cls: type, **fields: Any) -> Any:
     return cls(**{k: v for k, v in fields.items() if k in known})
 
 
+def millis(value: Any, default: int = 0) -> int:
+    """Milliseconds of a kio duration field (a timedelta); ``default`` when absent."""
+    if value is None:
+        return default
+    return int(value.total_seconds() * 1000)
+
+
 def kio_code(code: ErrorCode | int) -> KioErrorCode:
     """Kafka's error code for ours; a logmq-only code reads as UNKNOWN_SERVER_ERROR."""
     try:

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from kio.schema.errors import ErrorCode as KioErrorCode
 
 from logmq.errors import ErrorCode, LogMQError
-from logmq.kafka.messages import NO_THROTTLE, build, kio_code, response_module
+from logmq.kafka.messages import NO_THROTTLE, build, kio_code, millis, response_module
 from logmq.net.codec import ApiKey, Request
 from logmq.net.reply import Reply
 
@@ -27,11 +27,6 @@ if TYPE_CHECKING:
 
 RunOnController = Callable[[int, dict[str, Any]], Awaitable[dict[str, Any]]]
 TopicPartition = tuple[str, int]
-
-
-def _timeout_ms(body: Any, default: int = 30_000) -> int:
-    timeout = getattr(body, "timeout", None)
-    return default if timeout is None else int(timeout.total_seconds() * 1000)
 
 
 def _code(value: Any) -> ErrorCode:
@@ -77,7 +72,8 @@ class KafkaPartitionAdminApis:
         offsets = {
             (t.name, p.partition_index): int(p.offset) for t in body.topics for p in t.partitions
         }
-        results = await self.replicas.delete_records(offsets, _timeout_ms(body))
+        timeout_ms = millis(getattr(body, "timeout", None), 30_000)
+        results = await self.replicas.delete_records(offsets, timeout_ms)
         topics = _per_topic(
             results.items(),
             lambda name, parts: m.DeleteRecordsTopicResult(name=name, partitions=parts),

@@ -29,6 +29,10 @@ SUPPORTED: dict[int, tuple[int, int]] = {
     8: (2, 8),  # OffsetCommit
     9: (1, 8),  # OffsetFetch
     10: (0, 4),  # FindCoordinator
+    11: (0, 9),  # JoinGroup (v4+: KIP-394 member ids; v5+ static members)
+    12: (0, 4),  # Heartbeat
+    13: (0, 5),  # LeaveGroup
+    14: (0, 5),  # SyncGroup
     15: (0, 5),  # DescribeGroups
     16: (0, 4),  # ListGroups
     18: (0, 3),  # ApiVersions

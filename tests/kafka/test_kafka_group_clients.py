@@ -1,0 +1,223 @@
+"""Kafka clients that ``subscribe()``: the classic group protocol with real clients.
+
+confluent-kafka consumers run in their own processes so that one can be killed with
+SIGKILL mid-stream; kafka-python, aiokafka and kcat (-G) groups join, rebalance, commit
+and resume. Every check is on outcomes: every record consumed, the committed offsets at
+the end of the log, nothing left to read for a restarted group.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+
+import pytest
+
+from logmq.client import Admin, Producer
+from tests.harness import BrokerProcess
+from tests.kafka.test_kafka_clients import create, kcat
+
+ck = pytest.importorskip("confluent_kafka")
+DEADLINE_S = 60.0
+
+
+@pytest.fixture(scope="module")
+def gbroker(tmp_path_factory):
+    """A broker whose classic groups rebalance at once (no initial delay), as in tests."""
+    broker = BrokerProcess(
+        tmp_path_factory.mktemp("kafka-groups") / "data",
+        extra_args=["--group-initial-rebalance-delay-ms", "0"],
+    )
+    broker.start()
+    yield broker
+    broker.stop()
+
+
+def produce(broker: BrokerProcess, topic: str, partitions: int, values: list[str]) -> None:
+    with Producer(broker.bootstrap) as p:
+        for i, v in enumerate(values):
+            p.send(topic, v, partition=i % partitions)
+        p.flush()
+
+
+def wait_for(condition: Callable[[], bool], what: str, deadline_s: float = DEADLINE_S) -> None:
+    deadline = time.monotonic() + deadline_s
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
+
+
+class ConsumerProcess:
+    """tests/kafka/group_consumer.py in a subprocess; its lines collected by a thread."""
+
+    def __init__(self, broker: BrokerProcess, group: str, topic: str, strategy: str) -> None:
+        root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "tests.kafka.group_consumer", broker.kafka_bootstrap, group,
+             topic, strategy],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            cwd=root,
+            text=True,
+        )  # fmt: skip
+        self.values: list[str] = []
+        self.lines: list[str] = []
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.lines.append(line.strip())
+            parts = line.split()
+            if len(parts) == 3 and parts[0].isdigit():
+                self.values.append(parts[2])
+
+    def kill(self) -> None:
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(10)
+
+    def stop(self) -> None:
+        self.proc.send_signal(signal.SIGTERM)
+        code = self.proc.wait(30)
+        self._reader.join(10)
+        assert code == 0, (code, self.lines[-5:])
+        assert self.lines[-1] == "closed", self.lines[-5:]
+
+
+def committed(broker: BrokerProcess, group: str) -> dict[int, int]:
+    with Admin(broker.bootstrap) as admin:
+        return {p: o.offset for (_, p), o in admin.group_offsets(group).items()}
+
+
+@pytest.mark.parametrize("strategy", ["range", "cooperative-sticky"])
+def test_confluent_group_survives_a_kill_and_a_new_member(gbroker, strategy):
+    topic, group, parts = f"grp-{strategy}", f"grp-{strategy}", 6
+    create(gbroker, topic, parts)
+    first = [f"a{i}" for i in range(600)]
+    produce(gbroker, topic, parts, first)
+    consumers = [ConsumerProcess(gbroker, group, topic, strategy) for _ in range(3)]
+    try:
+        wait_for(lambda: sum(len(c.values) for c in consumers) >= 200, "records before the kill")
+        consumers[0].kill()  # mid-stream, with uncommitted records: they are read again
+        second = [f"b{i}" for i in range(600)]
+        produce(gbroker, topic, parts, second)
+        consumers.append(ConsumerProcess(gbroker, group, topic, strategy))
+        everything = set(first + second)
+        wait_for(
+            lambda: everything <= {v for c in consumers for v in c.values},
+            "every record consumed",
+        )
+        wait_for(lambda: _owns(consumers[3]), "partitions for the member that joined late")
+        # the members' auto-commits reach the end of every partition: lag 0
+        end = dict.fromkeys(range(parts), 200)
+        wait_for(lambda: committed(gbroker, group) == end, "commits at the end offsets")
+    finally:
+        for c in consumers[1:]:
+            c.stop()
+    assert committed(gbroker, group) == end
+    with Admin(gbroker.bootstrap) as admin:
+        described = admin.describe_group(group)
+    assert not described.members  # everyone left (or was expired)
+    assert all(p.lag == 0 for p in described.partitions)
+    # a new member of the group resumes from the commits: nothing left to read
+    produce(gbroker, topic, parts, ["c0"])
+    late = ConsumerProcess(gbroker, group, topic, strategy)
+    try:
+        wait_for(lambda: "c0" in late.values, "the record produced after")
+    finally:
+        late.stop()
+    assert late.values == ["c0"]
+
+
+def _owns(consumer: ConsumerProcess) -> bool:
+    return any(line.startswith("assigned") and len(line.split()) > 1 for line in consumer.lines)
+
+
+def test_kafka_python_group_rebalances_commits_and_resumes(gbroker):
+    kafka = pytest.importorskip("kafka")
+    topic, group = "kp-group-sub", "kp-group-sub"
+    create(gbroker, topic, 4)
+    produce(gbroker, topic, 4, [f"v{i}" for i in range(200)])
+    seen: list[str] = []
+    lock = threading.Lock()
+    stop = threading.Event()
+
+    def run() -> None:
+        consumer = kafka.KafkaConsumer(
+            topic,
+            bootstrap_servers=gbroker.kafka_bootstrap,
+            group_id=group,
+            auto_offset_reset="earliest",
+            enable_auto_commit=False,
+            session_timeout_ms=6000,
+            heartbeat_interval_ms=500,
+        )
+        while not stop.is_set():
+            for records in consumer.poll(timeout_ms=100).values():
+                with lock:
+                    seen.extend(r.value.decode() for r in records)
+                consumer.commit()
+        consumer.close()  # LeaveGroup: the other member takes over
+
+    threads = [threading.Thread(target=run) for _ in range(2)]
+    threads[0].start()
+    wait_for(lambda: len(seen) > 0, "the first member's records")
+    threads[1].start()  # joins: a rebalance
+    wait_for(lambda: set(seen) >= {f"v{i}" for i in range(200)}, "every record")
+    stop.set()
+    for t in threads:
+        t.join(30)
+    assert committed(gbroker, group) == dict.fromkeys(range(4), 50)
+
+
+async def test_aiokafka_group_commits_and_resumes(gbroker):
+    aiokafka = pytest.importorskip("aiokafka")
+    topic, group = "aio-group-sub", "aio-group-sub"
+    create(gbroker, topic, 2)
+    produce(gbroker, topic, 2, [f"v{i}" for i in range(100)])
+
+    async def consume(count: int) -> list[str]:
+        consumer = aiokafka.AIOKafkaConsumer(
+            topic,
+            bootstrap_servers=gbroker.kafka_bootstrap,
+            group_id=group,
+            auto_offset_reset="earliest",
+            enable_auto_commit=False,
+            session_timeout_ms=6000,
+            heartbeat_interval_ms=500,
+        )
+        await consumer.start()
+        got: list[str] = []
+        try:
+            deadline = time.monotonic() + DEADLINE_S
+            while len(got) < count:
+                assert time.monotonic() < deadline, f"read {len(got)} of {count}"
+                batches = await consumer.getmany(timeout_ms=200)
+                for records in batches.values():
+                    got += [r.value.decode() for r in records]
+            await consumer.commit()
+        finally:
+            await consumer.stop()
+        return got
+
+    assert sorted(await consume(100)) == sorted(f"v{i}" for i in range(100))
+    produce(gbroker, topic, 2, ["late"])
+    assert await consume(1) == ["late"]  # resumed from the commit
+
+
+def test_kcat_balanced_consumer_reads_once(gbroker):
+    topic, group = "kcat-group", "kcat-group"
+    create(gbroker, topic, 3)
+    produce(gbroker, topic, 3, [f"k{i}" for i in range(90)])
+    # the start comes from the group's commits (-o would override them), else the beginning
+    args = ["-G", group, "-e", "-f", "%s\\n", "-X", "auto.offset.reset=earliest"]
+    out = kcat(gbroker, *args, topic)
+    assert sorted(out.split()) == sorted(f"k{i}" for i in range(90))
+    assert committed(gbroker, group) == dict.fromkeys(range(3), 30)
+    assert kcat(gbroker, *args, topic).split() == []  # resumes at the end
