@@ -28,11 +28,16 @@ DEADLINE_S = 60.0
 
 @pytest.fixture(scope="module")
 def gbroker(tmp_path_factory):
-    """A broker whose classic groups rebalance at once (no initial delay), as in tests."""
+    """A broker whose classic groups rebalance at once (no initial delay) and whose
+    consumer-protocol members expire 6 s after they die (KIP-848 sessions are the
+    broker's), as in tests."""
     broker = BrokerProcess(
         tmp_path_factory.mktemp("kafka-groups") / "data",
-        extra_args=["--group-initial-rebalance-delay-ms", "0"],
-    )
+        extra_args=[
+            "--group-initial-rebalance-delay-ms", "0", "--group-session-timeout-ms", "6000",
+            "--group-heartbeat-interval-ms", "500",
+        ],
+    )  # fmt: skip
     broker.start()
     yield broker
     broker.stop()
@@ -95,7 +100,7 @@ def committed(broker: BrokerProcess, group: str) -> dict[int, int]:
         return {p: o.offset for (_, p), o in admin.group_offsets(group).items()}
 
 
-@pytest.mark.parametrize("strategy", ["range", "cooperative-sticky"])
+@pytest.mark.parametrize("strategy", ["range", "cooperative-sticky", "consumer"])
 def test_confluent_group_survives_a_kill_and_a_new_member(gbroker, strategy):
     topic, group, parts = f"grp-{strategy}", f"grp-{strategy}", 6
     create(gbroker, topic, parts)
@@ -121,10 +126,14 @@ def test_confluent_group_survives_a_kill_and_a_new_member(gbroker, strategy):
         for c in consumers[1:]:
             c.stop()
     assert committed(gbroker, group) == end
-    with Admin(gbroker.bootstrap) as admin:
-        described = admin.describe_group(group)
-    assert not described.members  # everyone left (or was expired)
-    assert all(p.lag == 0 for p in described.partitions)
+
+    def described():
+        with Admin(gbroker.bootstrap) as admin:
+            return admin.describe_group(group)
+
+    # everyone left; the killed member too, once its session ran out
+    wait_for(lambda: not described().members, "an empty group")
+    assert [p.lag for p in described().partitions] == [0] * parts
     # a new member of the group resumes from the commits: nothing left to read
     produce(gbroker, topic, parts, ["c0"])
     late = ConsumerProcess(gbroker, group, topic, strategy)
@@ -221,3 +230,116 @@ def test_kcat_balanced_consumer_reads_once(gbroker):
     assert sorted(out.split()) == sorted(f"k{i}" for i in range(90))
     assert committed(gbroker, group) == dict.fromkeys(range(3), 30)
     assert kcat(gbroker, *args, topic).split() == []  # resumes at the end
+
+
+def test_admin_lists_and_describes_both_kinds_of_group(gbroker):
+    """ListGroups v5 tells classic from consumer-protocol groups; librdkafka describes a
+    consumer group with ConsumerGroupDescribe and a classic one through its fallback."""
+    from confluent_kafka.admin import AdminClient
+
+    topic = "grp-admin-kinds"
+    create(gbroker, topic, 2)
+    produce(gbroker, topic, 2, [f"v{i}" for i in range(20)])
+    classic = ConsumerProcess(gbroker, "kinds-classic", topic, "range")
+    modern = ConsumerProcess(gbroker, "kinds-consumer", topic, "consumer")
+    try:
+        wait_for(lambda: len(classic.values) == 20 and len(modern.values) == 20, "both groups")
+        admin = AdminClient({"bootstrap.servers": gbroker.kafka_bootstrap})
+        listed = {g.group_id: g for g in admin.list_consumer_groups().result(30).valid}
+        assert listed["kinds-classic"].type == ck.ConsumerGroupType.CLASSIC
+        assert listed["kinds-consumer"].type == ck.ConsumerGroupType.CONSUMER
+        only = admin.list_consumer_groups(types={ck.ConsumerGroupType.CLASSIC}).result(30)
+        assert "kinds-consumer" not in {g.group_id for g in only.valid}
+        described = admin.describe_consumer_groups(["kinds-classic", "kinds-consumer"])
+        for group_id, future in described.items():
+            d = future.result(30)
+            owned = {
+                (tp.topic, tp.partition) for m in d.members for tp in m.assignment.topic_partitions
+            }
+            assert owned == {(topic, 0), (topic, 1)}, group_id
+            assert d.type == listed[group_id].type
+        # the native CLI view of the classic group: its type, members and lag
+        with Admin(gbroker.bootstrap) as native:
+            groups = {g.group_id: g for g in native.list_groups()}
+            assert (groups["kinds-classic"].type, groups["kinds-classic"].state) == (
+                "classic",
+                "stable",
+            )
+            view = native.describe_group("kinds-classic")
+        assert {tp for m in view.members for tp in m.assignment} == {(topic, 0), (topic, 1)}
+    finally:
+        classic.stop()
+        modern.stop()
+
+
+def test_a_native_group_and_kafka_groups_share_a_topic(gbroker):
+    from logmq.client import Consumer
+
+    topic = "grp-mixed"
+    create(gbroker, topic, 3)
+    values = [f"m{i}" for i in range(90)]
+    produce(gbroker, topic, 3, values)
+    kafka_group = ConsumerProcess(gbroker, "mixed-kafka", topic, "cooperative-sticky")
+    try:
+        native = Consumer(gbroker.bootstrap, group_id="mixed-native", auto_offset_reset="earliest")
+        with native as c:
+            c.subscribe([topic])
+            got: list = []
+            deadline = time.monotonic() + DEADLINE_S
+            while len(got) < 90:
+                assert time.monotonic() < deadline, f"native read {len(got)} of 90"
+                got += c.poll(0.5)
+            c.commit()
+        wait_for(lambda: sorted(kafka_group.values) == sorted(values), "the Kafka group")
+    finally:
+        kafka_group.stop()
+    assert sorted(r.value.decode() for r in got) == sorted(values)
+    assert committed(gbroker, "mixed-native") == dict.fromkeys(range(3), 30)
+
+
+def test_one_group_id_refuses_the_other_protocol_while_it_has_members(gbroker):
+    """A classic JoinGroup to a live consumer-protocol group, and a KIP-848 heartbeat to
+    a live classic group, get Kafka's refusals on the wire."""
+    import datetime
+    import socket
+
+    from kio.index import load_request_schema, load_response_schema
+    from kio.serial import entity_reader
+
+    from tests.kafka.test_kafka_listener import read_frame, request
+
+    topic = "grp-refuse"
+    create(gbroker, topic, 1)
+    classic = ConsumerProcess(gbroker, "refuse-classic", topic, "range")
+    modern = ConsumerProcess(gbroker, "refuse-consumer", topic, "consumer")
+    try:
+        wait_for(lambda: _owns(classic) and _owns(modern), "both groups formed")
+
+        def call(key: int, version: int, body) -> object:
+            with socket.create_connection(("127.0.0.1", gbroker.kafka_port), timeout=10) as s:
+                s.sendall(request(key, version, body, 1))
+                frame = read_frame(s)
+            cls = load_response_schema(key, version)
+            _, pos = entity_reader(cls.__header_schema__)(frame, 0)
+            return entity_reader(cls)(frame, pos)[0]
+
+        join = load_request_schema(11, 5)
+        mod = sys.modules[join.__module__]
+        second = datetime.timedelta(seconds=10)
+        answer = call(11, 5, join(
+            group_id="refuse-consumer", session_timeout=second, rebalance_timeout=second,
+            member_id="", group_instance_id=None, protocol_type="consumer",
+            protocols=(mod.JoinGroupRequestProtocol(name="range", metadata=b""),),
+        ))  # fmt: skip
+        assert int(answer.error_code) == 23  # INCONSISTENT_GROUP_PROTOCOL
+        beat = load_request_schema(68, 1)
+        answer = call(68, 1, beat(
+            group_id="refuse-classic", member_id="m-1", member_epoch=0, instance_id=None,
+            rack_id=None, rebalance_timeout=second, subscribed_topic_names=(topic,),
+            subscribed_topic_regex=None, server_assignor=None, topic_partitions=(),
+        ))  # fmt: skip
+        assert int(answer.error_code) == 69  # GROUP_ID_NOT_FOUND: not a consumer group
+        assert "not a consumer group" in answer.error_message
+    finally:
+        classic.stop()
+        modern.stop()

@@ -64,6 +64,35 @@ def test_topics_are_auto_created_as_on_a_kafka_dev_broker(broker):
     assert _consume_all(broker.bootstrap_servers, "never-created", 1, 1)[0][3] == b"hello"
 
 
+def test_a_subscribed_consumer_gets_every_partition(broker):
+    """The group defaults (one __consumer_offsets partition, no initial rebalance delay)
+    serve Kafka's classic group protocol."""
+    topic = broker.create_topic("subscribed", partitions=3)
+    producer = ck.Producer({"bootstrap.servers": broker.bootstrap_servers})
+    for i in range(6):
+        producer.produce(topic, value=b"%d" % i, partition=i % 3)
+    assert producer.flush(10) == 0
+    consumer = ck.Consumer(
+        {
+            "bootstrap.servers": broker.bootstrap_servers,
+            "group.id": "subscribed-group",
+            "auto.offset.reset": "earliest",
+        }
+    )
+    try:
+        consumer.subscribe([topic])
+        values = []
+        while len(values) < 6:
+            msg = consumer.poll(15)
+            assert msg is not None, f"only {len(values)} of 6 records arrived"
+            assert msg.error() is None, msg.error()
+            values.append(msg.value())
+        assert sorted(values) == [b"%d" % i for i in range(6)]
+        assert {tp.partition for tp in consumer.assignment()} == {0, 1, 2}
+    finally:
+        consumer.close()
+
+
 def test_create_topic_sets_configs_and_refuses_a_second_create(broker):
     from confluent_kafka.admin import AdminClient, ConfigResource
 

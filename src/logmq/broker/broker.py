@@ -56,6 +56,7 @@ from logmq.errors import ErrorCode, LogMQError
 from logmq.kafka.apis import KAFKA_CONCURRENT_APIS, KAFKA_READ_ONLY_APIS, KafkaApis
 from logmq.kafka.codec import KafkaWire
 from logmq.kafka.configs import KafkaConfigApis
+from logmq.kafka.consumer_groups import KafkaConsumerGroupApis
 from logmq.kafka.group_membership import KafkaGroupMembershipApis
 from logmq.kafka.groups import KafkaGroupApis
 from logmq.kafka.offsets import KafkaOffsetApis
@@ -319,6 +320,7 @@ class Broker:
             topics=KafkaTopicApis(self.forwarder.run_on_controller),
             groups=KafkaGroupApis(self.groups),
             membership=KafkaGroupMembershipApis(self.groups),
+            consumer_groups=KafkaConsumerGroupApis(self.groups, lambda: self.quorum.image),
             configs=KafkaConfigApis(
                 cfg, lambda: self.quorum.image, self.forwarder.run_on_controller
             ),

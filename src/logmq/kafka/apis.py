@@ -42,6 +42,7 @@ if TYPE_CHECKING:
     from logmq.broker.replica_manager import ReplicaManager
     from logmq.cluster.metadata_image import MetadataImage
     from logmq.kafka.configs import KafkaConfigApis
+    from logmq.kafka.consumer_groups import KafkaConsumerGroupApis
     from logmq.kafka.group_membership import KafkaGroupMembershipApis
     from logmq.kafka.groups import KafkaGroupApis
     from logmq.kafka.offsets import KafkaOffsetApis
@@ -52,7 +53,7 @@ KafkaHandler = Callable[[Request], Awaitable[Reply | None]]
 # Produce handlers overlap their durability waits; these have no effect to carry out
 # once their client is gone (net/server.py)
 KAFKA_CONCURRENT_APIS = frozenset({0})
-KAFKA_READ_ONLY_APIS = frozenset({1, 2, 3, 9, 10, 15, 16, 18, 23, 32, 35, 46, 60})
+KAFKA_READ_ONLY_APIS = frozenset({1, 2, 3, 9, 10, 15, 16, 18, 23, 32, 35, 46, 60, 69})
 log = logging.getLogger("logmq.kafka")
 
 MAX_PRODUCER_EPOCH = 32767
@@ -84,6 +85,7 @@ class KafkaApis:
         configs: KafkaConfigApis,
         groups: KafkaGroupApis,
         membership: KafkaGroupMembershipApis,
+        consumer_groups: KafkaConsumerGroupApis,
         partitions: KafkaPartitionAdminApis,
         max_fetch_wait_ms: int,
     ) -> None:
@@ -100,6 +102,7 @@ class KafkaApis:
         self.configs = configs
         self.groups = groups
         self.membership = membership
+        self.consumer_groups = consumer_groups
         self.partitions = partitions
         self.max_fetch_wait_ms = max_fetch_wait_ms
         self._table = self.table()
@@ -136,6 +139,8 @@ class KafkaApis:
             47: self.groups.offset_delete,
             44: self.configs.incremental_alter_configs,
             60: self.describe_cluster,
+            68: self.consumer_groups.heartbeat,
+            69: self.consumer_groups.describe,
         }
 
     async def handle(self, req: Request) -> Reply | None:

@@ -48,6 +48,7 @@ class KafkaGroupApis:
         body = req.body
         m = response_module(body)
         wanted = {s.lower() for s in getattr(body, "states_filter", ()) or ()}
+        types = {t.lower() for t in getattr(body, "types_filter", ()) or ()}
         code = ErrorCode.NONE
         listings: list[Any] = []
         try:
@@ -74,7 +75,8 @@ class KafkaGroupApis:
                 group_type=g.type,
             )
             for g in listings
-            if not wanted or _STATES.get(g.state.value, "").lower() in wanted
+            if (not wanted or _STATES.get(g.state.value, "").lower() in wanted)
+            and (not types or g.type in types)
         )
         return Reply(
             build(

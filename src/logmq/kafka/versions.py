@@ -34,7 +34,7 @@ SUPPORTED: dict[int, tuple[int, int]] = {
     13: (0, 5),  # LeaveGroup
     14: (0, 5),  # SyncGroup
     15: (0, 5),  # DescribeGroups
-    16: (0, 4),  # ListGroups
+    16: (0, 5),  # ListGroups (v5: group types)
     18: (0, 3),  # ApiVersions
     19: (2, 4),  # CreateTopics
     20: (1, 4),  # DeleteTopics
@@ -52,6 +52,8 @@ SUPPORTED: dict[int, tuple[int, int]] = {
     46: (0, 0),  # ListPartitionReassignments
     47: (0, 0),  # OffsetDelete
     60: (0, 1),  # DescribeCluster
+    68: (0, 1),  # ConsumerGroupHeartbeat (KIP-848; librdkafka's group.protocol=consumer needs 1)
+    69: (0, 1),  # ConsumerGroupDescribe
 }
 
 # Versions inside the advertised range that are refused anyway (the message format

@@ -218,10 +218,12 @@ class RaftService:
         if transfer_leadership and self.running and self.is_leader and len(self.voters) > 1:
             await self._transfer_before_stop()
         self._stopping = True
-        drive, tick = self._tasks
-        tick.cancel()
+        # A start that failed (e.g. its port was taken) made no tasks: stop what it made.
+        tasks = self._tasks[::-1]  # (tick, drive): stop ticking first
+        if tasks:
+            tasks[0].cancel()
         self._wake.set()
-        for task in (tick, drive):
+        for task in tasks:
             try:
                 await task
             except asyncio.CancelledError:
