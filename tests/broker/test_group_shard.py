@@ -22,6 +22,7 @@ CONFIG = GroupConfig(
     heartbeat_interval_ms=1_000,
     min_session_timeout_ms=50,
     max_session_timeout_ms=60_000,
+    initial_rebalance_delay_ms=0,
 )
 TOPICS = {"t": 8}
 
@@ -241,3 +242,44 @@ async def test_metadata_changes_reach_the_groups(logs):
 
     assert await shard.submit(state) in (GroupState.RECONCILING, GroupState.STABLE)
     await shard.unload()
+
+
+def classic_join(member_id: str, session_timeout_ms: int = 10_000, rebalance_ms: int = 200):
+    protocols = (("range", b"meta"),)
+
+    def op(core: GroupCoordinator, now_ms: int, ticket: int):
+        return core.join_group(
+            ticket, "c", member_id, None, "consumer", protocols, session_timeout_ms,
+            rebalance_ms, "client", "host", False, now_ms,
+        )  # fmt: skip
+
+    return op
+
+
+async def test_a_parked_join_is_answered_by_a_later_request_or_by_the_timer(logs):
+    shard = await loaded(logs)
+    first = await shard.submit_parked(classic_join(""))  # alone: completes at once
+    assert first.error is ErrorCode.NONE and first.generation == 1
+    # a second member parks; the first heartbeats into the rebalance and never rejoins:
+    # the timer ends the join phase after the rebalance timeout and answers the second
+    second = shard.submit_parked(classic_join(""))
+    beat = await shard.submit(
+        lambda core, now: core.classic_heartbeat("c", first.member_id, None, 1, now)
+    )
+    assert beat is ErrorCode.REBALANCE_IN_PROGRESS and not second.done()
+    answer = await asyncio.wait_for(second, 10)
+    assert answer.error is ErrorCode.NONE and answer.generation == 2
+    assert [m[0] for m in answer.members] == [answer.member_id]  # the first was dropped
+    await shard.unload()
+
+
+async def test_unload_fails_parked_requests_with_not_coordinator(logs):
+    shard = await loaded(logs)
+    first = await shard.submit_parked(classic_join("", rebalance_ms=60_000))
+    parked = shard.submit_parked(classic_join("", rebalance_ms=60_000))
+    await shard.submit(lambda core, now: core.classic_heartbeat("c", first.member_id, None, 1, now))
+    assert not parked.done()
+    await shard.unload()
+    with pytest.raises(CoordinatorError) as err:
+        await parked
+    assert err.value.code is ErrorCode.NOT_COORDINATOR

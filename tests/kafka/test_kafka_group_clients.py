@@ -270,6 +270,12 @@ def test_admin_lists_and_describes_both_kinds_of_group(gbroker):
     finally:
         classic.stop()
         modern.stop()
+    # once empty, the native admin (and so `logmq group reset-offsets/delete`) manages it
+    with Admin(gbroker.bootstrap) as native:
+        native.alter_group_offsets("kinds-classic", {(topic, 0): 3})
+        assert native.group_offsets("kinds-classic")[(topic, 0)].offset == 3
+        native.delete_group("kinds-classic")
+        assert "kinds-classic" not in {g.group_id for g in native.list_groups()}
 
 
 def test_a_native_group_and_kafka_groups_share_a_topic(gbroker):
