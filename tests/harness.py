@@ -10,6 +10,7 @@ start failure raises with the tail of that log. Stable API used by other test su
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import os
 import selectors
@@ -28,10 +29,24 @@ START_TIMEOUT = 30.0
 STOP_TIMEOUT = 30.0
 
 
+_HANDED_OUT: collections.deque[int] = collections.deque(maxlen=4096)
+
+
 def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A port nothing listens on now, and not one this process handed out lately.
+
+    The kernel may give the same free port to two binds in a row; callers that pick
+    several ports before starting anything (a cluster's client and quorum ports) must
+    not get one twice.
+    """
+    for _ in range(100):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if port not in _HANDED_OUT:
+            break
+    _HANDED_OUT.append(port)
+    return port
 
 
 class BrokerStartError(RuntimeError):

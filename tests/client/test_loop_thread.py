@@ -40,12 +40,16 @@ def test_a_call_interrupted_by_ctrl_c_is_cancelled():
     cancelled = threading.Event()
 
     async def interrupted() -> None:
-        # Ctrl-C once the caller waits for this call (the waiting is a condition poll)
+        # Ctrl-C once the caller waits for this call (the waiting is a condition poll).
+        # A SIGINT that lands after the interpreter's last signal check but before the
+        # lock wait blocks is only seen once the wait ends (a CPython race): send it
+        # again until the caller's KeyboardInterrupt cancels this call.
         while sys._current_frames()[main].f_code.co_name != "wait":
             await asyncio.sleep(0.001)
-        signal.pthread_kill(main, signal.SIGINT)
         try:
-            await asyncio.Event().wait()
+            while True:
+                signal.pthread_kill(main, signal.SIGINT)
+                await asyncio.sleep(0.5)
         except asyncio.CancelledError:
             cancelled.set()
             raise
