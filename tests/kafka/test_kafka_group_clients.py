@@ -8,6 +8,7 @@ the end of the log, nothing left to read for a restarted group.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import subprocess
@@ -185,14 +186,17 @@ def test_kafka_python_group_rebalances_commits_and_resumes(gbroker):
     assert committed(gbroker, group) == dict.fromkeys(range(4), 50)
 
 
-async def test_aiokafka_group_commits_and_resumes(gbroker):
+async def test_aiokafka_group_rebalances_commits_and_resumes(gbroker):
+    """Two aiokafka members split the partitions (a rebalance on join), one leaves (a
+    rebalance on leave: the other takes its partitions over), and a restarted group
+    resumes from the commits."""
     aiokafka = pytest.importorskip("aiokafka")
     topic, group = "aio-group-sub", "aio-group-sub"
     create(gbroker, topic, 2)
-    produce(gbroker, topic, 2, [f"v{i}" for i in range(100)])
+    await asyncio.to_thread(produce, gbroker, topic, 2, [f"v{i}" for i in range(100)])
 
-    async def consume(count: int) -> list[str]:
-        consumer = aiokafka.AIOKafkaConsumer(
+    def member() -> aiokafka.AIOKafkaConsumer:
+        return aiokafka.AIOKafkaConsumer(
             topic,
             bootstrap_servers=gbroker.kafka_bootstrap,
             group_id=group,
@@ -201,23 +205,47 @@ async def test_aiokafka_group_commits_and_resumes(gbroker):
             session_timeout_ms=6000,
             heartbeat_interval_ms=500,
         )
-        await consumer.start()
-        got: list[str] = []
-        try:
-            deadline = time.monotonic() + DEADLINE_S
-            while len(got) < count:
-                assert time.monotonic() < deadline, f"read {len(got)} of {count}"
-                batches = await consumer.getmany(timeout_ms=200)
-                for records in batches.values():
-                    got += [r.value.decode() for r in records]
-            await consumer.commit()
-        finally:
-            await consumer.stop()
-        return got
 
-    assert sorted(await consume(100)) == sorted(f"v{i}" for i in range(100))
-    produce(gbroker, topic, 2, ["late"])
-    assert await consume(1) == ["late"]  # resumed from the commit
+    async def read(consumer, got: list[str], until) -> None:
+        deadline = time.monotonic() + DEADLINE_S
+        while not until():
+            assert time.monotonic() < deadline, f"read {len(got)}"
+            for records in (await consumer.getmany(timeout_ms=100)).values():
+                got += [r.value.decode() for r in records]
+            await consumer.commit()
+
+    a, b = member(), member()
+    got_a: list[str] = []
+    got_b: list[str] = []
+    await a.start()
+    try:
+        await read(a, got_a, lambda: bool(got_a))
+        await b.start()  # joins: the two split the partitions
+        everything = {f"v{i}" for i in range(100)}
+
+        def split() -> bool:
+            return len(b.assignment()) == 1 and len(a.assignment()) == 1
+
+        await asyncio.gather(
+            read(a, got_a, lambda: split() and set(got_a + got_b) >= everything),
+            read(b, got_b, lambda: split() and set(got_a + got_b) >= everything),
+        )
+        await b.stop()  # leaves: a takes its partition over
+        await asyncio.to_thread(produce, gbroker, topic, 2, ["x0", "x1"])
+        await read(a, got_a, lambda: {"x0", "x1"} <= set(got_a))
+        assert len(a.assignment()) == 2
+    finally:
+        await a.stop()
+    assert await asyncio.to_thread(committed, gbroker, group) == {0: 51, 1: 51}
+    await asyncio.to_thread(produce, gbroker, topic, 2, ["late"])
+    late: list[str] = []
+    c = member()
+    await c.start()
+    try:
+        await read(c, late, lambda: bool(late))
+    finally:
+        await c.stop()
+    assert late == ["late"]  # resumed from the commits
 
 
 def test_kcat_balanced_consumer_reads_once(gbroker):

@@ -33,6 +33,7 @@ from logmq.net.codec import SIZE
 from logmq.net.frame_reader import read_frame
 from logmq.replication.raft_service import RaftTransport
 
+STOP_WAIT_S = 1.0  # how long stop() waits for the server's connections to close
 log = logging.getLogger("logmq.raft.transport")
 
 MAGIC = "logmq-raft"
@@ -74,12 +75,15 @@ class _Peer:
             writer: asyncio.StreamWriter | None = None
             eof: asyncio.Task[bytes] | None = None
             try:
-                reader, writer = await asyncio.wait_for(
-                    asyncio.open_connection(*self.address), HANDSHAKE_TIMEOUT
-                )
+                # asyncio.timeout, not wait_for: on 3.11 wait_for can swallow a
+                # cancellation that meets a completing handshake, and this loop would
+                # then outlive stop(), which waits for it
+                async with asyncio.timeout(HANDSHAKE_TIMEOUT):
+                    reader, writer = await asyncio.open_connection(*self.address)
                 _tune(writer)
                 writer.write(frame(t.hello()))
-                reply = await asyncio.wait_for(read_frame(reader, 1 << 16), HANDSHAKE_TIMEOUT)
+                async with asyncio.timeout(HANDSHAKE_TIMEOUT):
+                    reply = await read_frame(reader, 1 << 16)
                 problem = t.check_hello(reply, expect=self.node_id)
                 if problem:
                     t.report(self.node_id, problem)
@@ -197,7 +201,13 @@ class TcpTransport(RaftTransport):
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         if self._server is not None:
-            await self._server.wait_closed()
+            # A connection the server accepted whose handler has not started yet is in
+            # no list above and stays open until its peer hangs up; a peer that waits
+            # for our hello never does. Do not let it hold the stop (the sockets close
+            # with the process, or when the loop closes).
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(STOP_WAIT_S):
+                    await self._server.wait_closed()
             self._server = None
         self._peers.clear()
 
@@ -301,7 +311,8 @@ class TcpTransport(RaftTransport):
         peer: Any = "?"
         try:
             _tune(writer)
-            data = await asyncio.wait_for(read_frame(reader, 1 << 16), HANDSHAKE_TIMEOUT)
+            async with asyncio.timeout(HANDSHAKE_TIMEOUT):
+                data = await read_frame(reader, 1 << 16)
             problem = self.check_hello(data)
             with contextlib.suppress(Exception):
                 peer = msgpack.unpackb(data, raw=False).get("node_id", "?")
