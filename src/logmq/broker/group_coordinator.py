@@ -278,24 +278,21 @@ class GroupCoordinatorService:
         The future fails with the LogMQError when the id is invalid or this broker does
         not coordinate the group (yet): callers gather many without a try each.
         """
-        try:
-            problem = group_id_error(group_id)
-            if problem:
-                raise LogMQError(problem, ErrorCode.INVALID_GROUP_ID)
-            return self.shard_for(group_id).submit(fn)
-        except LogMQError as exc:
-            future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-            future.set_exception(exc)
-            return future
+        return self._on_shard(group_id, lambda shard: shard.submit(fn))
 
     def submit_parked(self, group_id: str, fn: Any) -> asyncio.Future[Any]:
         """Queue ``fn(core, now_ms, ticket)`` for a request that may wait (JoinGroup,
         SyncGroup): the future has its answer, given now or completed later, once durable."""
+        return self._on_shard(group_id, lambda shard: shard.submit_parked(fn))
+
+    def _on_shard(
+        self, group_id: str, queue: Callable[[GroupShard], asyncio.Future[Any]]
+    ) -> asyncio.Future[Any]:
         try:
             problem = group_id_error(group_id)
             if problem:
                 raise LogMQError(problem, ErrorCode.INVALID_GROUP_ID)
-            return self.shard_for(group_id).submit_parked(fn)
+            return queue(self.shard_for(group_id))
         except LogMQError as exc:
             future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
             future.set_exception(exc)
