@@ -10,7 +10,6 @@ an empty regex with a plain subscription.
 
 from __future__ import annotations
 
-import asyncio
 import datetime
 import uuid
 from collections.abc import Callable, Iterable
@@ -22,6 +21,7 @@ from kio.static.primitive import i32Timedelta
 from logmq.errors import ErrorCode, LogMQError
 from logmq.group import JOIN_EPOCH, TEMPORARY_LEAVE_EPOCH, MemberOptions, group_id_error
 from logmq.group.assignors import ASSIGNORS
+from logmq.kafka.groups import per_group
 from logmq.kafka.messages import (
     NO_THROTTLE,
     UNKNOWN_OPERATIONS,
@@ -168,13 +168,9 @@ class KafkaConsumerGroupApis:
         def describe(group_id: str):
             return lambda core, now_ms: core.describe(group_id)
 
-        results = await asyncio.gather(
-            *(self.groups.submit(g, describe(g)) for g in body.group_ids), return_exceptions=True
-        )
+        results = await per_group(self.groups, body.group_ids, describe)
         out = []
         for group_id, result in zip(body.group_ids, results, strict=True):
-            if isinstance(result, BaseException) and not isinstance(result, LogMQError):
-                raise result
             code, d = (result.code, None) if isinstance(result, LogMQError) else result
             message = None
             if d is not None and d.classic is not None:

@@ -12,6 +12,7 @@ protocol, and each member's assignment encoded as Kafka's ConsumerProtocol assig
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode as KioErrorCode
@@ -36,12 +37,23 @@ _STATES = {
 }
 
 
+async def per_group(
+    groups: GroupCoordinatorService, group_ids: Iterable[str], op: Callable[[str], Any]
+) -> list[Any]:
+    """Run ``op(group_id)`` on every group's shard at once: per group (in order) its
+    answer, or the LogMQError that refused it; anything else is raised."""
+    results = await asyncio.gather(
+        *(groups.submit(g, op(g)) for g in group_ids), return_exceptions=True
+    )
+    for result in results:
+        if isinstance(result, BaseException) and not isinstance(result, LogMQError):
+            raise result
+    return results
+
+
 class KafkaGroupApis:
     def __init__(self, groups: GroupCoordinatorService) -> None:
         self.groups = groups
-
-    def _submit(self, group_id: str, fn: Any) -> asyncio.Future[Any]:
-        return self.groups.submit(group_id, fn)
 
     # -- ListGroups --------------------------------------------------------------------
     async def list_groups(self, req: Request) -> Reply:
@@ -98,13 +110,9 @@ class KafkaGroupApis:
         def describe(group_id: str):
             return lambda core, now_ms: core.describe(group_id)
 
-        results = await asyncio.gather(
-            *(self._submit(g, describe(g)) for g in body.groups), return_exceptions=True
-        )
+        results = await per_group(self.groups, body.groups, describe)
         out = []
         for group_id, result in zip(body.groups, results, strict=True):
-            if isinstance(result, BaseException) and not isinstance(result, LogMQError):
-                raise result
             code, d = (result.code, None) if isinstance(result, LogMQError) else result
             if d is None:
                 # Kafka describes an unknown group as Dead with no error
@@ -161,13 +169,9 @@ class KafkaGroupApis:
         def delete(group_id: str):
             return lambda core, now_ms: core.delete_group(group_id)
 
-        results = await asyncio.gather(
-            *(self._submit(g, delete(g)) for g in body.groups_names), return_exceptions=True
-        )
+        results = await per_group(self.groups, body.groups_names, delete)
         out = []
         for group_id, result in zip(body.groups_names, results, strict=True):
-            if isinstance(result, BaseException) and not isinstance(result, LogMQError):
-                raise result
             code = result.code if isinstance(result, LogMQError) else result
             out.append(m.DeletableGroupResult(group_id=group_id, error_code=kio_code(code)))
         return Reply(m.DeleteGroupsResponse(throttle_time=NO_THROTTLE, results=tuple(out)))
@@ -183,7 +187,7 @@ class KafkaGroupApis:
             return core.delete_offsets(group_id, tps)
 
         try:
-            code = await self._submit(group_id, delete)
+            code = await self.groups.submit(group_id, delete)
         except LogMQError as e:
             code = e.code
         # Kafka puts a group-wide refusal (the group still consumes them) on the group
