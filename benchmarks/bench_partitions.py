@@ -1,0 +1,362 @@
+"""Partition count against throughput, memory, idle CPU and recovery (issue 16).
+
+For each partition count (``--partitions``, default 1,100,1000,10000) a fresh
+``logmq-server`` (its own temp data dir, 127.0.0.1 only, ``--log-level warning``) gets
+one topic with that many partitions, and this measures:
+
+* **create**: ``Admin.create_topic`` until every partition has a leader and answers
+  (``describe_topics``: Metadata plus ListOffsets for every partition);
+* **produce, spread**: ``--records`` records of 100 bytes with the native
+  ``AsyncProducer.send()`` per record, ``partition = i % partitions`` (even spread, one
+  batch per partition per request: the worst case the issue names), acks=1, linger 5 ms;
+* **consume**: one native ``AsyncConsumer`` assigned to every partition (seeked to 0)
+  reads those records back with ``poll()``; its own CPU seconds and number of polls;
+* **broker RSS** (VmRSS) after produce and consume, and the broker's CPU seconds (from
+  /proc/PID/stat) during produce and during consume;
+* **produce, keyless (sticky)**: the same count again with ``send()`` and no key and no
+  partition (the client's sticky partitioner), after the consume, into the same topic;
+* **idle CPU**: the broker's CPU over ``--idle-seconds`` with the topic present and no
+  client connected, in per cent of one core;
+* **restart after kill -9**: SIGKILL, start on the same data dir, time to the ready
+  line and until Metadata plus ListOffsets for every partition answer with the same
+  log end offsets as before the kill.
+
+Producer and consumer run in their own processes (``--worker``), so they compete with
+the broker for the cores as real clients would and their CPU is their own. Every wait
+has a deadline. Usage::
+
+    python benchmarks/bench_partitions.py [--partitions 1,100,1000,10000]
+        [--records 200000] [--large-records N] [--idle-seconds 10] [--json]
+        [--profile-consume /tmp/consume.prof]
+
+``--large-records`` (default: ``--records``) is used for counts of 5,000 partitions or
+more. ``--profile-consume PATH`` re-reads the data at the largest partition count, after
+the measured consume, with cProfile on around the polls (for at most 60 s; the assign and
+seeks before them are not profiled). The row's figures exclude that run.
+Speed goals are reported here, never asserted in tests.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+RECORD_SIZE = 100
+TOPIC = "parts"
+LARGE = 5000  # partition counts from here on use --large-records
+PROFILE_SECONDS = 60.0  # how long a --profile-consume run reads for
+
+
+# -- /proc --------------------------------------------------------------------------
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    raise RuntimeError("no VmRSS")
+
+
+def own_cpu() -> float:
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    return ru.ru_utime + ru.ru_stime
+
+
+# -- workers (run in their own process) ---------------------------------------------
+async def produce(bootstrap: str, topic: str, parts: int, n: int, mode: str) -> dict[str, Any]:
+    from logmq.client import AsyncProducer, BufferFullError
+
+    value = os.urandom(RECORD_SIZE)
+    async with AsyncProducer(bootstrap, acks=1, linger_ms=5) as producer:
+        await producer.partitions_for(topic)  # metadata first: not part of the timing
+        send = producer.send
+        cpu0, start = own_cpu(), time.perf_counter()
+        i = 0
+        while i < n:
+            try:
+                stop = min(n, i + 1000)
+                if mode == "spread":
+                    while i < stop:
+                        send(topic, value, None, i % parts)
+                        i += 1
+                else:
+                    while i < stop:
+                        send(topic, value)
+                        i += 1
+            except BufferFullError:
+                await producer.wait_for_space()
+            await asyncio.sleep(0)  # let the sender task run
+        await producer.flush()
+        secs = time.perf_counter() - start
+        cpu = own_cpu() - cpu0
+    return {"records": n, "seconds": secs, "records_per_sec": n / secs, "client_cpu_s": cpu}
+
+
+async def consume(
+    bootstrap: str,
+    topic: str,
+    parts: int,
+    n: int,
+    timeout: float,
+    stop_after: float | None,
+    profile: str | None = None,
+) -> dict[str, Any]:
+    from logmq.client import AsyncConsumer
+
+    async with AsyncConsumer(bootstrap, max_poll_records=n) as consumer:
+        cpu0, start = own_cpu(), time.perf_counter()
+        consumer.assign([(topic, p) for p in range(parts)])
+        for p in range(parts):
+            consumer.seek(topic, p, 0)
+        assigned = time.perf_counter()
+        prof = None
+        if profile:  # the polls only: assign and seek show up in the row's assign_seek_s
+            import cProfile
+
+            prof = cProfile.Profile()
+            prof.enable()
+        count = polls = empty = 0
+        deadline = start + timeout
+        while count < n:
+            if stop_after is not None and time.perf_counter() - assigned > stop_after:
+                break  # a profiling run: a sample of the consume is enough
+            if time.perf_counter() > deadline:
+                raise TimeoutError(f"consumed {count} of {n} records in {timeout}s")
+            got = await consumer.poll(timeout=1.0, max_records=n - count)
+            polls += 1
+            empty += not got
+            count += len(got)
+        secs = time.perf_counter() - start
+        cpu = own_cpu() - cpu0
+        if prof is not None:
+            prof.disable()
+            prof.dump_stats(profile)
+    return {
+        "assign_seek_s": assigned - start,
+        "records": count,
+        "seconds": secs,
+        "records_per_sec": count / secs,
+        "client_cpu_s": cpu,
+        "polls": polls,
+        "empty_polls": empty,
+    }
+
+
+def worker_main(opts: argparse.Namespace) -> None:
+    import uvloop
+
+    if opts.worker == "consume":
+        coro = consume(
+            opts.bootstrap,
+            opts.topic,
+            opts.count,
+            opts.records,
+            opts.timeout,
+            opts.stop_after,
+            opts.profile_consume,
+        )
+    else:
+        coro = produce(opts.bootstrap, opts.topic, opts.count, opts.records, opts.worker)
+    print(json.dumps(uvloop.run(coro)))
+
+
+# -- orchestration ------------------------------------------------------------------
+def run_worker(
+    broker: Any, role: str, parts: int, n: int, timeout: float, profile: str | None = None
+) -> dict[str, Any]:
+    post = ["--stop-after", str(PROFILE_SECONDS), "--profile-consume", profile] if profile else []
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", role, "--bootstrap",
+           broker.bootstrap, "--topic", TOPIC, "--count", str(parts),
+           "--records", str(n), "--timeout", str(timeout), *post]  # fmt: skip
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout + 60)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{role} worker failed: {proc.stderr.strip()[-3000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def describe_until_ready(bootstrap: str, parts: int, timeout: float) -> dict[int, int]:
+    """Metadata + ListOffsets for every partition until all have a leader: {p: end}."""
+    from logmq.client import Admin
+    from logmq.errors import LogMQError
+
+    deadline = time.monotonic() + timeout
+    last: Exception | None = None
+    while time.monotonic() < deadline:
+        try:
+            with Admin(bootstrap, request_timeout_ms=int(timeout * 1000)) as admin:
+                while time.monotonic() < deadline:
+                    desc = admin.describe_topics([TOPIC])[TOPIC]
+                    ps = desc.partitions
+                    if len(ps) == parts and all(p.leader >= 0 for p in ps):
+                        return {p.partition: p.log_end_offset for p in ps}
+                    last = RuntimeError(f"{sum(p.leader >= 0 for p in ps)} of {parts} led")
+        except (LogMQError, OSError, TimeoutError) as e:  # not serving yet: ask again
+            last = e
+    raise TimeoutError(f"partitions not all answering after {timeout}s: {last}")
+
+
+def measure(parts: int, n: int, opts: argparse.Namespace, profile: str | None) -> dict[str, Any]:
+    from logmq.client import Admin
+    from tests.harness import BrokerProcess
+
+    row: dict[str, Any] = {"partitions": parts, "records": n}
+    t = opts.timeout
+    with tempfile.TemporaryDirectory(prefix="logmq-bench-parts-") as tmp:
+        broker = BrokerProcess(Path(tmp) / "data", log_level="warning")
+        broker.start(timeout=t)
+        try:
+            pid = broker.pid
+            assert pid is not None
+            row["rss_start_mb"] = rss_mb(pid)
+
+            c0, start = cpu_seconds(pid), time.perf_counter()
+            with Admin(broker.bootstrap, request_timeout_ms=int(t * 1000)) as admin:
+                admin.create_topic(TOPIC, parts)
+            row["create_call_s"] = time.perf_counter() - start
+            describe_until_ready(broker.bootstrap, parts, t)
+            row["create_s"] = time.perf_counter() - start
+            row["create_broker_cpu_s"] = cpu_seconds(pid) - c0
+            print(f"  [{parts}] topic ready in {row['create_s']:.2f} s", file=sys.stderr)
+
+            c0 = cpu_seconds(pid)
+            row["produce_spread"] = run_worker(broker, "spread", parts, n, t)
+            row["produce_spread"]["broker_cpu_s"] = cpu_seconds(pid) - c0
+            print(f"  [{parts}] produced {row['produce_spread']}", file=sys.stderr)
+
+            c0 = cpu_seconds(pid)
+            row["consume"] = run_worker(broker, "consume", parts, n, t)
+            row["consume"]["broker_cpu_s"] = cpu_seconds(pid) - c0
+            row["rss_after_produce_consume_mb"] = rss_mb(pid)
+            print(f"  [{parts}] consumed {row['consume']}", file=sys.stderr)
+            if profile:
+                try:
+                    got = run_worker(broker, "consume", parts, n, t, profile=profile)
+                    row["profiled_consume"] = got
+                    print(f"  [{parts}] consume profile in {profile}: {got}", file=sys.stderr)
+                except (RuntimeError, subprocess.TimeoutExpired) as e:  # the row still counts
+                    print(f"  [{parts}] consume profile failed: {e}", file=sys.stderr)
+
+            c0 = cpu_seconds(pid)
+            row["produce_sticky"] = run_worker(broker, "sticky", parts, n, t)
+            row["produce_sticky"]["broker_cpu_s"] = cpu_seconds(pid) - c0
+            row["rss_after_sticky_mb"] = rss_mb(pid)
+            print(f"  [{parts}] sticky {row['produce_sticky']}", file=sys.stderr)
+
+            ends = describe_until_ready(broker.bootstrap, parts, t)
+            if sum(ends.values()) != 2 * n:
+                raise RuntimeError(f"log end offsets add up to {sum(ends.values())}, not {2 * n}")
+
+            # Idle: no client connected (the Admin above is closed). The sleep is the
+            # measurement window, not synchronisation.
+            c0, w0 = cpu_seconds(pid), time.perf_counter()
+            time.sleep(opts.idle_seconds)
+            row["idle_cpu_pct"] = 100 * (cpu_seconds(pid) - c0) / (time.perf_counter() - w0)
+            row["rss_idle_mb"] = rss_mb(pid)
+
+            broker.kill()
+            start = time.perf_counter()
+            broker.restart(timeout=t)  # same port and data dir; waits for the ready line
+            row["restart_ready_s"] = time.perf_counter() - start
+            after = describe_until_ready(broker.bootstrap, parts, t)
+            row["restart_serving_s"] = time.perf_counter() - start
+            if after != ends:
+                lost = sum(ends.values()) - sum(after.values())
+                raise RuntimeError(f"log end offsets differ after kill -9 ({lost} records)")
+            assert broker.pid is not None
+            row["rss_after_restart_mb"] = rss_mb(broker.pid)
+            print(f"  [{parts}] restart {row['restart_serving_s']:.2f} s", file=sys.stderr)
+        finally:
+            broker.close()
+    return row
+
+
+def k(v: float) -> str:
+    return f"{v / 1000:,.0f} k" if v >= 10_000 else f"{v / 1000:,.1f} k"
+
+
+def table(rows: list[dict[str, Any]]) -> str:
+    out = [
+        "| partitions | records | create topic | produce rec/s (spread) | broker CPU, "
+        "produce | produce rec/s (keyless, sticky) | consume rec/s | of which assign + seek "
+        "| consumer CPU / polls "
+        "| broker CPU, consume | broker RSS | idle CPU | restart after kill -9: ready / "
+        "all partitions answer |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in rows:
+        ps, pk, c = r["produce_spread"], r["produce_sticky"], r["consume"]
+        n = r["records"]
+        out.append(
+            f"| {r['partitions']:,} | {n:,} | {r['create_s']:.2f} s "
+            f"| {k(ps['records_per_sec'])} "
+            f"| {ps['broker_cpu_s']:.2f} s ({1e6 * ps['broker_cpu_s'] / n:.1f} µs/rec) "
+            f"| {k(pk['records_per_sec'])} | {k(c['records_per_sec'])} "
+            f"| {c['assign_seek_s']:.2f} s "
+            f"| {c['client_cpu_s']:.2f} s / {c['polls']:,} "
+            f"| {c['broker_cpu_s']:.2f} s "
+            f"| {r['rss_after_produce_consume_mb']:.0f} MB | {r['idle_cpu_pct']:.1f}% "
+            f"| {r['restart_ready_s']:.2f} s / {r['restart_serving_s']:.2f} s |"
+        )
+    return "\n".join(out)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--partitions", default="1,100,1000,10000", help="comma-separated counts")
+    ap.add_argument("--records", type=int, default=200_000, help="records per produce")
+    ap.add_argument("--large-records", type=int, default=None,
+                    help=f"records per produce from {LARGE:,} partitions on")  # fmt: skip
+    ap.add_argument("--idle-seconds", type=float, default=10.0)
+    ap.add_argument("--timeout", type=float, default=600.0, help="deadline for each phase (s)")
+    ap.add_argument("--profile-consume", metavar="PATH", default=None)
+    ap.add_argument("--json", action="store_true", help="print the raw results as JSON")
+    ap.add_argument("--worker", choices=["spread", "sticky", "consume"], help=argparse.SUPPRESS)
+    ap.add_argument("--bootstrap", help=argparse.SUPPRESS)
+    ap.add_argument("--topic", default=TOPIC, help=argparse.SUPPRESS)
+    ap.add_argument("--count", type=int, help=argparse.SUPPRESS)
+    ap.add_argument("--stop-after", type=float, default=None, help=argparse.SUPPRESS)
+    opts = ap.parse_args()
+    if opts.worker:
+        worker_main(opts)
+        return
+    counts = [int(x.replace("_", "")) for x in opts.partitions.split(",") if x.strip()]
+    large = opts.large_records or opts.records
+    rows = []
+    began = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    t0 = time.perf_counter()
+    for parts in counts:
+        n = large if parts >= LARGE else opts.records
+        n -= n % parts  # an even spread: the same number of records in every partition
+        n = max(n, parts)
+        profile = opts.profile_consume if parts == max(counts) else None
+        rows.append(measure(parts, n, opts, profile))
+        print(json.dumps(rows[-1]), file=sys.stderr)  # each row as soon as it is done
+    took = time.perf_counter() - t0
+    args = " ".join(a for a in sys.argv[1:] if a != "--json")
+    print(f"Command: `{' '.join(['python benchmarks/bench_partitions.py', args]).strip()}`")
+    print(f"Started {began}, took {took:.0f} s ({os.cpu_count()} CPUs, "
+          f"Python {sys.version.split()[0]})\n")  # fmt: skip
+    print(table(rows))
+    if opts.json:
+        print("\n" + json.dumps(rows, indent=2))
+
+
+if __name__ == "__main__":
+    with contextlib.suppress(BrokenPipeError):
+        main()
