@@ -25,30 +25,24 @@ import sys
 
 import confluent_kafka as ck
 
+from tests.kafka.group_consumer import group_config
+
 
 def main() -> None:
     bootstrap, group, topic, strategy, every_arg = sys.argv[1:6]
     every = int(every_arg)
-    conf = {
-        "bootstrap.servers": bootstrap,
-        "group.id": group,
-        "auto.offset.reset": "earliest",
-        "enable.auto.commit": False,
-        "reconnect.backoff.ms": 50,
-        "reconnect.backoff.max.ms": 500,
-        "retry.backoff.ms": 50,
-        "retry.backoff.max.ms": 500,
-    }
-    if strategy == "consumer":  # KIP-848: the broker assigns, sessions are its own
-        conf["group.protocol"] = "consumer"
-    else:
-        conf.update(
-            {
-                "partition.assignment.strategy": strategy,
-                "session.timeout.ms": 6000,
-                "heartbeat.interval.ms": 500,
-            }
-        )
+    conf = group_config(
+        bootstrap,
+        group,
+        strategy,
+        **{
+            "enable.auto.commit": False,
+            "reconnect.backoff.ms": 50,
+            "reconnect.backoff.max.ms": 500,
+            "retry.backoff.ms": 50,
+            "retry.backoff.max.ms": 500,
+        },
+    )
     consumer = ck.Consumer(conf)
     running = True
     pending: dict[int, int] = {}  # partition -> next offset, consumed but not committed

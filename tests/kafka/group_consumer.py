@@ -13,16 +13,16 @@ import sys
 import confluent_kafka as ck
 
 
-def main() -> None:
-    bootstrap, group, topic, strategy = sys.argv[1:5]
+def group_config(bootstrap: str, group: str, strategy: str, **extra: object) -> dict:
+    """A test group consumer's settings: ``strategy`` is a classic assignor, or
+    ``consumer`` for KIP-848 (where the broker assigns and sessions are its own)."""
     conf = {
         "bootstrap.servers": bootstrap,
         "group.id": group,
         "auto.offset.reset": "earliest",
-        "enable.auto.commit": True,
-        "auto.commit.interval.ms": 100,
+        **extra,
     }
-    if strategy == "consumer":  # KIP-848: the broker assigns, sessions are its own
+    if strategy == "consumer":
         conf["group.protocol"] = "consumer"
     else:
         conf.update(
@@ -32,6 +32,14 @@ def main() -> None:
                 "heartbeat.interval.ms": 500,
             }
         )
+    return conf
+
+
+def main() -> None:
+    bootstrap, group, topic, strategy = sys.argv[1:5]
+    conf = group_config(
+        bootstrap, group, strategy, **{"enable.auto.commit": True, "auto.commit.interval.ms": 100}
+    )
     consumer = ck.Consumer(conf)
     running = True
 

@@ -122,9 +122,6 @@ class ClassicGroup(OffsetCommitsMixin):
     def member_count(self) -> int:
         return len(self._members)
 
-    def member(self, member_id: str) -> ClassicMember | None:
-        return self._members.get(member_id)
-
     def next_deadline_ms(self) -> int | None:
         deadlines = list(self._pending.values())
         deadlines += [m.heartbeat_deadline_ms for m in self._members.values() if self._expirable(m)]
@@ -547,12 +544,6 @@ class ClassicGroup(OffsetCommitsMixin):
         """(ticket, answer) of parked requests completed since the last call."""
         done, self._completions = self._completions, []
         return done
-
-    def abandon(self, error: ErrorCode) -> None:
-        """Answer every parked request with ``error`` (the group is converted or dropped)."""
-        for m in self._members.values():
-            self._answer_join(m, JoinAnswer(error, m.member_id))
-            self._answer_sync(m, SyncAnswer(error))
 
     # ---- time and metadata ---------------------------------------------------------
 
