@@ -17,6 +17,9 @@ one topic with that many partitions, and this measures:
   partition (the client's sticky partitioner), after the consume, into the same topic;
 * **idle CPU**: the broker's CPU over ``--idle-seconds`` with the topic present and no
   client connected, in per cent of one core;
+* **3-broker idle** (``--cluster 10000``): three brokers, one topic at replication
+  factor 3; the time until every partition's ISR is full, then each broker's CPU over
+  ``--idle-seconds`` (no client connected) and its RSS;
 * **restart after kill -9**: SIGKILL, start on the same data dir, time to the ready
   line and until Metadata plus ListOffsets for every partition answer with the same
   log end offsets as before the kill.
@@ -27,7 +30,7 @@ has a deadline. Usage::
 
     python benchmarks/bench_partitions.py [--partitions 1,100,1000,10000]
         [--records 200000] [--large-records N] [--idle-seconds 10] [--json]
-        [--profile-consume /tmp/consume.prof]
+        [--profile-consume /tmp/consume.prof] [--cluster 10000]
 
 ``--large-records`` (default: ``--records``) is used for counts of 5,000 partitions or
 more. ``--profile-consume PATH`` re-reads the data at the largest partition count, after
@@ -286,6 +289,68 @@ def measure(parts: int, n: int, opts: argparse.Namespace, profile: str | None) -
     return row
 
 
+def measure_cluster(parts: int, opts: argparse.Namespace) -> dict[str, Any]:
+    """Three brokers, one topic of ``parts`` partitions at replication factor 3: time
+    until every ISR is full, then each broker's idle CPU and RSS."""
+    from logmq.client import Admin
+    from tests.harness import BrokerCluster
+
+    t = opts.timeout
+    row: dict[str, Any] = {"partitions": parts, "replicas": 3 * parts}
+    with BrokerCluster(3, log_level="warning") as cluster:
+        pids = {i: b.pid for i, b in cluster.nodes.items()}
+        start = time.perf_counter()
+        with Admin(cluster.bootstrap, request_timeout_ms=int(t * 1000)) as admin:
+            admin.create_topic(TOPIC, parts, replication_factor=3)
+            deadline = time.monotonic() + t
+            while True:
+                ps = admin.describe_topics([TOPIC])[TOPIC].partitions
+                if len(ps) == parts and all(p.leader >= 0 and len(p.isr) == 3 for p in ps):
+                    break
+                if time.monotonic() > deadline:
+                    raise TimeoutError("ISRs not full")
+        row["create_full_isr_s"] = time.perf_counter() - start
+        print(f"  [cluster {parts}] every ISR full in {row['create_full_isr_s']:.2f} s",
+              file=sys.stderr)  # fmt: skip
+        # Creation leaves work behind (each new leader's epoch checkpoint, written by a
+        # worker thread; metadata snapshots): idle starts once every broker has spent
+        # under 5% of a core for two seconds in a row (at most --timeout).
+        settle0 = time.perf_counter()
+        quiet = 0
+        while quiet < 2 and time.perf_counter() - settle0 < t:
+            before = {i: cpu_seconds(pid) for i, pid in pids.items()}  # type: ignore[arg-type]
+            time.sleep(1.0)  # a measurement window
+            busy = max(cpu_seconds(pid) - before[i] for i, pid in pids.items())  # type: ignore[arg-type]
+            quiet = quiet + 1 if busy < 0.05 else 0
+        row["settle_s"] = time.perf_counter() - settle0
+        c0 = {i: cpu_seconds(pid) for i, pid in pids.items()}  # type: ignore[arg-type]
+        w0 = time.perf_counter()
+        time.sleep(opts.idle_seconds)  # the measurement window, not synchronisation
+        wall = time.perf_counter() - w0
+        row["idle_cpu_pct"] = {
+            i: 100 * (cpu_seconds(pid) - c0[i]) / wall  # type: ignore[arg-type]
+            for i, pid in pids.items()
+        }
+        row["rss_mb"] = {i: rss_mb(pid) for i, pid in pids.items()}  # type: ignore[arg-type]
+    return row
+
+
+def cluster_table(rows: list[dict[str, Any]]) -> str:
+    out = [
+        "| partitions x RF 3 | create until every ISR is full | then settled after "
+        "| idle CPU per broker | RSS per broker |",
+        "|---:|---:|---:|---:|---:|",
+    ]
+    for r in rows:
+        cpu = " / ".join(f"{v:.1f}%" for v in r["idle_cpu_pct"].values())
+        rss = " / ".join(f"{v:.0f}" for v in r["rss_mb"].values())
+        out.append(
+            f"| {r['partitions']:,} | {r['create_full_isr_s']:.2f} s | {r['settle_s']:.0f} s "
+            f"| {cpu} | {rss} MB |"
+        )
+    return "\n".join(out)
+
+
 def k(v: float) -> str:
     return f"{v / 1000:,.0f} k" if v >= 10_000 else f"{v / 1000:,.1f} k"
 
@@ -325,6 +390,8 @@ def main() -> None:
     ap.add_argument("--idle-seconds", type=float, default=10.0)
     ap.add_argument("--timeout", type=float, default=600.0, help="deadline for each phase (s)")
     ap.add_argument("--profile-consume", metavar="PATH", default=None)
+    ap.add_argument("--cluster", default="",
+                    help="comma-separated counts for the 3-broker RF 3 idle run")  # fmt: skip
     ap.add_argument("--json", action="store_true", help="print the raw results as JSON")
     ap.add_argument("--worker", choices=["spread", "sticky", "consume"], help=argparse.SUPPRESS)
     ap.add_argument("--bootstrap", help=argparse.SUPPRESS)
@@ -347,14 +414,21 @@ def main() -> None:
         profile = opts.profile_consume if parts == max(counts) else None
         rows.append(measure(parts, n, opts, profile))
         print(json.dumps(rows[-1]), file=sys.stderr)  # each row as soon as it is done
+    cluster_rows = []
+    for parts in (int(x.replace("_", "")) for x in opts.cluster.split(",") if x.strip()):
+        cluster_rows.append(measure_cluster(parts, opts))
+        print(json.dumps(cluster_rows[-1]), file=sys.stderr)
     took = time.perf_counter() - t0
     args = " ".join(a for a in sys.argv[1:] if a != "--json")
     print(f"Command: `{' '.join(['python benchmarks/bench_partitions.py', args]).strip()}`")
     print(f"Started {began}, took {took:.0f} s ({os.cpu_count()} CPUs, "
           f"Python {sys.version.split()[0]})\n")  # fmt: skip
-    print(table(rows))
+    if rows:
+        print(table(rows))
+    if cluster_rows:
+        print("\n" + cluster_table(cluster_rows))
     if opts.json:
-        print("\n" + json.dumps(rows, indent=2))
+        print("\n" + json.dumps({"single": rows, "cluster": cluster_rows}, indent=2))
 
 
 if __name__ == "__main__":

@@ -58,6 +58,8 @@ class ErrorCode(IntEnum):
     REASSIGNMENT_IN_PROGRESS = 60  # the partition is already moving
     NON_EMPTY_GROUP = 68
     GROUP_ID_NOT_FOUND = 69
+    FETCH_SESSION_ID_NOT_FOUND = 70
+    INVALID_FETCH_SESSION_EPOCH = 71
     FENCED_LEADER_EPOCH = 74
     UNKNOWN_LEADER_EPOCH = 75
     STALE_BROKER_EPOCH = 77
@@ -113,6 +115,8 @@ _RETRIABLE = frozenset(
         ErrorCode.UNKNOWN_LEADER_EPOCH,
         ErrorCode.NOT_CONTROLLER,
         ErrorCode.ELIGIBLE_LEADERS_NOT_AVAILABLE,
+        ErrorCode.FETCH_SESSION_ID_NOT_FOUND,  # start a new session
+        ErrorCode.INVALID_FETCH_SESSION_EPOCH,
     }
 )
 

@@ -202,7 +202,7 @@ class FakeBroker:
             1,
             self.logs,
             self.waiters,
-            alter_partition=None,  # type: ignore[arg-type]
+            alter_partitions=None,  # type: ignore[arg-type]
             broker_address=lambda node: None,
             leader_logs=self,  # type: ignore[arg-type]
             metadata=lambda: self.image,  # type: ignore[arg-type,return-value]

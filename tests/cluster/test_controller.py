@@ -283,3 +283,30 @@ def test_delete_topics_and_alter_configs():
     assert recreated.error is ErrorCode.NONE and old_id is None
     assert recreated.topic_id != first_id and r.image.topics["a"].topic_id == recreated.topic_id
     assert r.replayed().topics == r.image.topics
+
+
+def test_alter_partitions_checks_each_and_commits_the_accepted_as_one_batch():
+    r = Recorder(brokers=3)
+    r.create("t", partitions=4, rf=3)
+    parts = [r.image.partition("t", p) for p in range(4)]
+    lead = parts[0].leader
+    mine = [p for p in parts if p.leader == lead]
+
+    def req(p, isr, partition_epoch=None):
+        return AlterPartitionRequest(
+            lead, r.epochs[lead], "t", p.partition, p.leader_epoch,
+            p.partition_epoch if partition_epoch is None else partition_epoch, tuple(isr),
+        )  # fmt: skip
+
+    shrink = [req(p, [lead, *[b for b in p.replicas if b != lead][:1]]) for p in mine]
+    stale = req(mine[0], [lead], partition_epoch=mine[0].partition_epoch + 5)
+    batches = len(r.log)
+    out = r.run(r.controller.alter_partitions([*shrink, stale, shrink[0]]))
+    assert len(r.log) == batches + 1  # one metadata batch for all accepted changes
+    assert [o.error for o in out[: len(shrink)]] == [ErrorCode.NONE] * len(shrink)
+    assert out[len(shrink)].error is ErrorCode.INVALID_UPDATE_VERSION  # stale epoch
+    assert out[-1].error is ErrorCode.INVALID_UPDATE_VERSION  # the same partition twice
+    for p, o in zip(mine, out, strict=False):
+        assert r.image.partition("t", p.partition).isr == o.partition.isr
+        assert len(o.partition.isr) == 2
+        assert o.partition.partition_epoch == p.partition_epoch + 1

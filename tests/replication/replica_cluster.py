@@ -135,7 +135,7 @@ class Node:
                 self.id,
                 logs,
                 waiters,
-                alter_partition=self.cluster.controller.alter_partition,
+                alter_partitions=self.cluster.controller.alter_partitions,
                 broker_address=self.cluster.address,
                 leader_logs=broker,
                 metadata=lambda: broker.image,  # type: ignore[return-value]
@@ -182,6 +182,11 @@ class StaticController:
         for node in list(self.nodes.values()):
             if node.rm is not None and node.id in s.replicas:
                 await node.rm.apply_changes([self.change_for(node.id, s)])
+
+    async def alter_partitions(
+        self, reqs: list[AlterPartitionRequest]
+    ) -> list[AlterPartitionResponse]:
+        return [await self.alter_partition(r) for r in reqs]
 
     async def alter_partition(self, req: AlterPartitionRequest) -> AlterPartitionResponse:
         self.alter_requests += 1

@@ -317,3 +317,53 @@ def test_low_watermark_is_the_lowest_log_start_offset_the_isr_reported():
     r.update_metadata(State(1, 0, 1, (1, 2, 3), (1, 2)))
     r.on_follower_fetch(3, 50, 0, 3, log_start_offset=0)
     assert r.low_watermark(20) == 20
+
+
+# -- idle partitions in fetch sessions (issue 16) -----------------------------------------
+def test_a_follower_at_the_leo_stays_in_sync_however_long_it_is_silent_on_the_partition():
+    r = leader()
+    r.on_append(5, 0)
+    r.on_follower_fetch(2, 5, 0, 10)
+    r.on_follower_fetch(3, 5, 0, 10)
+    # an idle partition in a fetch session: no fetch names it for many lag periods
+    assert r.tick(10 * LAG) == []
+    assert r.idle()
+
+
+def test_an_append_starts_the_lag_clock_of_followers_that_had_everything():
+    r = leader()
+    r.on_append(5, 0)
+    r.on_follower_fetch(2, 5, 0, 10)
+    r.on_follower_fetch(3, 5, 0, 10)
+    r.on_append(6, 5 * LAG)  # caught up until this append, long after their last fetch
+    assert not r.idle()  # followers behind the LEO: the leader times them
+    assert r.tick(5 * LAG + 1) == []
+    r.on_follower_fetch(2, 6, 0, 5 * LAG + 100)
+    assert r.tick(6 * LAG + 1) == [AlterIsr((1, 2), 0, 0)]  # 3 never fetched the append
+
+
+def test_a_silent_follower_broker_leaves_the_isr_even_at_the_leo():
+    r = leader()
+    r.on_append(5, 0)
+    r.on_follower_fetch(2, 5, 0, 10)
+    r.on_follower_fetch(3, 5, 0, 10)
+    assert not r.idle(silent={3})
+    assert r.tick(2 * LAG, silent={3}) == [AlterIsr((1, 2), 0, 0)]
+
+
+def test_a_caught_up_replica_outside_the_isr_is_asked_back_by_the_tick():
+    r = leader(isr=(1, 2))
+    r.on_append(5, 0)
+    r.on_follower_fetch(2, 5, 0, 10)
+    r.on_follower_fetch(3, 5, 0, 10)  # asks to expand at once
+    assert r.pending_isr == AlterIsr((1, 2, 3), 0, 0)
+    r.on_alter_isr_response(ErrorCode.REQUEST_TIMED_OUT)  # lost: the fetch will not repeat
+    assert not r.idle()
+    now = 10
+    while not (actions := r.tick(now)):
+        now += 10
+    assert actions == [AlterIsr((1, 2, 3), 0, 0)]
+    r.on_alter_isr_response(ErrorCode.REQUEST_TIMED_OUT)
+    # Silent, 3 is not asked back; as a member of a refused request it still counts, so
+    # the leader confirms the ISR it has (moving the partition epoch past that request).
+    assert r.tick(now + 10_000, silent={3}) == [AlterIsr((1, 2), 0, 0)]

@@ -396,6 +396,22 @@ def test_snapshot_is_requested_after_threshold_and_compaction_drops_entries() ->
     assert node.log.snapshot == Snapshot(4, 1, b"image") and node.log.first_index == 5
 
 
+def test_snapshot_is_requested_once_applied_bytes_pass_the_limit_or_the_last_snapshot() -> None:
+    """Few but large entries (a topic of 10,000 partitions is one) still get snapshotted,
+    and never more often than the snapshot's own size of new entries."""
+    node = make(voters=(1,), snapshot_threshold=None, snapshot_bytes=100)
+    elect(node)
+    node.propose(b"x" * 60)
+    assert not [rd for rd in drain(node) if rd.take_snapshot_at]
+    node.propose(b"x" * 60)  # 120 bytes applied since: past the limit
+    (at,) = [rd.take_snapshot_at for rd in drain(node) if rd.take_snapshot_at]
+    node.compact(at, b"i" * 300)  # a snapshot bigger than the limit raises the bar
+    node.propose(b"x" * 200)
+    assert not [rd for rd in drain(node) if rd.take_snapshot_at]
+    node.propose(b"x" * 200)
+    assert [rd.take_snapshot_at for rd in drain(node) if rd.take_snapshot_at] == [at + 2]
+
+
 def test_lagging_follower_gets_the_snapshot_and_installs_it() -> None:
     leader = make(voters=(1, 2), snapshot_threshold=None)
     leader.campaign()

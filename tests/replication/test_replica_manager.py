@@ -326,3 +326,41 @@ async def test_consumers_read_below_the_high_watermark_only(make_cluster):
         assert (r["error"], r["size"], r["high_watermark"]) == (0, 0, 0)
     assert (await fetch(3))["error"] == ErrorCode.OFFSET_OUT_OF_RANGE
     conn.close()
+
+
+# -- fetch sessions: idle partitions (issue 16) -----------------------------------------
+async def test_an_idle_partition_keeps_its_isr_and_is_not_ticked(make_cluster):
+    """In a fetch session an idle, caught-up partition hears nothing from its followers;
+    it stays in sync (Kafka's rule: at the LEO is in sync) and the leader stops ticking
+    it, yet the followers keep fetching (the session is alive)."""
+    cluster = await make_cluster(lag_ms=300)
+    conn = await cluster.connect(1)
+    assert (await produce(conn, [b"a"]))[0] is ErrorCode.NONE
+    await wait_until(lambda: in_sync(cluster, (1, 2, 3)), what="all in sync")
+    rm = cluster.nodes[1].rm
+    assert rm is not None
+    await wait_until(lambda: not rm._ticking, what="the idle partition leaves the tick set")
+    since = rm.clock()
+    # Many lag periods later, both followers still fetch and the ISR is whole.
+    await wait_until(
+        lambda: all(rm.follower_seen.get(r, 0) > since + 4 * 300 for r in (2, 3)),
+        what="followers fetching for four lag periods",
+    )
+    assert cluster.partition.isr == (1, 2, 3)
+    assert (await produce(conn, [b"b"]))[0] is ErrorCode.NONE
+    await wait_until(lambda: in_sync(cluster, (1, 2, 3)), what="the append replicated")
+    conn.close()
+
+
+async def test_a_silent_follower_leaves_the_isr_of_an_idle_partition(make_cluster):
+    """Nothing is produced: the stopped follower is caught up, but its broker fetches
+    nothing any more, so it leaves the ISR after the lag time, and rejoins later."""
+    cluster = await make_cluster(lag_ms=300)
+    conn = await cluster.connect(1)
+    assert (await produce(conn, [b"a"]))[0] is ErrorCode.NONE
+    await wait_until(lambda: in_sync(cluster, (1, 2, 3)), what="all in sync")
+    await cluster.nodes[3].stop()
+    await wait_until(lambda: cluster.partition.isr == (1, 2), what="node 3 out of the ISR")
+    await cluster.nodes[3].start()
+    await wait_until(lambda: cluster.partition.isr == (1, 2, 3), what="node 3 back")
+    conn.close()

@@ -37,3 +37,23 @@ def test_offset_checkpoint_round_trip(tmp_path):
     assert read_offsets(p) == offsets
     assert read_offsets(tmp_path / "missing") == {}
     assert not list(tmp_path.glob("*.tmp"))
+
+
+def test_a_deferred_epoch_is_written_by_flush_or_before_the_epochs_first_append(tmp_path):
+    from logmq.storage.partition_log import PartitionLog
+
+    from .helpers import make_batch
+    from .test_partition_log import SMALL
+
+    c = LeaderEpochCache(tmp_path / "e")
+    c.assign(1, 0, flush=False)  # many partitions becoming leader: written later
+    assert c.unflushed and not (tmp_path / "e").exists()
+    c.flush()
+    assert not c.unflushed and LeaderEpochCache(c.path).entries() == [(1, 0)]
+
+    log = PartitionLog(tmp_path / "t-0", SMALL)
+    log.leader_epochs.assign(5, 0, flush=False)
+    log.append(make_batch(2, tag=1), leader_epoch=5)
+    assert not log.leader_epochs.unflushed
+    log.close()
+    assert LeaderEpochCache(tmp_path / "t-0" / "leader-epoch-checkpoint").entries() == [(5, 0)]

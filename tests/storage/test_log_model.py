@@ -125,14 +125,18 @@ class LogModel(RuleBasedStateMachine):
         durable = self.log.recovery_point
         segs = list(self.log.segments)
         self.log.close_handles()
+        # A fresh log's first segment has no file until it is written to.
         if anywhere:
             seg = rng.choice(segs)
-            with open(seg.log_path, "r+b") as f:
-                f.truncate(rng.randint(0, seg.size))
+            if seg.log_path.exists():
+                with open(seg.log_path, "r+b") as f:
+                    f.truncate(rng.randint(0, seg.size))
             durable = min(durable, seg.base_offset)
             recovery_point = 0
         else:
             for seg in segs:
+                if not seg.log_path.exists():
+                    continue
                 with open(seg.log_path, "r+b") as f:
                     f.truncate(rng.randint(seg.flushed_size, seg.size))
             recovery_point = durable

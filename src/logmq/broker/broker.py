@@ -16,6 +16,7 @@ quorum, then flush the logs and write the clean-shutdown marker (LogManager.stop
 from __future__ import annotations
 
 import logging
+import resource
 from pathlib import Path
 
 from logmq.broker.admin_api import AdminApi
@@ -227,6 +228,7 @@ class Broker:
                 name: dict(image().topic_config(name)) for name in image().topics
             },
             min_free_bytes=cfg.min_free_bytes,
+            max_open_segments=open_segment_budget(),
         )
         await self.logs.start()
         self._build_services()
@@ -332,6 +334,8 @@ class Broker:
             ),
             max_fetch_wait_ms=cfg.max_fetch_wait_ms,
         )
+        self.metrics.register_fetch_sessions("native", self.data.sessions)
+        self.metrics.register_fetch_sessions("kafka", self.kafka.sessions)
         self._handlers.update(
             handler_table(
                 self.admin, self.data, self.group_api, self.cluster_api, self.reassignment_api
@@ -368,7 +372,7 @@ class Broker:
             self.config.node_id,
             self.logs,
             self.waiters,
-            alter_partition=self.forwarder.alter_partition,
+            alter_partitions=self.forwarder.alter_partitions,
             broker_address=self.quorum.broker_address,
             leader_logs=self.local_logs,
             metadata=lambda: self.quorum.image,
@@ -416,3 +420,24 @@ class Broker:
         except Exception as e:
             log.exception("%s request from %r failed", ApiKey(key).name, request.client_id)
             return Reply(error_body(ErrorCode.UNKNOWN_SERVER_ERROR, f"{type(e).__name__}: {e}"))
+
+
+def open_segment_budget(wanted: int = 20_000) -> int:
+    """How many segments may hold a descriptor at once (storage/open_files.py).
+
+    Appends to more partitions than this reopen files on every batch (thousands of
+    partitions written round-robin: an open and a close per append), so the broker
+    raises its soft descriptor limit to the hard one, as Kafka's install guides ask of
+    operators, and keeps a quarter of it for connections and everything else.
+    """
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != resource.RLIM_INFINITY and (hard == resource.RLIM_INFINITY or hard > soft):
+        target = hard if hard != resource.RLIM_INFINITY else 1 << 20
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+            soft = target
+        except (ValueError, OSError):  # e.g. above fs.nr_open: keep what we have
+            pass
+    if soft == resource.RLIM_INFINITY:
+        return wanted
+    return max(100, min(wanted, soft * 3 // 4))

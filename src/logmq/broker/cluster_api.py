@@ -15,7 +15,13 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from logmq.broker.controller_service import now_ms
-from logmq.broker.request_fields import InvalidRequestError, req_field, req_int, req_str
+from logmq.broker.request_fields import (
+    InvalidRequestError,
+    req_field,
+    req_int,
+    req_list,
+    req_str,
+)
 from logmq.cluster.controller_api import AlterPartitionRequest, AlterPartitionResponse
 from logmq.cluster.metadata_image import PartitionRegistration
 from logmq.errors import ErrorCode
@@ -155,24 +161,36 @@ class ClusterApi:
         )
 
     async def alter_partition(self, req: Request) -> Reply:
+        """ISR changes: one partition (``topic``, ``partition``, ...) or many
+        (``partitions``: a list of those, answered with a list in the same order)."""
         body = req.body
-        new_isr = req_field(body, "new_isr", list, [])
-        if not all(type(b) is int for b in new_isr):
-            raise InvalidRequestError("'new_isr' must list broker ids")
-        request = AlterPartitionRequest(
-            req_int(body, "broker_id"),
-            req_int(body, "broker_epoch"),
-            req_str(body, "topic"),
-            req_int(body, "partition"),
-            req_int(body, "leader_epoch"),
-            req_int(body, "partition_epoch"),
-            tuple(new_isr),
-        )
+        broker_id = req_int(body, "broker_id")
+        broker_epoch = req_int(body, "broker_epoch")
+        many = "partitions" in body
+        items = req_list(body, "partitions") if many else [body]
+        requests = []
+        for item in items:
+            new_isr = req_field(item, "new_isr", list, [])
+            if not all(type(b) is int for b in new_isr):
+                raise InvalidRequestError("'new_isr' must list broker ids")
+            requests.append(
+                AlterPartitionRequest(
+                    broker_id,
+                    broker_epoch,
+                    req_str(item, "topic"),
+                    req_int(item, "partition"),
+                    req_int(item, "leader_epoch"),
+                    req_int(item, "partition_epoch"),
+                    tuple(new_isr),
+                )
+            )
         quorum = self.quorum
         if not quorum.is_controller:
             raise NotLeaderError(leader_id=quorum.controller_id)
-        r = await quorum.submit(lambda c: c.alter_partition(request))
-        return Reply(alter_partition_body(r))
+        results = await quorum.submit(lambda c: c.alter_partitions(requests))
+        if many:
+            return Reply({"error": 0, "partitions": [alter_partition_body(r) for r in results]})
+        return Reply(alter_partition_body(results[0]))
 
 
 def alter_partition_body(r: AlterPartitionResponse) -> dict[str, Any]:

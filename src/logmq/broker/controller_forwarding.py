@@ -98,15 +98,29 @@ class ControllerForwarder:
             raise LogMQError(out.get("message") or "no producer ids", ErrorCode(out["error"]))
         return int(out["start"])
 
-    async def alter_partition(self, request: AlterPartitionRequest) -> AlterPartitionResponse:
-        """Ask the controller for an ISR change (for the replica manager)."""
+    async def alter_partitions(
+        self, requests: list[AlterPartitionRequest]
+    ) -> list[AlterPartitionResponse]:
+        """Ask the controller for ISR changes of this broker's partitions, in one request
+        (for the replica manager); the answers come in the same order."""
+        first = requests[0]
         body = {
-            "broker_id": request.broker_id,
-            "broker_epoch": request.broker_epoch,
-            "topic": request.topic,
-            "partition": request.partition,
-            "leader_epoch": request.leader_epoch,
-            "partition_epoch": request.partition_epoch,
-            "new_isr": list(request.new_isr),
+            "broker_id": first.broker_id,
+            "broker_epoch": first.broker_epoch,
+            "partitions": [
+                {
+                    "topic": r.topic,
+                    "partition": r.partition,
+                    "leader_epoch": r.leader_epoch,
+                    "partition_epoch": r.partition_epoch,
+                    "new_isr": list(r.new_isr),
+                }
+                for r in requests
+            ],
         }
-        return alter_partition_response(await self.run_on_controller(ApiKey.ALTER_PARTITION, body))
+        out = await self.run_on_controller(ApiKey.ALTER_PARTITION, body)
+        answers = out.get("partitions")
+        if not isinstance(answers, list) or len(answers) != len(requests):
+            code = ErrorCode(out.get("error") or ErrorCode.UNKNOWN_SERVER_ERROR)
+            raise LogMQError(out.get("message") or "AlterPartition refused", code)
+        return [alter_partition_response(a) for a in answers]

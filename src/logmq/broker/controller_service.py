@@ -127,6 +127,9 @@ class MetadataQuorum:
         self._changed = asyncio.Event()
         self._conn: BrokerConnection | None = None
         self._conn_target: Address | None = None
+        # One dial at a time: thousands of ISR changes at once (a cluster of 10,000
+        # partitions coming up) must share one connection, not open one each.
+        self._dialing = asyncio.Lock()
         self._submit_lock = asyncio.Lock()
         self.fatal: str | None = None  # a configuration problem that must stop the broker
         self.ready = False  # wait_ready has returned: start-up checks are over
@@ -397,13 +400,16 @@ class MetadataQuorum:
             raise LogMQError("no controller is known yet", ErrorCode.NOT_CONTROLLER)
         conn = self._conn
         if conn is None or not conn.is_open or self._conn_target != address:
-            if conn is not None:
-                conn.close()
-            self._conn = None
-            conn = await BrokerConnection.open(
-                *address, connect_timeout=timeout, client_id=f"broker-{self.node_id}"
-            )
-            self._conn, self._conn_target = conn, address
+            async with self._dialing:
+                conn = self._conn
+                if conn is None or not conn.is_open or self._conn_target != address:
+                    if conn is not None:
+                        conn.close()
+                    self._conn = None
+                    conn = await BrokerConnection.open(
+                        *address, connect_timeout=timeout, client_id=f"broker-{self.node_id}"
+                    )
+                    self._conn, self._conn_target = conn, address
         try:
             resp = await conn.request(api_key, body, timeout=timeout)
         except LogMQError:

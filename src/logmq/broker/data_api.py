@@ -18,6 +18,13 @@ import asyncio
 import logging
 from typing import TYPE_CHECKING, Any
 
+from logmq.broker.fetch_sessions import (
+    FINAL_EPOCH,
+    INITIAL_EPOCH,
+    FetchSession,
+    FetchSessionCache,
+    FetchSessionError,
+)
 from logmq.broker.request_fields import InvalidRequestError, req_int, req_list, req_str
 from logmq.errors import ErrorCode, LogMQError
 from logmq.net.codec import Request
@@ -46,11 +53,16 @@ class DataApi:
         replicas: ReplicaManager,
         metrics: BrokerMetrics,
         max_fetch_wait_ms: int,
+        sessions: FetchSessionCache | None = None,
     ) -> None:
         self.produce_path = produce_path
         self.replicas = replicas
         self.metrics = metrics
         self.max_fetch_wait_ms = max_fetch_wait_ms
+        if sessions is None:  # sessions must hear of appends: the replicas' waiters
+            waiters = replicas.waiters
+            sessions = FetchSessionCache(watch=waiters.watch, unwatch=waiters.unwatch)
+        self.sessions = sessions
         self._event_loop: asyncio.AbstractEventLoop | None = None
 
     def _loop(self) -> asyncio.AbstractEventLoop:
@@ -157,15 +169,22 @@ class DataApi:
 
     # -- Fetch ------------------------------------------------------------------------
     async def fetch(self, req: Request) -> Reply:
+        """Fetch, with or without a fetch session (broker/fetch_sessions.py).
+
+        ``session_id``/``session_epoch`` follow Kafka (KIP-227); without them (epoch -1)
+        the request names every partition and the answer carries every one, as before
+        sessions. ``forgotten`` lists ``{"topic", "partitions": [int]}`` to drop.
+        """
         body = req.body
         max_wait_ms = min(max(req_int(body, "max_wait_ms", 0), 0), self.max_fetch_wait_ms)
         min_bytes = req_int(body, "min_bytes", 1)
         max_bytes = req_int(body, "max_bytes", 50 * 1024 * 1024)
         if max_bytes < 0:
             raise LogMQError("max_bytes must be >= 0", ErrorCode.INVALID_FETCH_SIZE)
-        wanted: list[tuple[str, list[tuple[int, int, int, int]]]] = []
         replica_id = req_int(body, "replica_id", -1)
-        log_starts: dict[tuple[str, int], int] = {}  # followers report theirs
+        session_id = req_int(body, "session_id", 0)
+        session_epoch = req_int(body, "session_epoch", FINAL_EPOCH)
+        named: list[tuple[str, list[tuple[int, int, int, int, int]]]] = []
         for t in req_list(body, "topics"):
             parts = []
             topic = req_str(t, "topic")
@@ -181,21 +200,59 @@ class DataApi:
                         req_int(p, "fetch_offset"),
                         pmax,
                         req_int(p, "current_leader_epoch", -1),
+                        req_int(p, "log_start_offset", -1) if replica_id >= 0 else -1,
                     )
                 )
-                if replica_id >= 0:
-                    log_starts[(topic, parts[-1][0])] = req_int(p, "log_start_offset", -1)
-            wanted.append((topic, parts))
+            named.append((topic, parts))
+        forgotten = [
+            (req_str(t, "topic"), partition)
+            for t in req_list(body, "forgotten", [])
+            for partition in req_list(t, "partitions")
+        ]
 
+        session: FetchSession | None = None
+        full = True
+        now_ms = self.replicas.clock()
+        if session_epoch == FINAL_EPOCH:
+            if session_id:
+                self.sessions.close(session_id)
+            session_id = 0
+        elif session_epoch == INITIAL_EPOCH:
+            if session_id:  # Kafka's rule: epoch 0 replaces the session named
+                self.sessions.close(session_id)
+            session = self.sessions.open(replica_id, now_ms)
+        else:
+            try:
+                session = self.sessions.get(session_id, session_epoch, replica_id, now_ms)
+            except FetchSessionError as e:
+                self.metrics.error(req.api_key, e.code)
+                return Reply(
+                    {"error": int(e.code), "message": str(e), "session_id": 0, "topics": []}
+                )
+            full = False
+        if session is not None:
+            self.sessions.update(session, named, forgotten)
+            if replica_id >= 0:
+                topics, tail = await self.replicas.fetch_session_for_follower(
+                    replica_id, session, full, max_wait_ms, min_bytes, max_bytes
+                )
+            else:
+                topics, tail = await self.replicas.fetch_session_for_consumer(
+                    session, full, max_wait_ms, min_bytes, max_bytes
+                )
+            return Reply({"error": 0, "session_id": session.id, "topics": topics}, tail)
+
+        wanted = [(topic, [p[:4] for p in parts]) for topic, parts in named]
         if replica_id >= 0:
+            log_starts = {(t, p[0]): p[4] for t, parts in named for p in parts}
             topics, tail = await self.replicas.fetch_for_follower(
                 replica_id, wanted, max_wait_ms, min_bytes, max_bytes, log_starts
             )
-            return Reply({"error": 0, "topics": topics}, tail)
-        topics, tail = await self.replicas.fetch_for_consumer(
-            wanted, max_wait_ms, min_bytes, max_bytes
-        )
-        return Reply({"error": 0, "topics": topics}, tail)
+        else:
+            topics, tail = await self.replicas.fetch_for_consumer(
+                wanted, max_wait_ms, min_bytes, max_bytes
+            )
+        return Reply({"error": 0, "session_id": 0, "topics": topics}, tail)
 
     # -- OffsetsForLeaderEpoch ----------------------------------------------------------
     async def offsets_for_leader_epoch(self, req: Request) -> Reply:

@@ -45,9 +45,14 @@ class LocalLogs:
         and the group coordinator have let go of them.
         """
         logs = self.logs
-        for part in (*changes.leaders.values(), *changes.followers.values()):
-            if self._find(part.topic, part.partition) is None:
-                logs.create_log(part.topic, part.partition, dict(image.topic_config(part.topic)))
+        missing = [
+            part.key
+            for part in (*changes.leaders.values(), *changes.followers.values())
+            if self._find(part.topic, part.partition) is None
+        ]
+        if missing:  # in one go: one fsync of the data directory for all of them
+            topics = {topic for topic, _ in missing}
+            logs.create_logs(missing, {t: dict(image.topic_config(t)) for t in topics})
         for name in image.topics:
             wanted = dict(image.topic_config(name))
             if wanted != dict(logs.topic_overrides(name)):

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
@@ -19,6 +20,9 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from logmq.net.codec import ApiKey
 from logmq.replication.throttle import ReassignmentQuota
 from logmq.storage.disk_space import DiskSpace
+
+if TYPE_CHECKING:
+    from logmq.broker.fetch_sessions import FetchSessionCache
 
 log = logging.getLogger("logmq.metrics")
 
@@ -105,6 +109,28 @@ class _ReassignmentThrottleCollector:
         yield rate
 
 
+class _FetchSessionCollector:
+    """Open fetch sessions and the partitions they hold, per front door (at scrape time)."""
+
+    def __init__(self) -> None:
+        self.caches: dict[str, FetchSessionCache] = {}
+
+    def collect(self):
+        sessions = GaugeMetricFamily(
+            "logmq_fetch_sessions", "Open fetch sessions (KIP-227), per door", labels=["door"]
+        )
+        partitions = GaugeMetricFamily(
+            "logmq_fetch_session_partitions",
+            "Partitions held by the open fetch sessions, per door",
+            labels=["door"],
+        )
+        for door, cache in self.caches.items():
+            sessions.add_metric([door], len(cache))
+            partitions.add_metric([door], cache.partitions)
+        yield sessions
+        yield partitions
+
+
 class BrokerMetrics:
     def __init__(
         self,
@@ -129,12 +155,22 @@ class BrokerMetrics:
         )
         # Child lookups cost a dict access + lock; cache them per api key.
         self._req_children: dict[int, tuple[Counter, Histogram]] = {}
+        self._fetch_sessions: _FetchSessionCollector | None = None
         if partition_stats is not None:
             r.register(_PartitionCollector(partition_stats))
         if parked_fetches is not None:
             Gauge(
                 "logmq_parked_fetches", "Long-poll fetches waiting for data", registry=r
             ).set_function(parked_fetches)
+
+    # -- fetch sessions -----------------------------------------------------------------
+    def register_fetch_sessions(self, door: str, cache: FetchSessionCache) -> None:
+        """Gauges of a door's open fetch sessions and the partitions they hold (at scrape
+        time), labelled ``door`` ("native", "kafka")."""
+        if self._fetch_sessions is None:
+            self._fetch_sessions = _FetchSessionCollector()
+            self.registry.register(self._fetch_sessions)
+        self._fetch_sessions.caches[door] = cache
 
     # -- consumer groups ----------------------------------------------------------------
     def register_group_stats(self, stats: Callable[[], tuple[int, int]]) -> None:

@@ -13,6 +13,13 @@ in the latest metadata image) share the broker's inbound quota (replication/thro
 ``reassignment.throttled.rate``). Each round they ask for no more than the quota allows
 and are left out while it is in debt; the bytes that arrive for them are charged after
 the response. Other partitions keep fetching at full speed in the same requests.
+
+Fetch session (KIP-227, broker/fetch_sessions.py): outside a throttled reassignment the
+fetcher keeps one session with its leader. The first Fetch names every partition; later
+ones only the partitions whose position, leader epoch or log start moved (``_changed``)
+and those to forget (removed, or backing off after an error), so an idle partition costs
+neither side anything per round. While the inbound throttle is limiting, rounds are
+full fetches as before (each carries per-partition limits) and the session is dropped.
 """
 
 from __future__ import annotations
@@ -20,7 +27,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from logmq.client.connection import BrokerConnection
@@ -54,12 +61,31 @@ class _Partition:
     retry_at: float = 0.0  # loop time before which it is left alone
 
 
+@dataclass(slots=True)
+class _Session:
+    """The session with the leader: its id, next epoch (0: open with a full fetch) and
+    what it holds per partition (fetch offset, leader epoch, log start offset)."""
+
+    id: int = 0
+    epoch: int = 0
+    sent: dict[TopicPartition, tuple[int, int, int]] = field(default_factory=dict)
+
+    def reset(self) -> None:
+        self.id = 0
+        self.epoch = 0
+        self.sent = {}
+
+
 class ReplicaFetcher:
     def __init__(self, manager: ReplicaManager, leader: int, config: FetcherConfig) -> None:
         self.manager = manager
         self.leader = leader
         self.config = config
         self.partitions: dict[TopicPartition, _Partition] = {}
+        self._asking: set[TopicPartition] = set()  # in the "ask" state
+        self._changed: set[TopicPartition] = set()  # to send again (or forget)
+        self._backoff: dict[TopicPartition, float] = {}  # left out until then
+        self._session = _Session()
         self._wake = asyncio.Event()
         self._conn: BrokerConnection | None = None
         self._task: asyncio.Task | None = None
@@ -68,14 +94,23 @@ class ReplicaFetcher:
 
     def ask_epoch(self, key: TopicPartition, leader_epoch: int, epoch: int) -> None:
         self.partitions[key] = _Partition(leader_epoch, ask_epoch=epoch)
+        self._asking.add(key)
+        self._changed.add(key)
+        self._backoff.pop(key, None)
         self._wake.set()
 
     def fetch_from(self, key: TopicPartition, leader_epoch: int, offset: int) -> None:
         self.partitions[key] = _Partition(leader_epoch, offset)
+        self._asking.discard(key)
+        self._changed.add(key)
+        self._backoff.pop(key, None)
         self._wake.set()
 
     def remove(self, key: TopicPartition) -> None:
         self.partitions.pop(key, None)
+        self._asking.discard(key)
+        self._backoff.pop(key, None)
+        self._changed.add(key)
 
     # -- lifecycle ---------------------------------------------------------------------
 
@@ -118,12 +153,19 @@ class ReplicaFetcher:
                 now = loop.time()
                 asks = {
                     k: p
-                    for k, p in self.partitions.items()
-                    if p.ask_epoch is not None and p.retry_at <= now
+                    for k in self._asking
+                    if (p := self.partitions.get(k)) is not None
+                    and p.ask_epoch is not None
+                    and p.retry_at <= now
                 }
                 if asks:
                     await self._ask(conn, asks)
                 now = loop.time()
+                if not self._throttle_limited(now):
+                    if not await self._fetch_in_session(conn, now) and not asks:
+                        await self._idle(self._next_retry(now))
+                    continue
+                self._session.reset()
                 fetches = {
                     k: p
                     for k, p in self.partitions.items()
@@ -153,6 +195,7 @@ class ReplicaFetcher:
         if conn is not None and conn.is_open:
             return conn
         self._close()
+        self._session.reset()
         address = self.manager.broker_address(self.leader)
         if address is None:
             return None
@@ -189,6 +232,106 @@ class ReplicaFetcher:
                     r.get("leader_epoch", -1),
                     r.get("end_offset", -1),
                 )
+
+    def _throttle_limited(self, now: float) -> bool:
+        quota = self.manager.inbound_throttle
+        quota.set_rate(configured_rate(self.manager.image), now)
+        return quota.limited
+
+    def _next_retry(self, now: float) -> float | None:
+        """Seconds until the first partition backing off may fetch again (None: none)."""
+        waits = [t - now for t in self._backoff.values()]
+        waits += [p.retry_at - now for k in self._asking if (p := self.partitions.get(k))]
+        return max(min(waits), 0.001) if waits else None
+
+    async def _fetch_in_session(self, conn: BrokerConnection, now: float) -> bool:
+        """One round in the session; False when there is nothing to fetch."""
+        cfg = self.config
+        session = self._session
+        if self._backoff:
+            for key, until in list(self._backoff.items()):
+                if until <= now:
+                    del self._backoff[key]
+                    self._changed.add(key)
+        parts = self.partitions
+        topics: dict[str, list[dict]] = {}
+        forgotten: dict[str, list[int]] = {}
+        opened = session.epoch == 0
+        if opened:
+            candidates: object = parts
+            session.sent = {}
+            self._changed.clear()
+        else:
+            candidates = self._changed
+            self._changed = set()
+        sent = session.sent
+        pmax = cfg.partition_max_bytes
+        for key in candidates:  # type: ignore[attr-defined]
+            p = parts.get(key)
+            if p is not None and p.ask_epoch is None and p.offset >= 0 and p.retry_at <= now:
+                start = self._log_start(*key)
+                entry = (p.offset, p.leader_epoch, start)
+                if sent.get(key) != entry:
+                    sent[key] = entry
+                    topics.setdefault(key[0], []).append(_fetch_entry(key[1], p, pmax, start))
+            else:
+                if sent.pop(key, None) is not None:
+                    forgotten.setdefault(key[0], []).append(key[1])
+                if p is not None and p.ask_epoch is None and p.retry_at > now:
+                    self._backoff[key] = p.retry_at  # back in once its backoff ends
+        if not sent:
+            if session.id:
+                session.reset()  # the broker's copy idles out
+            return False
+        body = fetch_request(
+            topics,
+            max_wait_ms=cfg.max_wait_ms,
+            min_bytes=1,
+            max_bytes=cfg.max_bytes,
+            replica_id=self.manager.broker_id,
+            session_id=0 if opened else session.id,
+            session_epoch=0 if opened else session.epoch,
+            forgotten=forgotten,
+        )
+        resp = await conn.request(
+            ApiKey.FETCH, body, timeout=(cfg.max_wait_ms + cfg.request_timeout_ms) / 1000
+        )
+        if session.sent is not sent:
+            return True  # reset meanwhile (a reconnect): start over
+        error = resp.body.get("error", 0)
+        if error in (ErrorCode.FETCH_SESSION_ID_NOT_FOUND, ErrorCode.INVALID_FETCH_SESSION_EPOCH):
+            session.reset()
+            return True
+        if opened:
+            session.id = resp.body.get("session_id", 0) or 0
+            session.epoch = 1 if session.id else 0  # no session: full every round
+        else:
+            session.epoch = 1 if session.epoch >= 0x7FFFFFFF else session.epoch + 1
+        answers = list(fetched_partitions(resp.body, resp.tail))  # checked before any append
+        retry_at = asyncio.get_running_loop().time() + cfg.backoff_ms / 1000
+        for f in answers:
+            key = (f.topic, f.partition)
+            p = parts.get(key)
+            was = sent.get(key)
+            if p is None or was is None or was[0] != p.offset or p.ask_epoch is not None:
+                continue  # moved on while the fetch was out
+            self._changed.add(key)  # its position or log start may move: resend if so
+            if f.error is ErrorCode.NONE:
+                offset = p.offset
+                leo = await self.manager.on_fetched(
+                    key, f.records, f.high_watermark, f.log_start_offset
+                )
+                if leo is not None and parts.get(key) is p and p.offset == offset:
+                    p.offset = leo
+            elif f.error is ErrorCode.OFFSET_OUT_OF_RANGE:
+                if not self.manager.on_out_of_range(key, p.offset, f.log_start_offset):
+                    p.retry_at = retry_at
+                    self._backoff[key] = retry_at
+            else:
+                log.debug("fetch %s-%d from %d: %s", *key, self.leader, f.error.name)
+                p.retry_at = retry_at
+                self._backoff[key] = retry_at
+        return True
 
     def _limits(
         self, fetches: dict[TopicPartition, _Partition], now: float

@@ -53,6 +53,7 @@ from logmq.replication.throttle import ReassignmentQuota, configured_rate
 from logmq.storage import batch as b
 
 if TYPE_CHECKING:
+    from logmq.broker.fetch_sessions import FetchSession, SessionPartition
     from logmq.broker.fetch_waiter import FetchWaiters
     from logmq.cluster.metadata_image import LocalReplicaChanges, MetadataImage
     from logmq.net.reply import FileRegion
@@ -63,7 +64,8 @@ if TYPE_CHECKING:
 log = logging.getLogger("logmq.replication")
 
 TopicPartition = tuple[str, int]
-AlterPartition = Callable[[AlterPartitionRequest], Awaitable[AlterPartitionResponse]]
+AlterPartitions = Callable[[list[AlterPartitionRequest]], Awaitable[list[AlterPartitionResponse]]]
+MAX_ISR_BATCH = 2000  # partitions per AlterPartition request
 Role = Literal["leader", "follower", "removed"]
 
 
@@ -139,6 +141,17 @@ class LeaderLogs(Protocol):
         """This broker's replica of a partition, whatever its role."""
 
 
+def _flush_epoch_checkpoints(plogs: list[PartitionLog]) -> None:
+    """Write the leader-epoch checkpoints still unwritten (a worker thread)."""
+    for plog in plogs:
+        epochs = plog.leader_epochs
+        if epochs.unflushed and not plog.closed:
+            try:
+                epochs.flush()
+            except Exception:
+                log.exception("leader-epoch checkpoint of %s-%d", plog.topic, plog.partition)
+
+
 def _now_ms() -> int:
     return int(time.monotonic() * 1000)
 
@@ -150,7 +163,7 @@ class ReplicaManager:
         logs: LogManager,
         waiters: FetchWaiters,
         *,
-        alter_partition: AlterPartition,
+        alter_partitions: AlterPartitions,
         broker_address: Callable[[int], tuple[str, int] | None],
         leader_logs: LeaderLogs,
         metadata: Callable[[], MetadataImage],
@@ -167,7 +180,7 @@ class ReplicaManager:
         self.metadata = metadata  # the current image: single replicas' leader epochs
         self.logs = logs
         self.waiters = waiters
-        self.alter_partition = alter_partition
+        self.alter_partitions = alter_partitions
         self.broker_address = broker_address
         self.broker_epoch = broker_epoch
         self.config = config or ReplicationConfig()
@@ -175,6 +188,16 @@ class ReplicaManager:
         self.replicas: dict[TopicPartition, PartitionReplica] = {}
         self.fetchers: dict[int, ReplicaFetcher] = {}
         self._following: dict[TopicPartition, int] = {}  # tp -> leader we fetch from
+        # When each follower broker last fetched anything: a caught-up idle partition
+        # hears nothing from its followers in a fetch session, so silence is per broker.
+        self.follower_seen: dict[int, int] = {}
+        self._silent: set[int] = set()
+        self._ticking: set[TopicPartition] = set()  # replicas with something to time
+        # ISR changes waiting to go: one AlterPartition in flight carries them all
+        self._isr_queue: dict[TopicPartition, AlterIsr] = {}
+        self._isr_sender: asyncio.Task | None = None
+        self._epoch_flushes: list[PartitionLog] = []  # leader-epoch checkpoints to write
+        self._epoch_flusher: asyncio.Task | None = None
         self._acks: dict[int, asyncio.Future[ErrorCode]] = {}
         # DeleteRecords answers waiting for the ISR's log start offsets: (offset, future)
         self._trims: dict[TopicPartition, list[tuple[int, asyncio.Future[int]]]] = {}
@@ -215,6 +238,8 @@ class ReplicaManager:
         for fetcher in list(self.fetchers.values()):
             await fetcher.stop()
         self.fetchers.clear()
+        if self._epoch_flusher is not None:  # a clean stop leaves every checkpoint written
+            await asyncio.gather(self._epoch_flusher, return_exceptions=True)
         for t in list(self._tasks):
             t.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
@@ -224,15 +249,33 @@ class ReplicaManager:
             self._check_trims(key)
 
     async def _tick_loop(self) -> None:
+        """Tick the replicas that have something to time (``_ticking``), not all of them:
+        an idle partition costs nothing here. When a follower broker falls silent,
+        every partition it follows here is ticked once (that is when it leaves ISRs)."""
         interval = self.config.tick_ms / 1000
         while True:
             await asyncio.sleep(interval)
-            now = self.clock()
-            for key, replica in list(self.replicas.items()):
-                try:
-                    self._run(key, replica.tick(now))
-                except Exception:
-                    log.exception("replica tick of %s-%d failed", *key)
+            self.tick_once()
+
+    def tick_once(self) -> None:
+        now = self.clock()
+        lag = self.config.replica_lag_time_max_ms
+        silent = {r for r, seen in self.follower_seen.items() if now - seen > lag}
+        if silent - self._silent:
+            self._ticking.update(k for k, r in self.replicas.items() if r.is_leader)
+        self._silent = silent
+        ticking = self._ticking
+        for key in list(ticking):
+            replica = self.replicas.get(key)
+            if replica is None:
+                ticking.discard(key)
+                continue
+            try:
+                self._run(key, replica.tick(now, silent))
+            except Exception:
+                log.exception("replica tick of %s-%d failed", *key)
+            if replica.idle(silent):
+                ticking.discard(key)
 
     # -- metadata ----------------------------------------------------------------------
 
@@ -248,10 +291,19 @@ class ReplicaManager:
         """The MetadataPublisher listener (broker/metadata_publisher.py); after the logs'."""
         self.image = image  # type: ignore[assignment]
         if not self.replicated:
-            for key in changes.leaders:  # no other replica: everything written is committed
+            for key, part in changes.leaders.items():
                 plog = self.logs.get_log(*key)
                 if plog is not None:
+                    # no other replica: everything written is committed
                     plog.high_watermark = plog.log_end_offset
+                    if part.leader_epoch > plog.leader_epochs.latest_epoch:
+                        # as for replicated leaders (_apply): written by a worker thread,
+                        # so a first append to each of 10,000 new partitions does not
+                        # fsync a checkpoint on the event loop
+                        plog.leader_epochs.assign(
+                            part.leader_epoch, plog.log_end_offset, flush=False
+                        )
+                        self._flush_epochs_soon(plog)
             return
         for change in changes_from_local(changes):
             try:
@@ -291,9 +343,17 @@ class ReplicaManager:
             if change.leader_epoch > plog.leader_epochs.latest_epoch:
                 # The checkpoint records where this epoch starts before any append, so
                 # OffsetsForLeaderEpoch answers right even for an epoch with no records.
-                plog.leader_epochs.assign(change.leader_epoch, plog.log_end_offset)
+                # In memory now, on disk soon: thousands of partitions becoming leader
+                # at once must not fsync one by one on the event loop (it starves the
+                # metadata quorum). A worker thread writes them; an append writes its
+                # epoch's entry first if that has not happened yet.
+                plog.leader_epochs.assign(change.leader_epoch, plog.log_end_offset, flush=False)
+                self._flush_epochs_soon(plog)
             replica.leo = plog.log_end_offset
-            actions = replica.become_leader(change, self.clock())
+            now = self.clock()
+            actions = replica.become_leader(change, now)
+            for r in replica.followers:  # one that never fetches falls silent in time
+                self.follower_seen.setdefault(r, now)
             self.waiters.notify(key)  # parked fetches re-check leadership
         else:
             if change.leader != self._following.get(key) or (
@@ -315,6 +375,7 @@ class ReplicaManager:
     # -- carrying out actions ----------------------------------------------------------
 
     def _run(self, key: TopicPartition, actions: list) -> None:
+        self._ticking.add(key)  # something happened: tick it until it is idle again
         for action in actions:
             if isinstance(action, HighWatermarkChanged):
                 plog = self.logs.get_log(*key)
@@ -326,7 +387,7 @@ class ReplicaManager:
                 if fut is not None and not fut.done():
                     fut.set_result(action.error)
             elif isinstance(action, AlterIsr):
-                self._spawn(self._alter_isr(key, action))
+                self._queue_alter_isr(key, action)
             elif isinstance(action, AskLeaderEpoch):
                 self._fetcher(action.leader).ask_epoch(
                     key, action.current_leader_epoch, action.epoch
@@ -357,35 +418,80 @@ class ReplicaManager:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _alter_isr(self, key: TopicPartition, action: AlterIsr) -> None:
-        request = AlterPartitionRequest(
-            broker_id=self.broker_id,
-            broker_epoch=self.broker_epoch(),
-            topic=key[0],
-            partition=key[1],
-            leader_epoch=action.leader_epoch,
-            partition_epoch=action.partition_epoch,
-            new_isr=action.isr,
-        )
-        try:
-            response = await self.alter_partition(request)
-        except asyncio.CancelledError:
-            raise
-        except Exception as e:
-            log.warning("AlterPartition for %s-%d failed: %s", key[0], key[1], e)
-            response = AlterPartitionResponse(ErrorCode.REQUEST_TIMED_OUT, str(e))
-        replica = self.replicas.get(key)
-        if replica is None:
+    def _flush_epochs_soon(self, plog: PartitionLog) -> None:
+        self._epoch_flushes.append(plog)
+        if self._epoch_flusher is None or self._epoch_flusher.done():
+            if self._stopped:
+                return
+            self._epoch_flusher = self._loop().create_task(self._flush_epochs())
+            self._tasks.add(self._epoch_flusher)
+            self._epoch_flusher.add_done_callback(self._tasks.discard)
+
+    async def _flush_epochs(self) -> None:
+        while self._epoch_flushes:
+            plogs, self._epoch_flushes = self._epoch_flushes, []
+            await asyncio.to_thread(_flush_epoch_checkpoints, plogs)
+
+    def _queue_alter_isr(self, key: TopicPartition, action: AlterIsr) -> None:
+        """Send ``action`` with every other ISR change waiting (Kafka's
+        AlterPartitionManager): thousands of partitions changing at once (a cluster
+        coming up) make a few requests and a few metadata batches, not thousands."""
+        self._isr_queue[key] = action
+        if self._stopped or (self._isr_sender is not None and not self._isr_sender.done()):
             return
-        if response.error is not ErrorCode.NONE:
-            log.info(
-                "AlterPartition %s-%d isr=%s refused: %s",
-                key[0],
-                key[1],
-                action.isr,
-                response.error.name,
-            )
-        self._run(key, replica.on_alter_isr_response(response.error, response.partition))
+        self._isr_sender = self._loop().create_task(self._send_isr_changes())
+        self._tasks.add(self._isr_sender)
+        self._isr_sender.add_done_callback(self._tasks.discard)
+
+    async def _send_isr_changes(self) -> None:
+        while self._isr_queue and not self._stopped:
+            batch = list(itertools.islice(self._isr_queue.items(), MAX_ISR_BATCH))
+            for key, _ in batch:
+                del self._isr_queue[key]
+            requests = [
+                AlterPartitionRequest(
+                    broker_id=self.broker_id,
+                    broker_epoch=self.broker_epoch(),
+                    topic=key[0],
+                    partition=key[1],
+                    leader_epoch=action.leader_epoch,
+                    partition_epoch=action.partition_epoch,
+                    new_isr=action.isr,
+                )
+                for key, action in batch
+            ]
+            try:
+                responses = await self.alter_partitions(requests)
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:
+                log.warning("AlterPartition for %d partitions failed: %s", len(batch), e)
+                responses = [AlterPartitionResponse(ErrorCode.REQUEST_TIMED_OUT, str(e))] * len(
+                    batch
+                )
+            refused: dict[str, int] = {}
+            for (key, action), response in zip(batch, responses, strict=True):
+                if response.error is not ErrorCode.NONE:
+                    refused[response.error.name] = refused.get(response.error.name, 0) + 1
+                    log.debug(
+                        "AlterPartition %s-%d isr=%s refused: %s",
+                        key[0],
+                        key[1],
+                        action.isr,
+                        response.error.name,
+                    )
+                replica = self.replicas.get(key)
+                if replica is not None:
+                    self._run(
+                        key, replica.on_alter_isr_response(response.error, response.partition)
+                    )
+            if refused:
+                log.info(
+                    "AlterPartition: %d of %d refused %s",
+                    sum(refused.values()),
+                    len(batch),
+                    refused,
+                )
 
     # -- follower side: fetchers -------------------------------------------------------
 
@@ -491,7 +597,7 @@ class ReplicaManager:
         """The leader appended to ``plog``: move its HW (or let its replica) and wake reads."""
         replica = self.replicas.get(key)
         if replica is not None:
-            self._run(key, replica.on_append(plog.log_end_offset))
+            self._run(key, replica.on_append(plog.log_end_offset, self.clock()))
         elif not self.replicated:
             plog.high_watermark = plog.log_end_offset
         self.waiters.notify(key)
@@ -593,6 +699,7 @@ class ReplicaManager:
         if target > plog.log_start_offset:
             plog.advance_log_start_offset(target)
             await self.logs.checkpoint()
+            self.waiters.notify(key)  # followers in a fetch session hear of it now
         low = self._low_watermark(key)
         if low >= target:
             return low
@@ -677,6 +784,32 @@ class ReplicaManager:
                 # timed out; one last read so the answer is current
                 topics, tail, _, _ = self._read_for_consumer(wanted, max_bytes)
                 return topics, tail
+
+    async def fetch_session_for_consumer(
+        self, session: FetchSession, full: bool, max_wait_ms: int, min_bytes: int, max_bytes: int
+    ) -> tuple[list, list[FileRegion]]:
+        """A consumer's fetch in a session (fetch_sessions.py): reads only the session's
+        ready partitions, and an incremental answer only those with something new."""
+        loop = self._loop()
+        deadline = loop.time() + max_wait_ms / 1000
+        more = self._below_hw
+        while True:
+            topics, tail, total, any_error = self._read_for_consumer(session.to_read(), max_bytes)
+            remaining = deadline - loop.time()
+            if full or total >= min_bytes or any_error or remaining <= 0:
+                return session.answered(topics, full, more), tail
+            session.settle(topics, more)
+            if not await self.waiters.wait_session(session, remaining):
+                topics, tail, _, _ = self._read_for_consumer(session.to_read(), max_bytes)
+                return session.answered(topics, full, more), tail
+
+    def _below_hw(self, tp: TopicPartition, sp: SessionPartition) -> bool:
+        plog = self.logs.get_log(*tp)
+        return plog is not None and sp.fetch_offset < plog.high_watermark
+
+    def _below_leo(self, tp: TopicPartition, sp: SessionPartition) -> bool:
+        plog = self.logs.get_log(*tp)
+        return plog is not None and sp.fetch_offset < plog.log_end_offset
 
     def _read_for_consumer(
         self, wanted, max_bytes: int
@@ -779,6 +912,7 @@ class ReplicaManager:
         allows more; the bytes sent for them are charged as the response goes out.
         """
         rm = self
+        self.follower_seen[replica_id] = self.clock()
         errors: dict[tuple[str, int], ErrorCode] = {}
         moved = False  # this very fetch moved an HW: answer at once so it travels
         for name, parts in wanted:
@@ -818,6 +952,63 @@ class ReplicaManager:
                     wanted, max_bytes, errors, throttled
                 )
                 return self._follower_reply(topics, tail, throttled, held)
+
+    async def fetch_session_for_follower(
+        self,
+        replica_id: int,
+        session: FetchSession,
+        full: bool,
+        max_wait_ms: int,
+        min_bytes: int,
+        max_bytes: int,
+    ) -> tuple[list, list[FileRegion]]:
+        """A follower's fetch in a session: its ready partitions only.
+
+        The session position of a ready partition is the follower's LEO now (it named
+        it, or it is behind, or something moved); a caught-up idle partition is left
+        alone: its follower stays caught up (``PartitionReplica.tick``) while it keeps
+        fetching at all (``follower_seen``). Answers at once with news for the follower
+        (data, an error, a new HW or log start), else long-polls on the session.
+        """
+        loop = self._loop()
+        self.follower_seen[replica_id] = self.clock()
+        errors: dict[tuple[str, int], ErrorCode] = {}
+        parts = session.partitions
+        for key in list(session.ready):
+            sp = parts[key]
+            plog = self.logs.get_log(*key)
+            if plog is not None and sp.fetch_offset < plog.log_start_offset:
+                errors[key] = ErrorCode.OFFSET_OUT_OF_RANGE
+                continue
+            error = self.follower_fetch(
+                key, replica_id, sp.fetch_offset, sp.leader_epoch, sp.log_start_offset
+            )
+            if error is not ErrorCode.NONE:
+                errors[key] = error
+        deadline = loop.time() + max_wait_ms / 1000
+        more = self._below_leo
+        while True:
+            wanted = session.to_read()
+            throttled = self._reassignment_reads(replica_id, wanted, loop.time())
+            topics, tail, total, _, held = self._read_for_follower(
+                wanted, max_bytes, errors, throttled
+            )
+            remaining = deadline - loop.time()
+            if full or total >= min_bytes or errors or remaining <= 0 or session.has_news(topics):
+                topics, tail = self._follower_reply(topics, tail, throttled, held)
+                return session.answered(topics, full, more), tail
+            session.settle(topics, more)
+            wait = remaining
+            if held:  # the quota allows more before the deadline: read again then
+                wait = min(remaining, max(self.outbound_throttle.wait_time(loop.time()), 0.001))
+            if not await self.waiters.wait_session(session, wait) and wait >= remaining:
+                wanted = session.to_read()
+                throttled = self._reassignment_reads(replica_id, wanted, loop.time())
+                topics, tail, _, _, held = self._read_for_follower(
+                    wanted, max_bytes, errors, throttled
+                )
+                topics, tail = self._follower_reply(topics, tail, throttled, held)
+                return session.answered(topics, full, more), tail
 
     def _reassignment_reads(
         self, replica_id: int, wanted, now: float
@@ -943,7 +1134,7 @@ class ReplicaManager:
         if plog is not None and replica.is_leader and plog.log_end_offset > replica.leo:
             # An append still waiting for its fsync has not reported yet, but followers
             # can read it already: count it now.
-            self._run(key, replica.on_append(plog.log_end_offset))
+            self._run(key, replica.on_append(plog.log_end_offset, self.clock()))
         error, actions = replica.on_follower_fetch(
             replica_id, fetch_offset, leader_epoch, self.clock(), log_start_offset
         )

@@ -150,7 +150,10 @@ class ClusterMetadata:
         info = self.topics.get(topic)
         if info is None:
             return None
-        for p in info.partitions:
+        parts = info.partitions  # sorted by partition: usually partition i at index i
+        if 0 <= partition < len(parts) and parts[partition].partition == partition:
+            return parts[partition]
+        for p in parts:  # a response that left some out
             if p.partition == partition:
                 return p
         return None

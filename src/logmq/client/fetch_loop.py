@@ -5,6 +5,13 @@ Each task keeps at most one Fetch in flight and at most one response buffered: w
 starting where the buffered data ends, so memory stays bounded without stalling the
 network. Responses are only split per partition here; decoding is left to ``poll()``.
 
+Each task keeps a fetch session with its broker (KIP-227, broker/fetch_sessions.py):
+the first fetch names every partition that broker leads, later ones only those whose
+fetch position changed (``Changes.fetch``) and those to forget, and the answers carry
+only partitions with something new. So the work per fetch follows the data, not the
+assignment: at 10,000 partitions a fetch that returns three partitions costs three.
+A broker without sessions (or with its cache full) gets full fetches every time.
+
 A mixin so that client/consumer.py keeps to the public API and positions; it shares
 the consumer's per-partition state (``_assigned``) and the buffer ``poll()`` drains.
 """
@@ -18,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from logmq.client.cluster import TopicPartition
-from logmq.client.consumer_positions import RESET_TARGETS, PartitionState
+from logmq.client.consumer_positions import RESET_TARGETS, Changes, PartitionState
 from logmq.client.fetcher import PartitionData, parse_fetch_response
 from logmq.errors import (
     ConnectionError_,
@@ -44,12 +51,50 @@ _REFRESH_CODES = {
 }
 
 
+MAX_SESSION_EPOCH = 0x7FFFFFFF
+_SESSION_ERRORS = {ErrorCode.FETCH_SESSION_ID_NOT_FOUND, ErrorCode.INVALID_FETCH_SESSION_EPOCH}
+
+
 @dataclass(slots=True)
 class CompletedFetch:
     """One buffered response: ``(epoch at fetch time, data)`` per partition, in order."""
 
     node: int
     parts: collections.deque[tuple[int, PartitionData]] = field(default_factory=collections.deque)
+
+
+@dataclass(slots=True)
+class NodeSession:
+    """The fetch session with one broker, as this client sees it.
+
+    ``epoch`` 0 means the next fetch is full (and opens a session); ``sent`` is what
+    the broker's session holds per partition: (fetch offset, leader epoch, the
+    partition state's epoch when sent).
+    """
+
+    id: int = 0
+    epoch: int = 0
+    sent: dict[TopicPartition, tuple[int, int, int]] = field(default_factory=dict)
+    generation: int = 0  # bumped by reset: an answer to an older request is dropped
+
+    def reset(self) -> None:
+        self.id = 0
+        self.epoch = 0
+        self.sent = {}
+        self.generation += 1
+
+
+class _SentOffsets:
+    """``parse_fetch_response``'s view of a session: the fetch offset of each partition."""
+
+    __slots__ = ("sent",)
+
+    def __init__(self, sent: dict[TopicPartition, tuple[int, int, int]]) -> None:
+        self.sent = sent
+
+    def get(self, tp: TopicPartition) -> int | None:
+        entry = self.sent.get(tp)
+        return None if entry is None else entry[0]
 
 
 class FetchLoopMixin:
@@ -65,6 +110,7 @@ class FetchLoopMixin:
     request_timeout: float
     _cluster: ClusterClient
     _assigned: dict[TopicPartition, PartitionState]
+    _changes: Changes
     _changed: asyncio.Event | None
     _data_ready: asyncio.Event | None
     _slot_free: asyncio.Event | None
@@ -79,6 +125,10 @@ class FetchLoopMixin:
         self._buffer: collections.deque[CompletedFetch] = collections.deque()
         self._buffered_per_node: collections.Counter[int] = collections.Counter()
         self._fetchers: dict[int, asyncio.Task[None]] = {}
+        self._sessions: dict[int, NodeSession] = {}
+        self._leaders: dict[TopicPartition, int] = {}  # as of the last layout change
+        self._node_parts: dict[int, set[TopicPartition]] = {}
+        self._pending: dict[int, set[TopicPartition]] = {}  # changed, by node
         self._rotation = 0
 
     async def _stop_fetching(self) -> None:
@@ -89,15 +139,38 @@ class FetchLoopMixin:
         self._fetchers.clear()
 
     def _signal_change(self) -> None:
+        """A position, pause or error changed: wake the fetch tasks (they read
+        ``Changes.fetch`` to see which)."""
         if self._changed is not None:
             self._changed.set()
+
+    def _layout_changed(self) -> None:
+        """The assignment or the leaders changed: map partitions to brokers again.
+
+        The one walk over the whole assignment, run on assignment changes and metadata
+        refreshes only. A broker whose set of partitions changed gets a full fetch.
+        """
+        metadata = self._cluster.metadata
+        leaders = {tp: metadata.leader_for(*tp) for tp in self._assigned}
+        node_parts: dict[int, set[TopicPartition]] = {}
+        for tp, node in leaders.items():
+            node_parts.setdefault(node, set()).add(tp)
+        for node, session in self._sessions.items():
+            if node_parts.get(node) != self._node_parts.get(node):
+                session.reset()
+        self._leaders = leaders
+        self._node_parts = node_parts
+        for tps in self._pending.values():  # routed by the old leaders: route them again
+            self._changes.fetch.update(tps)
+        self._pending.clear()
+        self._signal_change()
         self._spawn_fetchers()
 
     def _spawn_fetchers(self) -> None:
         if not self._started or self._closed:
             return
-        nodes = {self._cluster.metadata.leader_for(*tp) for tp in self._assigned}
-        if -1 in nodes or not self._fetchers:
+        nodes = set(self._node_parts)
+        if not self._fetchers:
             nodes.add(-1)  # the task for partitions without a known leader refreshes them
         for node in nodes:
             if node not in self._fetchers or self._fetchers[node].done():
@@ -110,7 +183,7 @@ class FetchLoopMixin:
         assert self._changed is not None and self._slot_free is not None
         while True:
             try:
-                if any(st.position is None for st in self._assigned.values()):
+                if self._changes.unpositioned:
                     await self._reset_positions()
                 if node < 0:
                     await self._refresh_leaderless()
@@ -120,12 +193,24 @@ class FetchLoopMixin:
                     self._changed.clear()
                     await self._changed.wait()
                     continue
-                body, offsets = request
+                body, session = request
+                opened = session.epoch == 0
+                generation = session.generation
                 conn = await self._cluster.connection(node)
                 timeout = self.request_timeout + self.fetch_max_wait_ms / 1000
                 resp = await conn.request(ApiKey.FETCH, body, timeout=timeout)
-                completed, moved = self._handle_fetch(node, resp.body, resp.tail, offsets)
-                if any(st.error is not None for st in self._assigned.values()):
+                if session.generation != generation:
+                    continue  # the partitions moved meanwhile: a full fetch follows
+                if resp.body.get("error", 0) in _SESSION_ERRORS:
+                    session.reset()  # the broker lost it (evicted, restarted): start over
+                    continue
+                if opened:
+                    session.id = resp.body.get("session_id", 0) or 0
+                    session.epoch = 1 if session.id else 0  # no session: full every time
+                else:
+                    session.epoch = 1 if session.epoch >= MAX_SESSION_EPOCH else session.epoch + 1
+                completed, moved = self._handle_fetch(node, resp.body, resp.tail, session)
+                if self._changes.errors:
                     self._data_ready.set()  # type: ignore[union-attr]  # poll() raises it
                 while self._buffered_per_node[node] >= 1:
                     self._slot_free.clear()
@@ -147,6 +232,7 @@ class FetchLoopMixin:
             except asyncio.CancelledError:
                 raise
             except LogMQError as e:
+                self._sessions.get(node, NodeSession()).reset()  # its answer never came
                 if not e.retriable and not isinstance(e, ConnectionError_):
                     self._fail_node(node, e)
                 await asyncio.sleep(self.retry_backoff)
@@ -154,82 +240,129 @@ class FetchLoopMixin:
 
     async def _refresh_leaderless(self) -> None:
         assert self._changed is not None
-        leaderless = [tp for tp in self._assigned if self._cluster.metadata.leader_for(*tp) < 0]
+        leaderless = self._node_parts.get(-1)
         if not leaderless:
             self._changed.clear()
             await self._changed.wait()
             return
         await self._safe_refresh({t for t, _ in leaderless})
-        self._spawn_fetchers()
-        if any(self._cluster.metadata.leader_for(*tp) < 0 for tp in leaderless):
+        if self._node_parts.get(-1):
             await asyncio.sleep(self.retry_backoff)
 
     async def _safe_refresh(self, topics: Iterable[str] | None = None) -> None:
         try:
             await self._cluster.refresh_metadata(
-                list(topics) if topics is not None else [t for t, _ in self._assigned]
+                list(topics) if topics is not None else list({t for t, _ in self._assigned})
             )
         except LogMQError:
             pass
         # wake idle fetch tasks too: a partition may now lead on a broker whose task
         # had nothing to fetch and waits for a change
-        self._signal_change()
+        self._layout_changed()
 
     def _fail_node(self, node: int, err: LogMQError) -> None:
-        for tp, st in self._assigned.items():
-            if self._cluster.metadata.leader_for(*tp) == node:
+        for tp in self._node_parts.get(node, ()):
+            st = self._assigned.get(tp)
+            if st is not None:
                 st.error = err
         if self._data_ready is not None:
             self._data_ready.set()
 
-    def _build_fetch(self, node: int) -> tuple[dict[str, Any], dict[TopicPartition, int]] | None:
+    def _fetchable(self, st: PartitionState | None) -> bool:
+        return (
+            st is not None and st.fetch_position is not None and st.error is None and not st.paused
+        )
+
+    def _entry(self, tp: TopicPartition, st: PartitionState) -> tuple[dict[str, int], tuple]:
+        info = self._cluster.metadata.partition(*tp)
+        leader_epoch = info.leader_epoch if info else -1
+        entry = {
+            "partition": tp[1],
+            "fetch_offset": st.fetch_position,
+            "partition_max_bytes": self.max_partition_fetch_bytes,
+            "current_leader_epoch": leader_epoch,
+        }
+        return entry, (st.fetch_position, leader_epoch, st.epoch)
+
+    def _build_fetch(self, node: int) -> tuple[dict[str, Any], NodeSession] | None:
+        """The next fetch to ``node``: full when opening a session, else what changed."""
+        session = self._sessions.get(node)
+        if session is None:
+            session = self._sessions[node] = NodeSession()
+        changed = self._changes.fetch
+        if changed:  # route the changes to the broker that leads each partition
+            leaders = self._leaders
+            pending = self._pending
+            for tp in changed:
+                n = leaders.get(tp)
+                if n is not None:
+                    s = pending.get(n)
+                    if s is None:
+                        pending[n] = {tp}
+                    else:
+                        s.add(tp)
+            changed.clear()
+        assigned = self._assigned
         topics: dict[str, list[dict[str, int]]] = {}
-        offsets: dict[TopicPartition, int] = {}
-        budget = self.fetch_max_bytes
-        items = list(self._assigned.items())
-        if len(items) > 1:  # rotate, so a fetch_max_bytes budget never starves the last ones
-            self._rotation = (self._rotation + 1) % len(items)
-            items = items[self._rotation :] + items[: self._rotation]
-        for tp, st in items:
-            if st.fetch_position is None or st.error is not None or st.paused:
-                continue
-            if self._cluster.metadata.leader_for(*tp) != node or budget <= 0:
-                continue
-            info = self._cluster.metadata.partition(*tp)
-            topics.setdefault(tp[0], []).append(
-                {
-                    "partition": tp[1],
-                    "fetch_offset": st.fetch_position,
-                    "partition_max_bytes": self.max_partition_fetch_bytes,
-                    "current_leader_epoch": info.leader_epoch if info else -1,
-                }
-            )
-            offsets[tp] = st.fetch_position
-            budget -= self.max_partition_fetch_bytes
-        if not offsets:
-            return None
+        forgotten: dict[str, list[int]] = {}
+        if session.epoch == 0:
+            self._pending.pop(node, None)
+            tps = list(self._node_parts.get(node, ()))
+            if len(tps) > 1:  # rotate, so a max_bytes budget never starves the last ones
+                self._rotation = (self._rotation + 1) % len(tps)
+                tps = tps[self._rotation :] + tps[: self._rotation]
+            sent = {}
+            for tp in tps:
+                st = assigned.get(tp)
+                if st is not None and self._fetchable(st):
+                    entry, sent[tp] = self._entry(tp, st)
+                    topics.setdefault(tp[0], []).append(entry)
+            session.sent = sent
+            if not sent:
+                return None
+            session_id, session_epoch = 0, 0
+        else:
+            sent = session.sent
+            for tp in self._pending.pop(node, ()):
+                st = assigned.get(tp)
+                if self._leaders.get(tp) == node and self._fetchable(st):
+                    assert st is not None
+                    entry, key = self._entry(tp, st)
+                    if sent.get(tp) != key:
+                        sent[tp] = key
+                        topics.setdefault(tp[0], []).append(entry)
+                elif sent.pop(tp, None) is not None:
+                    forgotten.setdefault(tp[0], []).append(tp[1])
+            if not sent:
+                # Nothing left to fetch here: close the session, wait for a change.
+                session.reset()
+                return None
+            session_id, session_epoch = session.id, session.epoch
         body = fetch_request(
             topics,
             max_wait_ms=self.fetch_max_wait_ms,
             min_bytes=self.fetch_min_bytes,
             max_bytes=self.fetch_max_bytes,
+            session_id=session_id,
+            session_epoch=session_epoch,
+            forgotten=forgotten,
         )
-        return body, offsets
+        return body, session
 
     def _handle_fetch(
         self,
         node: int,
         body: dict[str, Any],
         tail: memoryview,
-        offsets: dict[TopicPartition, int],
+        session: NodeSession,
     ) -> tuple[CompletedFetch, bool]:
         """Buffer-ready data of one response, and whether some partition's leader moved."""
-        epochs = {tp: self._assigned[tp].epoch for tp in offsets if tp in self._assigned}
         completed = CompletedFetch(node)
         refresh = False
-        for pd in parse_fetch_response(body, tail, offsets):
+        sent = session.sent
+        for pd in parse_fetch_response(body, tail, _SentOffsets(sent)):  # type: ignore[arg-type]
             st = self._assigned.get(pd.tp)
-            if st is None or st.epoch != epochs.get(pd.tp) or st.fetch_position != pd.fetch_offset:
+            if st is None or st.epoch != sent[pd.tp][2] or st.fetch_position != pd.fetch_offset:
                 continue  # seeked or unassigned while the fetch was in flight
             if st.paused:
                 continue
@@ -251,7 +384,8 @@ class FetchLoopMixin:
                     f"max_partition_fetch_bytes={self.max_partition_fetch_bytes}"
                 )
                 continue
-            st.fetch_position = nxt
+            if nxt != pd.fetch_offset:
+                st.fetch_position = nxt
             if nxt > pd.fetch_offset or not pd.exhausted:
                 completed.parts.append((st.epoch, pd))
         return completed, refresh

@@ -49,6 +49,8 @@ class GroupConsumerMixin:
 
         async def start(self) -> Any: ...
         def _signal_change(self) -> None: ...
+
+        def _layout_changed(self) -> None: ...
         def _add_partition(
             self, tp: TopicPartition, position: int | None, committed: int | None
         ) -> None: ...
@@ -226,8 +228,10 @@ class GroupConsumerMixin:
 
     def _group_drop(self, tps: Iterable[TopicPartition]) -> None:
         for tp in tps:
-            self._assigned.pop(tp, None)
-        self._signal_change()
+            st = self._assigned.pop(tp, None)
+            if st is not None:
+                st.forget()
+        self._layout_changed()
 
     def _group_lose(self) -> set[TopicPartition]:
         """Fenced: drop every partition at once; remember which had uncommitted progress
@@ -238,8 +242,10 @@ class GroupConsumerMixin:
             for tp, st in self._assigned.items()
             if st.position is not None and st.position != st.committed
         }
+        for st in self._assigned.values():
+            st.forget()
         self._assigned = {}
-        self._signal_change()
+        self._layout_changed()
         return lost
 
     def _group_add(
@@ -249,7 +255,7 @@ class GroupConsumerMixin:
     ) -> None:
         for tp, pos in positions.items():
             self._add_partition(tp, pos, committed.get(tp))
-        self._signal_change()
+        self._layout_changed()
 
     def _uncommitted(
         self, tps: Iterable[TopicPartition] | None, *, processed: bool

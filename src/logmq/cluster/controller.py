@@ -665,30 +665,65 @@ class Controller:
     def alter_partition(
         self, req: AlterPartitionRequest
     ) -> ControllerResult[AlterPartitionResponse]:
+        result = self.alter_partitions([req])
+        return ControllerResult(result.records, result.response[0])
+
+    def alter_partitions(
+        self, reqs: list[AlterPartitionRequest]
+    ) -> ControllerResult[list[AlterPartitionResponse]]:
+        """ISR changes of many partitions (a leader sends all it has waiting at once):
+        each checked on its own, the accepted ones committed as one batch of records, so
+        the image is rebuilt once, not once per partition."""
         image = self._image
-
-        def refuse(code: ErrorCode, message: str) -> ControllerResult[AlterPartitionResponse]:
-            return ControllerResult(
-                [], AlterPartitionResponse(code, message, image.partition(req.topic, req.partition))
+        refused: dict[int, AlterPartitionResponse] = {}
+        accepted: list[AlterPartitionRequest] = []
+        seen: set[tuple[str, int]] = set()
+        for i, req in enumerate(reqs):
+            key = (req.topic, req.partition)
+            problem = self._alter_refusal(image, req)
+            if problem is None and key in seen:
+                problem = (ErrorCode.INVALID_UPDATE_VERSION, "the partition twice in one request")
+            if problem is not None:
+                refused[i] = AlterPartitionResponse(*problem, image.partition(*key))
+            else:
+                seen.add(key)
+                accepted.append(req)
+        records: list[Record] = []
+        if accepted:
+            # Recorded even when the ISR is unchanged: moving the partition epoch voids
+            # every other request the leader made at the old one (copies, retries),
+            # which it counts until then (partition_replica.py, maximal ISR).
+            records = self._commit(
+                [PartitionChange(r.topic, r.partition, isr=tuple(r.new_isr)) for r in accepted]
             )
+            records += self._finish_reassignments([(r.topic, r.partition) for r in accepted])
+        responses = [
+            refused.get(i)
+            or AlterPartitionResponse(partition=self._image.partition(r.topic, r.partition))
+            for i, r in enumerate(reqs)
+        ]
+        return ControllerResult(records, responses)
 
+    def _alter_refusal(
+        self, image: MetadataImage, req: AlterPartitionRequest
+    ) -> tuple[ErrorCode, str] | None:
         reg = image.brokers.get(req.broker_id)
         if reg is None or reg.broker_epoch != req.broker_epoch:
-            return refuse(ErrorCode.STALE_BROKER_EPOCH, f"broker {req.broker_id} epoch is stale")
+            return ErrorCode.STALE_BROKER_EPOCH, f"broker {req.broker_id} epoch is stale"
         part = image.partition(req.topic, req.partition)
         if part is None:
-            return refuse(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"{req.topic}-{req.partition}")
+            return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"{req.topic}-{req.partition}"
         if req.leader_epoch < part.leader_epoch:
-            return refuse(
+            return (
                 ErrorCode.FENCED_LEADER_EPOCH,
                 f"leader epoch {req.leader_epoch} < current {part.leader_epoch}",
             )
         if req.leader_epoch > part.leader_epoch:
-            return refuse(ErrorCode.UNKNOWN_LEADER_EPOCH, f"leader epoch {req.leader_epoch}")
+            return ErrorCode.UNKNOWN_LEADER_EPOCH, f"leader epoch {req.leader_epoch}"
         if part.leader != req.broker_id:
-            return refuse(ErrorCode.NOT_LEADER_OR_FOLLOWER, f"broker {req.broker_id} does not lead")
+            return ErrorCode.NOT_LEADER_OR_FOLLOWER, f"broker {req.broker_id} does not lead"
         if req.partition_epoch != part.partition_epoch:
-            return refuse(
+            return (
                 ErrorCode.INVALID_UPDATE_VERSION,
                 f"partition epoch {req.partition_epoch}, current {part.partition_epoch}",
             )
@@ -698,25 +733,17 @@ class Controller:
             or len(set(new_isr)) != len(new_isr)
             or not set(new_isr) <= set(part.replicas)
         ):
-            return refuse(
+            return (
                 ErrorCode.INVALID_REQUEST,
                 f"ISR {list(new_isr)} must hold the leader and only replicas {list(part.replicas)}",
             )
         joining = [r for r in new_isr if r not in part.isr and not image.can_lead(r)]
         if joining:
-            return refuse(
+            return (
                 ErrorCode.INELIGIBLE_REPLICA,
                 f"broker(s) {joining} are fenced, unregistered or out of disk space",
             )
-        # Recorded even when the ISR is unchanged: moving the partition epoch voids every
-        # other request the leader made at the old one (copies, retries), which it counts
-        # until then (partition_replica.py, maximal ISR).
-        records = self._commit([PartitionChange(req.topic, req.partition, isr=new_isr)])
-        records += self._finish_reassignments([(req.topic, req.partition)])
-        return ControllerResult(
-            records,
-            AlterPartitionResponse(partition=self._image.partition(req.topic, req.partition)),
-        )
+        return None
 
 
 def _or(new: tuple[int, ...], old: tuple[int, ...]) -> tuple[int, ...] | None:

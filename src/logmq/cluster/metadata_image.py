@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from types import MappingProxyType
 
 from logmq.cluster.metadata_records import (
@@ -189,7 +190,13 @@ class MetadataImage:
         return sorted(b for b, reg in self.brokers.items() if not reg.fenced)
 
     def reassignments(self) -> Iterable[PartitionRegistration]:
-        return (p for p in self.partitions() if p.reassigning)
+        return iter(self._reassigning)
+
+    @cached_property
+    def _reassigning(self) -> tuple[PartitionRegistration, ...]:
+        # Found once per image: the controller asks on every tick, and walking 10,000
+        # partitions each time was most of an idle controller's work.
+        return tuple(p for p in self.partitions() if p.reassigning)
 
     @property
     def reassignment_throttle(self) -> int | None:

@@ -219,13 +219,12 @@ def decode_record(raw: Any) -> Record:
     cls = _TYPES.get(raw[0])
     if cls is None:
         raise MetadataCodecError(f"unknown metadata record type {raw[0]}")
-    kinds = _KINDS[cls].split()
-    values = raw[1 : 1 + len(kinds)]
-    required = sum(1 for f in _fields(cls) if f[1])
+    decoders, required = _decoders(cls)
+    values = raw[1 : 1 + len(decoders)]
     if len(values) < required:
         raise MetadataCodecError(f"{cls.__name__} needs {required} fields, got {len(values)}")
     try:
-        decoded = [_DECODE[kind](value) for kind, value in zip(kinds, values, strict=False)]
+        decoded = [decode(value) for decode, value in zip(decoders, values, strict=False)]
     except MetadataCodecError as err:
         raise MetadataCodecError(f"{cls.__name__}: {err}") from None
     return cls(*decoded)
@@ -246,6 +245,14 @@ def decode_records(data: bytes | bytearray | memoryview) -> list[Record]:
     if raw[0] != BATCH_VERSION:
         raise MetadataCodecError(f"unknown metadata batch version {raw[0]!r}")
     return [decode_record(r) for r in raw[1]]
+
+
+@cache
+def _decoders(cls: type) -> tuple[tuple[Callable[[Any], Any], ...], int]:
+    """The field decoders of a record type and how many fields it requires (a start
+    replays every record of the metadata log: nothing per record that need not be)."""
+    kinds = _KINDS[cls].split()
+    return tuple(_DECODE[k] for k in kinds), sum(1 for f in _fields(cls) if f[1])
 
 
 @cache
@@ -276,7 +283,10 @@ def _str(value: Any) -> str:
 def _ints(value: Any) -> tuple[int, ...]:
     if not isinstance(value, list):
         raise MetadataCodecError(f"expected an array of integers, got {value!r:.40}")
-    return tuple(_int(v) for v in value)
+    for v in value:
+        if type(v) is not int:
+            raise MetadataCodecError(f"expected an integer, got {v!r:.40}")
+    return tuple(value)
 
 
 def _optional(decode: Callable[[Any], Any]) -> Callable[[Any], Any]:

@@ -4,6 +4,8 @@ Kafka answers out (the role of Kafka's ``KafkaApis``).
 They hold no state and no logic of their own beyond translation: produce goes through
 the produce path the native protocol uses (produce_path.py), reads through the replica
 manager (leader and epoch checks, below the HW, long poll), metadata from the image.
+The one state kept here is this door's cache of fetch sessions (KIP-227), whose rules
+live in broker/fetch_sessions.py.
 Record batches pass through untouched both ways: a produce's ``records`` bytes are the
 batches the storage validates and stamps, and a fetch answers with the segment file's
 regions, sent with sendfile (fetch_response.py).
@@ -20,6 +22,13 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode as KioErrorCode
 
+from logmq.broker.fetch_sessions import (
+    FINAL_EPOCH,
+    INITIAL_EPOCH,
+    FetchSession,
+    FetchSessionCache,
+    FetchSessionError,
+)
 from logmq.broker.metadata_store import is_internal, topic_name_error
 from logmq.errors import ErrorCode, LogMQError
 from logmq.kafka.codec import error_entity, response_class
@@ -57,6 +66,7 @@ KAFKA_READ_ONLY_APIS = frozenset({1, 2, 3, 9, 10, 15, 16, 18, 23, 32, 35, 46, 60
 log = logging.getLogger("logmq.kafka")
 
 MAX_PRODUCER_EPOCH = 32767
+CONSUMER = -1  # the replica id of a consumer's fetch session (followers use the native door)
 
 
 def _topic_uuid(topic_id: str) -> uuid.UUID | None:
@@ -64,6 +74,27 @@ def _topic_uuid(topic_id: str) -> uuid.UUID | None:
         return uuid.UUID(topic_id)
     except (ValueError, TypeError, AttributeError):
         return None
+
+
+def _fetched(topics: list[dict], regions: list) -> list[tuple[str, list[FetchedPartition]]]:
+    """The replica manager's fetch answer as the response encoder takes it: each
+    partition that read records takes the next of ``regions``, in order."""
+    answer = []
+    tail = iter(regions)
+    for t in topics:
+        parts = []
+        for p in t["partitions"]:
+            parts.append(
+                FetchedPartition(
+                    p["partition"],
+                    int(kio_code(p["error"])),
+                    p["high_watermark"],
+                    p["log_start_offset"],
+                    next(tail) if p.get("size") else None,
+                )
+            )
+        answer.append((t["topic"], parts))
+    return answer
 
 
 class KafkaApis:
@@ -88,6 +119,7 @@ class KafkaApis:
         consumer_groups: KafkaConsumerGroupApis,
         partitions: KafkaPartitionAdminApis,
         max_fetch_wait_ms: int,
+        sessions: FetchSessionCache | None = None,
     ) -> None:
         self.node_id = node_id
         self.image = image
@@ -105,6 +137,11 @@ class KafkaApis:
         self.consumer_groups = consumer_groups
         self.partitions = partitions
         self.max_fetch_wait_ms = max_fetch_wait_ms
+        # Fetch sessions of this door's consumers (the native door keeps its own).
+        if sessions is None:  # sessions must hear of appends: the replicas' waiters
+            waiters = replicas.waiters
+            sessions = FetchSessionCache(watch=waiters.watch, unwatch=waiters.unwatch)
+        self.sessions = sessions
         self._table = self.table()
 
     def table(self) -> dict[int, KafkaHandler]:
@@ -398,8 +435,19 @@ class KafkaApis:
 
     # -- Fetch -------------------------------------------------------------------------
     async def fetch(self, req: Request) -> Reply:
+        """Fetch, with fetch sessions from v7 (KIP-227; broker/fetch_sessions.py).
+
+        As Kafka's FetchManager: epoch -1 fetches without a session (closing the one
+        named); epoch 0 opens a session (closing the one named), answered in full with
+        the new id, or 0 when the cache has no room; any other epoch is an incremental
+        fetch of the named session, which names only the partitions that changed and
+        the ones to forget, and hears only of partitions with records, an error, or a
+        new high watermark (hence last stable offset) or log start offset. An unknown
+        session or a wrong epoch is a top-level error with no partitions.
+        """
         body = req.body
-        wanted = [
+        version = req.api_version
+        named = [
             (
                 t.topic,
                 [
@@ -408,34 +456,53 @@ class KafkaApis:
                         p.fetch_offset,
                         p.partition_max_bytes,
                         getattr(p, "current_leader_epoch", -1),
+                        -1,  # a follower's log start: consumers only here
                     )
                     for p in t.partitions
                 ],
             )
             for t in body.topics
         ]
-        max_wait_ms = min(int(body.max_wait.total_seconds() * 1000), self.max_fetch_wait_ms)
-        max_bytes = body.max_bytes if req.api_version >= 3 else 0x7FFFFFFF
-        topics, regions = await self.replicas.fetch_for_consumer(
-            wanted, max(0, max_wait_ms), body.min_bytes, max_bytes
+        max_wait_ms = max(0, min(int(body.max_wait.total_seconds() * 1000), self.max_fetch_wait_ms))
+        max_bytes = body.max_bytes if version >= 3 else 0x7FFFFFFF
+        session_id = getattr(body, "session_id", 0) if version >= 7 else 0
+        epoch = getattr(body, "session_epoch", FINAL_EPOCH) if version >= 7 else FINAL_EPOCH
+        session: FetchSession | None = None
+        full = True
+        if epoch == FINAL_EPOCH:
+            if session_id:
+                self.sessions.close(session_id)
+            session_id = 0
+        elif epoch == INITIAL_EPOCH:
+            if session_id:
+                self.sessions.close(session_id)
+            session = self.sessions.open(CONSUMER, self.replicas.clock())
+            session_id = session.id if session is not None else 0
+        else:
+            try:
+                session = self.sessions.get(session_id, epoch, CONSUMER, self.replicas.clock())
+            except FetchSessionError as e:
+                head, rest = encode_fetch_response(version, [], error=int(e.code))
+                return Reply(head, rest)
+            full = False
+        if session is not None:
+            forgotten = (
+                [(t.topic, p) for t in body.forgotten_topics_data for p in t.partitions]
+                if not full
+                else []
+            )
+            self.sessions.update(session, named, forgotten)
+            topics, regions = await self.replicas.fetch_session_for_consumer(
+                session, full, max_wait_ms, body.min_bytes, max_bytes
+            )
+        else:
+            wanted = [(topic, [p[:4] for p in parts]) for topic, parts in named]
+            topics, regions = await self.replicas.fetch_for_consumer(
+                wanted, max_wait_ms, body.min_bytes, max_bytes
+            )
+        head, rest = encode_fetch_response(
+            version, _fetched(topics, regions), session_id=session_id
         )
-        answer = []
-        tail = iter(regions)
-        for t in topics:
-            parts = []
-            for p in t["partitions"]:
-                size = p.get("size", 0)
-                parts.append(
-                    FetchedPartition(
-                        p["partition"],
-                        int(kio_code(p["error"])),
-                        p["high_watermark"],
-                        p["log_start_offset"],
-                        next(tail) if size else None,
-                    )
-                )
-            answer.append((t["topic"], parts))
-        head, rest = encode_fetch_response(req.api_version, answer)
         return Reply(head, rest)
 
     # -- ListOffsets -------------------------------------------------------------------

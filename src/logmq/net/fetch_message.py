@@ -23,16 +23,28 @@ def fetch_request(
     min_bytes: int,
     max_bytes: int,
     replica_id: int = -1,
+    session_id: int = 0,
+    session_epoch: int = -1,
+    forgotten: Mapping[str, Sequence[int]] | None = None,
 ) -> dict[str, Any]:
-    """A Fetch body for ``{topic: [partition entries]}``; ``replica_id`` -1 is a consumer."""
-    return {
+    """A Fetch body for ``{topic: [partition entries]}``; ``replica_id`` -1 is a consumer.
+
+    ``session_id``/``session_epoch`` as in broker/fetch_sessions.py (the defaults fetch
+    without a session); ``forgotten`` lists partitions an incremental fetch drops.
+    """
+    body = {
         "replica_id": replica_id,
         "max_wait_ms": max_wait_ms,
         "min_bytes": min_bytes,
         "max_bytes": max_bytes,
         "isolation_level": 0,
+        "session_id": session_id,
+        "session_epoch": session_epoch,
         "topics": [{"topic": t, "partitions": list(ps)} for t, ps in topics.items()],
     }
+    if forgotten:
+        body["forgotten"] = [{"topic": t, "partitions": list(ps)} for t, ps in forgotten.items()]
+    return body
 
 
 @dataclass(frozen=True, slots=True)

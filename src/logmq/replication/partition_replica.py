@@ -33,7 +33,7 @@ loses acknowledged records when leaders fail over quickly twice
 from __future__ import annotations
 
 import heapq
-from collections.abc import Hashable
+from collections.abc import Container, Hashable
 from dataclasses import dataclass
 from enum import Enum
 from typing import Protocol
@@ -308,8 +308,17 @@ class PartitionReplica:
             return ErrorCode.NOT_ENOUGH_REPLICAS
         return ErrorCode.NONE
 
-    def on_append(self, log_end_offset: int) -> list[Action]:
-        """The local log grew (a produce as leader)."""
+    def on_append(self, log_end_offset: int, now_ms: int | None = None) -> list[Action]:
+        """The local log grew (a produce as leader).
+
+        Followers that had everything until now were caught up until ``now_ms``: they
+        may not have fetched this partition for long (a fetch session leaves idle
+        partitions out), and their lag counts from this append.
+        """
+        if self.is_leader and now_ms is not None and log_end_offset > self.leo:
+            for follower in self.followers.values():
+                if follower.leo >= self.leo:
+                    follower.last_caught_up_ms = max(follower.last_caught_up_ms, now_ms)
         self.leo = log_end_offset
         return self._advance_hw() if self.is_leader else []
 
@@ -390,8 +399,15 @@ class PartitionReplica:
             return []
         return [self._request_isr((*self.isr, replica_id), now_ms)]
 
-    def tick(self, now_ms: int) -> list[Action]:
-        """Shrink the ISR of laggards; resend a lost AlterIsr; time out parked acks=all."""
+    def tick(self, now_ms: int, silent: Container[int] = ()) -> list[Action]:
+        """Shrink the ISR of laggards; resend a lost AlterIsr; time out parked acks=all.
+
+        A laggard is behind the leader's LEO and has not been caught up for
+        ``replica_lag_time_max_ms`` (Kafka's rule: one at the LEO is in sync however
+        long ago it fetched, as an idle partition in a fetch session sees no fetches),
+        or is ``silent``: its broker has not fetched anything for that long. A caught-up
+        replica outside the ISR is asked back in (a refused request is retried here).
+        """
         actions: list[Action] = []
         pending = self.pending_isr
         if pending is not None and now_ms - self._pending_sent_ms >= self.config.alter_isr_retry_ms:
@@ -399,11 +415,23 @@ class PartitionReplica:
             actions.append(pending)
         if self.is_leader and self.pending_isr is None and now_ms >= self._next_isr_request_ms:
             lag = self.config.replica_lag_time_max_ms
+            leo = self.leo
+            followers = self.followers
             out = [
                 r
                 for r in self.maximal_isr
-                if r != self.broker_id and now_ms - self.followers[r].last_caught_up_ms > lag
+                if r != self.broker_id
+                and (
+                    r in silent
+                    or (followers[r].leo < leo and now_ms - followers[r].last_caught_up_ms > lag)
+                )
             ]
+            if not out:
+                for r, follower in followers.items():
+                    if r not in self.isr and r not in silent:
+                        actions += self._maybe_expand_isr(r, follower, now_ms)
+                        if self.pending_isr is not None:
+                            break
             if out:
                 # If only members of refused requests lag, this asks for the ISR we have:
                 # the controller records it anyway, moving the partition epoch past every
@@ -416,6 +444,30 @@ class PartitionReplica:
             if key is not None:
                 actions.append(ProduceCompleted(key, ErrorCode.REQUEST_TIMED_OUT))
         return actions
+
+    def idle(self, silent: Container[int] = ()) -> bool:
+        """Nothing for ``tick`` to do until something happens to this partition: no
+        AlterIsr or acks=all waiting, every ISR follower at the LEO, and no caught-up
+        replica outside the ISR (for a follower replica, only the first two)."""
+        if self.pending_isr is not None:
+            return False
+        if self._waiting:
+            return False
+        if self._by_deadline:  # only answered waits left: drop them, nothing to time
+            self._by_deadline, self._by_offset = [], []
+        if not self.is_leader:
+            return True
+        leo, hw, isr = self.leo, self.hw, self.isr
+        for r, follower in self.followers.items():
+            if r in silent:
+                if r in self.maximal_isr:
+                    return False
+            elif r in isr:
+                if follower.leo < leo:
+                    return False
+            elif follower.leo >= hw and follower.leo >= self.leader_epoch_start_offset:
+                return False
+        return True
 
     def _request_isr(self, isr: tuple[int, ...], now_ms: int) -> AlterIsr:
         self._requested |= set(isr) - set(self.isr)

@@ -59,7 +59,13 @@ class RaftNode:
         max_entries_per_message: int = 256,
         max_inflight: int = 64,
         snapshot_threshold: int | None = 10_000,
+        snapshot_bytes: int | None = None,
     ) -> None:
+        """``snapshot_threshold``: applied entries between snapshots. ``snapshot_bytes``:
+        also snapshot once the entries applied since the last snapshot hold more bytes
+        than this or than that snapshot, whichever is more: a few entries can carry a
+        whole 10,000-partition topic, and replaying them at every start costs seconds
+        (while snapshotting more often than the snapshot's own size would cost more)."""
         self.voters = frozenset(voters)
         if not self.voters:
             raise ValueError("a quorum needs at least one voter")
@@ -75,6 +81,8 @@ class RaftNode:
         self.max_entries_per_message = max_entries_per_message
         self.max_inflight = max_inflight
         self.snapshot_threshold = snapshot_threshold
+        self.snapshot_bytes = snapshot_bytes
+        self._bytes_since_snapshot = 0
         self._rng = rng or random.Random()
         self.log = RaftLog(state.snapshot, state.entries, state.hard_state.commit)
         self.term = state.hard_state.term
@@ -237,8 +245,14 @@ class RaftNode:
         take_snapshot_at = None
         applied, threshold = self.log.applied, self.snapshot_threshold
         since = max(self._snapshot_asked_at, self.log.snapshot.index)
-        if threshold is not None and applied - since >= threshold:
+        self._bytes_since_snapshot += sum(len(e.data) for e in committed)
+        if (threshold is not None and applied - since >= threshold) or (
+            self.snapshot_bytes is not None
+            and applied > since
+            and self._bytes_since_snapshot >= max(self.snapshot_bytes, len(self.log.snapshot.data))
+        ):
             take_snapshot_at = self._snapshot_asked_at = applied
+            self._bytes_since_snapshot = 0
         vote_changed = (hard_state.term, hard_state.voted_for) != (
             self._persisted.term,
             self._persisted.voted_for,

@@ -79,6 +79,7 @@ class RaftConfig:
     election_ticks: int = 10
     heartbeat_ticks: int = 1
     snapshot_every: int | None = 10_000  # applied entries between state-machine snapshots
+    snapshot_bytes: int | None = 1 << 20  # or applied bytes (at least the snapshot's size)
     max_entries_per_message: int = 256
     max_inflight: int = 64
     segment_bytes: int = 8 << 20
@@ -199,6 +200,7 @@ class RaftService:
             max_entries_per_message=cfg.max_entries_per_message,
             max_inflight=cfg.max_inflight,
             snapshot_threshold=cfg.snapshot_every,
+            snapshot_bytes=cfg.snapshot_bytes,
         )
         self.state_machine.restore(state.snapshot.index, state.snapshot.data)
         self._applied_index, self._applied_term = state.snapshot.index, state.snapshot.term

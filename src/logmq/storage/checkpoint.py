@@ -10,11 +10,14 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Mapping
 from pathlib import Path
 
 from logmq.errors import StorageError
 
 CHECKPOINT_VERSION = 0
+POSITIONS_VERSION = 1  # offset lines carry the active segment's base and size too
+_NO_POSITION = (-1, -1)
 
 # Indirection so tests that simulate crashes by editing files can skip real fsyncs.
 fsync = os.fsync
@@ -25,6 +28,19 @@ def fsync_dir(path: str | Path) -> None:
     fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
     try:
         fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def read_small(path: str | Path) -> bytes:
+    """A small file's bytes with three system calls (no buffered file object): start-up
+    reads several per partition."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        parts = []
+        while chunk := os.read(fd, 1 << 16):
+            parts.append(chunk)
+        return b"".join(parts)
     finally:
         os.close(fd)
 
@@ -52,30 +68,60 @@ def atomic_write(path: str | Path, data: bytes) -> None:
     fsync_dir(path.parent)
 
 
-def write_offsets(path: str | Path, offsets: dict[tuple[str, int], int]) -> None:
-    lines = [str(CHECKPOINT_VERSION), str(len(offsets))]
-    lines += [f"{t} {p} {o}" for (t, p), o in sorted(offsets.items())]
+def write_offsets(
+    path: str | Path,
+    offsets: dict[tuple[str, int], int],
+    positions: Mapping[tuple[str, int], tuple[int, int]] | None = None,
+) -> None:
+    """Write an offset checkpoint; with ``positions``, version 1 (two more columns).
+
+    ``positions``: per partition, the base offset and size in bytes of its active
+    segment at the offset (-1 -1 where unknown): recovery-point-checkpoint's way of
+    saying "the log ended here", so a start needs no scan to know it (log_loader.py).
+    """
+    if positions is None:
+        lines = [str(CHECKPOINT_VERSION), str(len(offsets))]
+        lines += [f"{t} {p} {o}" for (t, p), o in sorted(offsets.items())]
+    else:
+        lines = [str(POSITIONS_VERSION), str(len(offsets))]
+        for (t, p), o in sorted(offsets.items()):
+            base, pos = positions.get((t, p), _NO_POSITION)
+            lines.append(f"{t} {p} {o} {base} {pos}")
     atomic_write(path, ("\n".join(lines) + "\n").encode())
 
 
 def read_offsets(path: str | Path) -> dict[tuple[str, int], int]:
     """Read a checkpoint; a missing file is empty, a malformed one is a StorageError."""
+    return read_offsets_and_positions(path)[0]
+
+
+def read_offsets_and_positions(
+    path: str | Path,
+) -> tuple[dict[tuple[str, int], int], dict[tuple[str, int], tuple[int, int]]]:
+    """Offsets and (version 1 only) the known (segment base, size) positions."""
     try:
         text = Path(path).read_text()
     except FileNotFoundError:
-        return {}
+        return {}, {}
     lines = text.splitlines()
     try:
-        if int(lines[0]) != CHECKPOINT_VERSION:
+        version = int(lines[0])
+        if version not in (CHECKPOINT_VERSION, POSITIONS_VERSION):
             raise ValueError(f"unknown version {lines[0]}")
         count = int(lines[1])
         out: dict[tuple[str, int], int] = {}
+        positions: dict[tuple[str, int], tuple[int, int]] = {}
         for line in lines[2 : 2 + count]:
-            topic, part, off = line.rsplit(" ", 2)
+            if version == CHECKPOINT_VERSION:
+                topic, part, off = line.rsplit(" ", 2)
+            else:
+                topic, part, off, base, pos = line.rsplit(" ", 4)
+                if int(base) >= 0 and int(pos) >= 0:
+                    positions[(topic, int(part))] = (int(base), int(pos))
             out[(topic, int(part))] = int(off)
         if len(out) != count:
             raise ValueError(f"expected {count} entries, found {len(out)}")
-        return out
+        return out, positions
     except (ValueError, IndexError) as e:
         raise StorageError(f"malformed checkpoint file {path}: {e}") from None
 

@@ -42,7 +42,16 @@ class _Index:
     ENTRY: struct.Struct
     _pos_field = 1
 
-    def __init__(self, path: Path, base_offset: int, max_bytes: int, *, writable: bool) -> None:
+    def __init__(
+        self,
+        path: str | Path,
+        base_offset: int,
+        max_bytes: int,
+        *,
+        writable: bool,
+        fresh: bool = False,
+    ) -> None:
+        """``fresh``: the segment is new, so no file is read (one is written on flush)."""
         self.path = path
         self.base_offset = base_offset
         self.width = self.ENTRY.size
@@ -54,7 +63,14 @@ class _Index:
         self.writable = False
         # The last entry's fields, kept in Python so appends never read the buffer back.
         self.last_key = self.last_value = _BEFORE_ANY
-        self._open(writable)
+        # Known to have no entries on disk (no file, or an empty one): closing an index
+        # that is still empty then has nothing to write (recovery of idle partitions).
+        self.disk_empty = False
+        if fresh:
+            self.writable = writable
+            self._buf = bytearray() if writable else None
+        else:
+            self._open(writable)
 
     # -- file lifecycle -------------------------------------------------------------
 
@@ -140,6 +156,10 @@ class _Index:
                 os.close(fd)
 
     def close(self) -> None:
+        if self.writable and not self.entries and self.disk_empty:
+            self._buf = None  # nothing to write, and no file worth making
+            self.writable = False
+            return
         if self.writable:
             self.trim()
         if self._buf is not None:

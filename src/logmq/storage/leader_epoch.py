@@ -8,10 +8,12 @@ in double failovers). The history is tiny and kept in ``leader-epoch-checkpoint`
 from __future__ import annotations
 
 import bisect
+import os
+import threading
 from pathlib import Path
 
 from logmq.errors import StorageError
-from logmq.storage.checkpoint import atomic_write
+from logmq.storage.checkpoint import atomic_write, fsync_dir, read_small
 
 UNDEFINED_EPOCH = -1
 UNDEFINED_OFFSET = -1
@@ -21,11 +23,17 @@ FILE_NAME = "leader-epoch-checkpoint"
 class LeaderEpochCache:
     """Sorted (epoch, start_offset) pairs; both columns strictly increase."""
 
-    def __init__(self, path: str | Path | None = None) -> None:
-        self.path = Path(path) if path is not None else None
+    def __init__(self, path: str | Path | None = None, *, exists: bool | None = None) -> None:
+        """``exists``: whether the file is there, when the caller already knows."""
+        self.path = path
         self._epochs: list[int] = []
         self._starts: list[int] = []
-        if self.path is not None and self.path.exists():
+        # assign(flush=False) leaves the file behind until flush(), which a worker thread
+        # may run (many partitions becoming leader at once): the lock keeps its write
+        # and the loop's from interleaving.
+        self.unflushed = False
+        self._lock = threading.Lock()
+        if path is not None and (os.path.exists(path) if exists is None else exists):
             self._load()
 
     def entries(self) -> list[tuple[int, int]]:
@@ -35,8 +43,12 @@ class LeaderEpochCache:
     def latest_epoch(self) -> int:
         return self._epochs[-1] if self._epochs else UNDEFINED_EPOCH
 
-    def assign(self, epoch: int, start_offset: int) -> None:
-        """Record that ``epoch`` starts at ``start_offset`` (called on the first append)."""
+    def assign(self, epoch: int, start_offset: int, *, flush: bool = True) -> None:
+        """Record that ``epoch`` starts at ``start_offset`` (called on the first append).
+
+        ``flush=False`` defers the write (``unflushed`` until ``flush()``): the first
+        append of the epoch writes it before its records (partition_log.py).
+        """
         if epoch < 0 or (self._epochs and epoch <= self._epochs[-1]):
             return
         # A newer epoch starting at or before older entries supersedes them.
@@ -45,7 +57,10 @@ class LeaderEpochCache:
             self._starts.pop()
         self._epochs.append(epoch)
         self._starts.append(start_offset)
-        self.flush()
+        if flush:
+            self.flush()
+        else:
+            self.unflushed = True
 
     def end_offset_for_epoch(self, epoch: int, log_end_offset: int) -> tuple[int, int]:
         """(largest epoch <= ``epoch``, the offset where it ends) as KIP-279 defines it."""
@@ -79,16 +94,31 @@ class LeaderEpochCache:
         self.flush()
 
     def flush(self) -> None:
+        with self._lock:
+            self.unflushed = False
+            self._flush()
+
+    def _flush(self) -> None:
         if self.path is None:
             return
         lines = ["0", str(len(self._epochs))]
         lines += [f"{e} {s}" for e, s in zip(self._epochs, self._starts, strict=True)]
-        atomic_write(self.path, ("\n".join(lines) + "\n").encode())
+        data = ("\n".join(lines) + "\n").encode()
+        try:
+            atomic_write(self.path, data)
+        except FileNotFoundError:
+            # A new log has no directory before its first write (partition_log.py); an
+            # epoch can start before any record. Make it, durably (the data directory
+            # holds its entry), then write.
+            directory = os.path.dirname(self.path)
+            os.makedirs(directory, exist_ok=True)
+            fsync_dir(os.path.dirname(directory) or ".")
+            atomic_write(self.path, data)
 
     def _load(self) -> None:
         assert self.path is not None
         try:
-            lines = self.path.read_text().splitlines()
+            lines = read_small(self.path).decode().splitlines()
             count = int(lines[1])
             for line in lines[2 : 2 + count]:
                 e, s = line.split()

@@ -21,7 +21,7 @@ from pathlib import Path
 from logmq.errors import CorruptRecordError
 from logmq.storage import segment_swap
 from logmq.storage.cleaned_install import allows_offset_gaps, read_cleaner_checkpoint
-from logmq.storage.compaction import NO_HORIZON
+from logmq.storage.compaction import CLEANER_CHECKPOINT, NO_HORIZON
 from logmq.storage.config import LogConfig
 from logmq.storage.leader_epoch import FILE_NAME as EPOCH_FILE
 from logmq.storage.leader_epoch import LeaderEpochCache
@@ -59,6 +59,7 @@ class LoadedLog:
     cleaned_before: bool  # a cleaner checkpoint exists: offsets may have gaps
     producer_state: ProducerStateManager
     leader_epochs: LeaderEpochCache
+    snapshot_current: bool  # a producer snapshot at the log end is on disk (or none needed)
 
 
 def load_log(
@@ -69,27 +70,49 @@ def load_log(
     clean_shutdown: bool,
     recovery_point: int | None,
     log_start_offset: int,
+    names: list[str] | None = None,
+    recovery_position: tuple[int, int] | None = None,
 ) -> LoadedLog:
     """Open the log in ``directory``; recover it unless it was shut down cleanly.
 
     ``recovery_point``: the offset up to which everything was flushed (recovery
-    starts at its segment; None re-validates all). An empty directory gets one
-    active segment at ``log_start_offset``.
+    starts at its segment; None re-validates all). ``recovery_position``: the
+    (base offset, size) the active segment had at that offset, if known: when the
+    last segment is still exactly that, the recovery point covers the whole log,
+    which is then neither scanned nor even opened. An empty directory gets one
+    active segment at ``log_start_offset``, whose file is made on first use.
+    ``names``: the directory's listing if the caller has it ([] for a directory it
+    has just made). The directory is listed once and only files it holds are opened:
+    with thousands of partitions, every system call per log counts.
     """
-    leader_epochs = LeaderEpochCache(directory / EPOCH_FILE)
-    segment_swap.recover(directory)  # a crash in the middle of a cleaner swap
-    checkpoint = read_cleaner_checkpoint(directory)
+    if names is None:
+        names = os.listdir(directory)
+    if segment_swap.interrupted(names):
+        segment_swap.recover(directory)  # a crash in the middle of a cleaner swap
+        names = os.listdir(directory)
+    epochs_path = os.path.join(directory, EPOCH_FILE)
+    leader_epochs = LeaderEpochCache(epochs_path, exists=EPOCH_FILE in names)
+    checkpoint = read_cleaner_checkpoint(directory) if CLEANER_CHECKPOINT in names else None
     cleaned_before = checkpoint is not None
     first_dirty = checkpoint.first_dirty_offset if checkpoint else 0
     horizon = checkpoint.next_delete_horizon if checkpoint else NO_HORIZON
-    bases = find_segment_bases(directory)
+    bases = find_segment_bases(directory, names)
     if not bases:
-        segments = [new_segment(max(log_start_offset, 0), active=True, create=True)]
+        start = max(log_start_offset, 0)
+        segments = [new_segment(start, active=True, create=True, defer_create=True)]
     else:
         segments = [new_segment(x, active=(x == bases[-1])) for x in bases]
     gaps = allows_offset_gaps(config, cleaned_before)
     cut = 0
-    if not clean_shutdown:
+    last = segments[-1]
+    if (
+        bases
+        and recovery_point is not None
+        and recovery_position == (last.base_offset, last.size)
+        and recovery_point >= last.base_offset
+    ):
+        last.known_end(recovery_point)  # the checkpoint covers it all: nothing to scan
+    elif bases and not clean_shutdown:
         cut += recover_segments(directory, segments, recovery_point, allow_gaps=gaps)
     try:
         end = segments[-1].next_offset
@@ -103,19 +126,29 @@ def load_log(
     leader_epochs.truncate_from_end(end)
     leader_epochs.truncate_from_start(start)
     producers = ProducerStateManager()
-    rebuild_producer_state(directory, segments, end, producers)
+    snap = rebuild_producer_state(directory, segments, end, producers, names)
+    current = snap == end or (len(segments) == 1 and not segments[0].size)
     return LoadedLog(
-        segments, start, end, cut, first_dirty, horizon, cleaned_before, producers, leader_epochs
+        segments,
+        start,
+        end,
+        cut,
+        first_dirty,
+        horizon,
+        cleaned_before,
+        producers,
+        leader_epochs,
+        current,
     )
 
 
-def find_segment_bases(directory: Path) -> list[int]:
-    """Base offsets of the segments in ``directory``, ascending.
+def find_segment_bases(directory: Path, names: list[str] | None = None) -> list[int]:
+    """Base offsets of the segments in ``directory`` (listed as ``names``), ascending.
 
     Removes what an interrupted delete (``.deleted``) or write (``.tmp``) left.
     """
     bases = []
-    for name in os.listdir(directory):
+    for name in os.listdir(directory) if names is None else names:
         if name.endswith((DELETED_SUFFIX, ".tmp")):
             (directory / name).unlink(missing_ok=True)
         elif name.endswith(LOG_SUFFIX) and name[:20].isdigit():
@@ -174,21 +207,27 @@ def rebuild_producer_state(
     segments: list[LogSegment],
     log_end_offset: int,
     producer_state: ProducerStateManager,
-) -> None:
+    names: list[str] | None = None,
+) -> int:
     """Load the latest producer snapshot at or below the log end, replay the rest.
 
     Snapshots above the log end (left by a truncation or a cut tail) are deleted.
+    ``names``: the directory's listing, if the caller has it. Returns the offset of
+    the snapshot loaded, -1 if none.
     """
-    delete_snapshots(directory, above=log_end_offset)
-    start = load_latest_snapshot(directory, producer_state, log_end_offset)
+    if names is None:
+        names = os.listdir(directory)
+    delete_snapshots(directory, above=log_end_offset, names=names)
+    snapshot = start = load_latest_snapshot(directory, producer_state, log_end_offset, names)
     if start < 0:
         start = segments[0].base_offset
     bases = [s.base_offset for s in segments]
     for seg in segments[max(0, bisect.bisect_right(bases, start) - 1) :]:
-        if seg.next_offset <= start:
-            continue
+        if seg.no_producers or seg.next_offset <= start:
+            continue  # nothing to replay: no second read of what recovery just scanned
         found = seg.locate(start)
         if found is None:
             continue
         for _, h in seg.iter_headers(found[0]):
             producer_state.replay(h)
+    return snapshot

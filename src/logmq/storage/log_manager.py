@@ -21,7 +21,8 @@ import os
 import shutil
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -36,7 +37,7 @@ from logmq.storage.log_cleaner import DEFAULT_BUFFER_BYTES, DEFAULT_INTERVAL_MS,
 from logmq.storage.open_files import OpenFileCache
 from logmq.storage.partition_log import AppendInfo, PartitionLog, parse_dir_name
 from logmq.storage.recompress import to_codec
-from logmq.storage.segment import run_sync
+from logmq.storage.segment import make_log_dir, run_sync
 
 log = logging.getLogger(__name__)
 
@@ -55,12 +56,47 @@ class _Committer:
     task: asyncio.Task[None] | None = None
 
 
+_CLOSE_THREADS = 16  # fsyncs in flight at once when closing many logs
+_TICK_SYNCS = 4  # background syncs in flight at once (the default thread pool is shared)
+
+
 def _run_jobs(jobs: list[Any]) -> None:
     for _, job in jobs:
         run_sync(job)
 
 
+def _make_dirs(plogs: list[PartitionLog], data_dir: Path) -> None:
+    """The directories of new logs, then one fsync of the data directory for them all."""
+    for plog in plogs:
+        if not plog.closed:  # deleted meanwhile: leave nothing behind
+            make_log_dir(plog.dir)
+    ckpt.fsync_dir(data_dir)
+
+
+def _try_run_jobs(jobs: list[Any]) -> OSError | None:
+    try:
+        _run_jobs(jobs)
+    except OSError as e:
+        return e
+    return None
+
+
+def _try_snapshot(plog: PartitionLog) -> Exception | None:
+    try:
+        plog.write_producer_snapshot()
+    except (OSError, StorageError) as e:
+        return e
+    return None
+
+
 TopicOverrides = Mapping[str, Mapping[str, str]]
+# An offset checkpoint's content: offsets, and the recovery point's positions
+_CheckpointValue = tuple[dict[tuple[str, int], int], dict[tuple[str, int], tuple[int, int]] | None]
+
+
+def _check_topic_name(topic: str) -> None:
+    if not topic or "/" in topic or topic in (".", ".."):
+        raise InvalidConfigError(f"invalid topic name {topic!r}")
 
 
 class LogManager:
@@ -102,6 +138,10 @@ class LogManager:
         self._committers: dict[tuple[str, int], _Committer] = {}
         self._tasks: list[asyncio.Task[None]] = []
         self._checkpoint_lock = threading.Lock()
+        self._checkpointed: dict[str, _CheckpointValue] = {}  # as last written
+        self._timed_flush: list[PartitionLog] | None = None  # logs with flush.ms; None: stale
+        self._changes_at_tick: dict[tuple[str, int], int] = {}  # unflushed logs, last tick
+        self._dir_jobs: set[asyncio.Future[None]] = set()  # directories of new logs
         self.cleaner_enabled = cleaner_enabled
         self.cleaner = LogCleaner(
             self.logs, interval_ms=cleaner_interval_ms, buffer_bytes=cleaner_buffer_bytes
@@ -140,9 +180,14 @@ class LogManager:
         upgrade_data_dir(self.data_dir, compacted=lambda t: self.config_for(t).compact)
         marker = self.data_dir / CLEAN_SHUTDOWN
         clean = marker.exists()
-        rps = ckpt.read_offsets(self.data_dir / RECOVERY_POINT_CHECKPOINT)
+        rps, positions = ckpt.read_offsets_and_positions(self.data_dir / RECOVERY_POINT_CHECKPOINT)
         hws = ckpt.read_offsets(self.data_dir / REPLICATION_OFFSET_CHECKPOINT)
         lsos = ckpt.read_offsets(self.data_dir / LOG_START_OFFSET_CHECKPOINT)
+        self._checkpointed = {
+            RECOVERY_POINT_CHECKPOINT: (rps, positions),
+            REPLICATION_OFFSET_CHECKPOINT: (hws, None),
+            LOG_START_OFFSET_CHECKPOINT: (lsos, None),
+        }
         for entry in sorted(os.scandir(self.data_dir), key=lambda e: e.name):
             if not entry.is_dir():
                 continue
@@ -160,6 +205,7 @@ class LogManager:
                     cache=self.cache,
                     clean_shutdown=clean,
                     recovery_point=rps.get(key),
+                    recovery_position=positions.get(key),
                     log_start_offset=lsos.get(key, 0),
                     high_watermark=hws.get(key, 0),
                 )
@@ -171,6 +217,7 @@ class LogManager:
             if not clean:
                 self.recovered_logs.append(entry.name)
             self._logs[key] = plog
+        self._timed_flush = None
         if clean:
             marker.unlink()
             ckpt.fsync_dir(self.data_dir)
@@ -193,6 +240,7 @@ class LogManager:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         self._tasks = []
+        await self._dirs_made()
         for c in list(self._committers.values()):
             if c.task is not None:
                 with contextlib.suppress(Exception):
@@ -204,8 +252,30 @@ class LogManager:
         ckpt.atomic_write(self.data_dir / CLEAN_SHUTDOWN, b"")
 
     def _close_all(self) -> list[Exception]:
+        """Close every log; the fsyncs of many logs run side by side.
+
+        With thousands of partitions, closing one after the other waits for thousands
+        of fsyncs in turn; issued from a pool, the file system commits them together.
+        The flush jobs are taken and the handles released on this thread (they touch
+        the shared open-file cache); only the fsyncs and snapshot writes go to the pool.
+        """
         errors: list[Exception] = []
-        for plog in self._logs.values():
+        logs = [p for p in self._logs.values() if not p.closed]
+        flushing = [(p, *p.flush_jobs()) for p in logs if p.needs_flush]
+        with ThreadPoolExecutor(_CLOSE_THREADS, thread_name_prefix="log-close") as pool:
+            done = pool.map(_try_run_jobs, [jobs for _, jobs, _ in flushing])
+            for (plog, jobs, mark), err in zip(flushing, done, strict=True):
+                if err is None:
+                    plog.flush_done(jobs, mark)
+                else:
+                    errors.append(StorageError(f"fsync failed in {plog.dir}: {err}"))
+            snapshots = [p for p in logs if p.needs_snapshot and not p.needs_flush]
+            for err in pool.map(_try_snapshot, snapshots):
+                if err is not None:
+                    errors.append(err)
+        for plog in logs:
+            if plog.needs_flush:
+                continue  # its fsync failed: closing would only fail again
             try:
                 plog.close()
             except (OSError, StorageError) as e:
@@ -235,18 +305,65 @@ class LogManager:
         self, topic: str, partition: int, overrides: dict[str, str] | None = None
     ) -> PartitionLog:
         key = (topic, partition)
-        if not topic or "/" in topic or topic in (".", ".."):
-            raise InvalidConfigError(f"invalid topic name {topic!r}")
-        if overrides:
-            self.set_topic_config(topic, overrides)
-        existing = self._logs.get(key)
-        if existing is not None:
-            return existing
-        path = self.data_dir / f"{topic}-{partition}"
-        plog = PartitionLog(path, self.config_for(topic), cache=self.cache)
-        ckpt.fsync_dir(self.data_dir)
-        self._logs[key] = plog
-        return plog
+        self.create_logs([key], {topic: overrides} if overrides else None)
+        return self._logs[key]
+
+    def create_logs(
+        self,
+        keys: Iterable[tuple[str, int]],
+        overrides: Mapping[str, Mapping[str, str]] | None = None,
+    ) -> list[PartitionLog]:
+        """Create the logs of ``keys`` that do not exist yet; returns the new ones.
+
+        A new log is usable at once and touches no disk on this thread: a worker
+        thread makes the directories (then fsyncs the data directory once), and a
+        log's first segment file is made by its first write (a write that comes
+        first makes the directory itself; its first sync makes both durable). A
+        topic of 10,000 partitions so costs the event loop no file-system calls, and
+        ``stop`` waits for the directories.
+        ``overrides``: per-topic config overrides to set first (where they changed).
+        """
+        for topic, wanted in (overrides or {}).items():
+            _check_topic_name(topic)
+            if wanted and dict(wanted) != self._topic_overrides.get(topic):
+                self.set_topic_config(topic, wanted)
+        made = []
+        try:
+            for key in keys:
+                if key in self._logs:
+                    continue
+                topic, partition = key
+                _check_topic_name(topic)
+                path = self.data_dir / f"{topic}-{partition}"
+                plog = PartitionLog(path, self.config_for(topic), cache=self.cache)
+                self._logs[key] = plog
+                made.append(plog)
+        finally:
+            self._timed_flush = None
+            if made:
+                self._make_dirs_soon(made)
+        return made
+
+    def _make_dirs_soon(self, plogs: list[PartitionLog]) -> None:
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # no event loop (tools, tests): here and now
+            _make_dirs(plogs, self.data_dir)
+            return
+        job = loop.run_in_executor(None, _make_dirs, plogs, self.data_dir)
+        self._dir_jobs.add(job)
+        job.add_done_callback(self._dir_job_done)
+
+    def _dir_job_done(self, job: asyncio.Future[None]) -> None:
+        self._dir_jobs.discard(job)
+        if not job.cancelled() and job.exception() is not None:
+            # Not fatal: a log's first write makes its directory if it is still missing.
+            log.error("making log directories in %s failed: %s", self.data_dir, job.exception())
+
+    async def _dirs_made(self) -> None:
+        """Wait for the directories of the logs created so far."""
+        while self._dir_jobs:
+            await asyncio.gather(*list(self._dir_jobs), return_exceptions=True)
 
     def get_log(self, topic: str, partition: int) -> PartitionLog | None:
         return self._logs.get((topic, partition))
@@ -260,6 +377,7 @@ class LogManager:
     def delete_log(self, topic: str, partition: int) -> None:
         """Remove a partition: rename its directory to ``*.delete`` (durable), then remove."""
         plog = self._logs.pop((topic, partition), None)
+        self._timed_flush = None
         path = self.data_dir / f"{topic}-{partition}"
         if plog is None:
             if self.offline_logs.pop((topic, partition), None) is None or not path.exists():
@@ -271,10 +389,11 @@ class LogManager:
             except OSError as e:  # deleting frees space: a full disk must not stop it
                 log.error("closing %s before deleting it: %s", plog, e)
             path = plog.dir
-        doomed = path.with_name(f"{path.name}.{int(time.time() * 1000)}{DELETE_SUFFIX}")
-        os.replace(path, doomed)
-        ckpt.fsync_dir(self.data_dir)
-        shutil.rmtree(doomed, ignore_errors=True)
+        if path.exists():  # a log never written has no directory
+            doomed = path.with_name(f"{path.name}.{int(time.time() * 1000)}{DELETE_SUFFIX}")
+            os.replace(path, doomed)
+            ckpt.fsync_dir(self.data_dir)
+            shutil.rmtree(doomed, ignore_errors=True)
         if not any(t == topic for t, _ in self._logs):
             self._topic_overrides.pop(topic, None)
 
@@ -285,6 +404,7 @@ class LogManager:
         """
         cfg = self.default_config.merged(dict(overrides))  # raises InvalidConfigError
         self._topic_overrides[topic] = {str(k): str(v) for k, v in overrides.items()}
+        self._timed_flush = None
         for (t, _), plog in self._logs.items():
             if t == topic:
                 plog.config = cfg
@@ -353,9 +473,10 @@ class LogManager:
         while c.waiters:
             waiting, c.waiters = c.waiters, []
             try:
-                jobs, offset, messages = plog.flush_jobs()
-                await asyncio.to_thread(_run_jobs, jobs)
-                plog.flush_done(jobs, offset, messages)
+                jobs, mark = plog.flush_jobs()
+                if jobs:
+                    await asyncio.to_thread(_run_jobs, jobs)
+                plog.flush_done(jobs, mark)
                 err: BaseException | None = None
             except (OSError, StorageError) as e:
                 err = StorageError(f"fsync failed for {plog.topic}-{plog.partition}: {e}")
@@ -368,8 +489,16 @@ class LogManager:
                     fut.set_exception(err)
 
     async def _flush_tick(self) -> None:
+        # Runs every flush_check_interval_ms: it looks only at logs whose topic sets
+        # flush.ms, so thousands of other partitions cost it nothing.
+        timed = self._timed_flush
+        if timed is None:
+            timed = [p for p in self._logs.values() if p.config.flush_ms is not None]
+            self._timed_flush = timed
+        if not timed:
+            return
         now = int(time.time() * 1000)
-        for plog in list(self._logs.values()):
+        for plog in list(timed):
             ms = plog.config.flush_ms
             if (
                 ms is not None
@@ -381,12 +510,30 @@ class LogManager:
 
     async def _checkpoint_tick(self) -> None:
         # Like Kafka's flush-on-roll: rolled segments become durable in the background,
-        # which lets the recovery point (and so crash recovery work) move forward.
-        for plog in list(self._logs.values()):
-            if not plog.closed and plog.recovery_point < plog.active_segment.base_offset:
-                await self.sync(plog)
-            if not plog.closed:
-                plog.delete_expired_files()  # retired segments whose delete delay passed
+        # which lets the recovery point (and so crash recovery work) move forward. So
+        # does a log written to before the last tick and not since: once a partition
+        # goes quiet its recovery point catches up, and a crash then scans only the
+        # partitions written to lately, not every partition ever written.
+        due = []
+        seen = self._changes_at_tick
+        self._changes_at_tick = {}
+        for key, plog in list(self._logs.items()):
+            if plog.closed:
+                continue
+            changes = plog.changes
+            if plog.recovery_point < plog.active_segment.base_offset or (
+                plog.needs_flush and seen.get(key) == changes
+            ):
+                due.append(plog)
+            elif plog.needs_flush:
+                self._changes_at_tick[key] = changes
+            plog.delete_expired_files()  # retired segments whose delete delay passed
+        for i in range(0, len(due), _TICK_SYNCS):  # a bounded share of the worker threads
+            batch = due[i : i + _TICK_SYNCS]
+            results = await asyncio.gather(*(self.sync(p) for p in batch), return_exceptions=True)
+            for plog, result in zip(batch, results, strict=True):
+                if isinstance(result, Exception):
+                    log.error("background flush of %s failed: %s", plog, result)
         await self.checkpoint()
 
     def _close_idle(self) -> int:
@@ -415,20 +562,25 @@ class LogManager:
         """
         return await self.cleaner.clean(plog, force=force)
 
-    def _checkpoint_values(self) -> list[tuple[str, dict[tuple[str, int], int]]]:
+    def _checkpoint_values(self) -> list[tuple[str, _CheckpointValue]]:
         logs = list(self._logs.items())
+        positions = {k: p.recovery_position for k, p in logs if p.recovery_position is not None}
         return [
-            (RECOVERY_POINT_CHECKPOINT, {k: p.recovery_point for k, p in logs}),
-            (REPLICATION_OFFSET_CHECKPOINT, {k: p.high_watermark for k, p in logs}),
-            (LOG_START_OFFSET_CHECKPOINT, {k: p.log_start_offset for k, p in logs}),
+            (RECOVERY_POINT_CHECKPOINT, ({k: p.recovery_point for k, p in logs}, positions)),
+            (REPLICATION_OFFSET_CHECKPOINT, ({k: p.high_watermark for k, p in logs}, None)),
+            (LOG_START_OFFSET_CHECKPOINT, ({k: p.log_start_offset for k, p in logs}, None)),
         ]
 
-    def _write_offset_files(self, values: list[tuple[str, dict[tuple[str, int], int]]]) -> None:
+    def _write_offset_files(self, values: list[tuple[str, _CheckpointValue]]) -> None:
         # One writer at a time: the files share fixed temp names, and the periodic
-        # checkpoint (a worker thread) may meet one written on demand.
+        # checkpoint (a worker thread) may meet one written on demand. A file whose
+        # content would not change is not rewritten: idle partitions cost no fsyncs.
         with self._checkpoint_lock:
-            for name, offsets in values:
-                ckpt.write_offsets(self.data_dir / name, offsets)
+            for name, value in values:
+                if self._checkpointed.get(name) == value:
+                    continue
+                ckpt.write_offsets(self.data_dir / name, *value)
+                self._checkpointed[name] = value
 
     async def checkpoint(self) -> None:
         """Write the offset checkpoints now, off the event loop (values taken on it)."""

@@ -15,10 +15,11 @@ from __future__ import annotations
 
 import bisect
 import logging
+import os
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from logmq.errors import (
     CorruptRecordError,
@@ -38,7 +39,7 @@ from logmq.storage.producer_state import (
     list_snapshots,
     write_snapshot,
 )
-from logmq.storage.segment import BatchInfo, FileSlice, LogSegment, run_sync
+from logmq.storage.segment import BatchInfo, FileSlice, LogSegment, make_log_dir, run_sync
 from logmq.storage.stamping import (
     F_LAST_OFFSET_DELTA,
     F_LENGTH,
@@ -67,6 +68,17 @@ EARLIEST_TIMESTAMP = -2
 LATEST_TIMESTAMP = -1
 
 
+class FlushMark(NamedTuple):
+    """What a flush covers once its jobs are done: taken when the jobs were."""
+
+    offset: int  # the log end offset then
+    messages: int  # messages appended until then
+    changes: int  # PartitionLog._changes then
+    truncations: int  # PartitionLog._truncations then
+    base: int  # the active segment's base offset then
+    position: int  # and its size
+
+
 def parse_dir_name(name: str) -> tuple[str, int]:
     """``<topic>-<partition>`` -> (topic, partition); topics may contain dashes."""
     topic, _, part = name.rpartition("-")
@@ -91,15 +103,26 @@ class PartitionLog:
         log_start_offset: int = 0,
         high_watermark: int = 0,
         clock: Callable[[], int] = _now_ms,
+        recovery_position: tuple[int, int] | None = None,
     ) -> None:
+        """``recovery_point``/``recovery_position``: from the recovery-point checkpoint
+        (log_loader.load_log says how they bound the work of opening the log)."""
         self.dir = Path(directory)
         self.topic, self.partition = parse_dir_name(self.dir.name)
         self.config = config or LogConfig()
         self.cache = cache if cache is not None else OpenFileCache()
         self.clock = clock
-        self.dir.mkdir(parents=True, exist_ok=True)
+        # A new log writes nothing here: its directory comes from the LogManager (a
+        # worker thread) or its first write, its first segment file from that write
+        # (LogSegment), so creating 10,000 partitions costs the caller no file writes.
+        names: list[str] | None = None if os.path.isdir(self.dir) else []
         self._appended_messages = 0
         self._flushed_messages = 0
+        # Counts writes, rolls and truncations; a flush or a producer snapshot is only
+        # due at close when one happened since the last (an idle log then costs none).
+        self._changes = 0
+        self._flushed_changes = 0
+        self._snapshot_changes: int | None = None
         self.last_flush_ms = clock()
         self._pending_deletes = retention.PendingDeletes()
         self.closed = False
@@ -110,13 +133,24 @@ class PartitionLog:
             clean_shutdown=clean_shutdown,
             recovery_point=recovery_point,
             log_start_offset=log_start_offset,
+            names=names,
+            recovery_position=recovery_position,
         )
         self.segments: list[LogSegment] = loaded.segments
         self._bases = [s.base_offset for s in self.segments]
         self.log_start_offset = loaded.log_start_offset
         self.log_end_offset = loaded.log_end_offset
         self.recovery_point = self.log_end_offset
+        last = self.segments[-1]
+        # (active segment base, its size) at the recovery point, while known: what the
+        # recovery-point checkpoint records so that a start can skip the scan.
+        self.recovery_position: tuple[int, int] | None = (last.base_offset, last.size)
+        self._truncations = 0
         self.cut_bytes = loaded.cut_bytes  # bytes recovery removed at open
+        if self.cut_bytes:
+            self._changes = 1  # the cut reaches the disk with the next flush
+        if loaded.snapshot_current:
+            self._snapshot_changes = self._changes
         self.producer_state = loaded.producer_state
         self.leader_epochs = loaded.leader_epochs
         # Compaction state (log_cleaner.py): where the dirty section starts, the earliest
@@ -126,7 +160,9 @@ class PartitionLog:
         self.cleaned_before = loaded.cleaned_before
         self._hw = min(max(high_watermark, 0), self.log_end_offset)
 
-    def _segment(self, base: int, *, active: bool = False, create: bool = False) -> LogSegment:
+    def _segment(
+        self, base: int, *, active: bool = False, create: bool = False, defer_create: bool = False
+    ) -> LogSegment:
         seg = LogSegment(
             self.dir,
             base,
@@ -135,6 +171,7 @@ class PartitionLog:
             cache=self.cache,
             active=active,
             create=create,
+            defer_create=defer_create,
         )
         seg.created_ms = self.clock()
         return seg
@@ -209,6 +246,8 @@ class PartitionLog:
             w, pending = stamped
             parts, size, batches = w.parts, w.size, w.infos
             nxt, max_ts, count = w.next_offset, w.max_timestamp, w.record_count
+        if self.leader_epochs.unflushed:  # the epoch's start is on disk before its records
+            self.leader_epochs.flush()
         self._write(parts, size, batches, first, nxt, max_ts)
         if pending:
             self.producer_state.commit(pending)
@@ -317,6 +356,7 @@ class PartitionLog:
             seg = self.roll(first)
         seg.append(parts, size, batches, next_offset)
         self.log_end_offset = next_offset
+        self._changes += 1
 
     def _segment_expired(
         self, seg: LogSegment, timestamp: int | None, now_ms: int | None = None
@@ -346,6 +386,7 @@ class PartitionLog:
         old = self.active_segment
         if not old.size and old.base_offset == base:
             return old
+        self._changes += 1
         try:
             if base == self.log_end_offset:
                 # A snapshot per segment bounds the header replay after a crash.
@@ -435,6 +476,7 @@ class PartitionLog:
         self._check_open()
         if offset >= self.log_end_offset:
             return
+        self._changes += 1
         offset = max(offset, 0)
         while len(self.segments) > 1 and self.segments[-1].base_offset >= offset:
             self._retire(self.segments.pop())
@@ -452,6 +494,8 @@ class PartitionLog:
                 seg.close()  # reopens lazily with writable, preallocated indexes
                 seg.active = True
             self.log_end_offset = seg.truncate_to(offset)
+        self._truncations += 1
+        self.recovery_position = None  # until a flush covers the new end
         leo = self.log_end_offset
         self.log_start_offset = min(self.log_start_offset, leo)
         self._hw = min(self._hw, leo)
@@ -464,11 +508,15 @@ class PartitionLog:
     def truncate_fully_and_start_at(self, offset: int) -> None:
         """Drop everything and restart the log at ``offset`` (a follower far behind)."""
         self._check_open()
+        make_log_dir(self.dir)
+        self._changes += 1
         for seg in self.segments:
             self._retire(seg)
         seg = self._segment(offset, active=True, create=True)
         self.segments, self._bases = [seg], [offset]
         self.log_start_offset = self.log_end_offset = self.recovery_point = self._hw = offset
+        self._truncations += 1
+        self.recovery_position = (offset, 0)
         self.first_dirty_offset = offset
         self.leader_epochs.clear()
         self.producer_state.clear()
@@ -548,46 +596,81 @@ class PartitionLog:
 
     # -- durability -----------------------------------------------------------------------
 
-    def flush_jobs(self) -> tuple[list[Any], int, int]:
-        """Segments needing an fsync, the offset they cover and the message count.
+    @property
+    def changes(self) -> int:
+        """Writes, rolls and truncations so far: equal counts mean nothing happened."""
+        return self._changes
+
+    @property
+    def needs_flush(self) -> bool:
+        """Written, rolled or truncated since the last flush began."""
+        return self._changes != self._flushed_changes
+
+    def flush_jobs(self) -> tuple[list[Any], FlushMark]:
+        """Segments needing an fsync, and what they cover (none if nothing changed).
 
         Call on the event loop thread; run the jobs with ``run_sync`` anywhere, then
         ``flush_done``. Holding file references keeps descriptors open meanwhile.
         """
         self._check_open()
+        last = self.segments[-1]
+        mark = FlushMark(
+            self.log_end_offset,
+            self._appended_messages,
+            self._changes,
+            self._truncations,
+            last.base_offset,
+            last.size,
+        )
+        if not self.needs_flush:
+            return [], mark
         i = max(0, bisect.bisect_right(self._bases, self.recovery_point) - 1)
         jobs = [(seg, seg.sync_job()) for seg in self.segments[i:]]
-        return jobs, self.log_end_offset, self._appended_messages
+        return jobs, mark
 
-    def flush_done(self, jobs: list[Any], offset: int, messages: int) -> None:
+    def flush_done(self, jobs: list[Any], mark: FlushMark) -> None:
         for seg, job in jobs:
-            seg.flushed_size = max(seg.flushed_size, job[1])
-        self.recovery_point = max(self.recovery_point, min(offset, self.log_end_offset))
-        self._flushed_messages = max(self._flushed_messages, messages)
+            seg.synced(job)
+        if mark.truncations == self._truncations and mark.offset >= self.recovery_point:
+            self.recovery_point = mark.offset  # not truncated since: still in the log
+            self.recovery_position = (mark.base, mark.position)
+        self._flushed_messages = max(self._flushed_messages, mark.messages)
+        self._flushed_changes = max(self._flushed_changes, mark.changes)
         self.last_flush_ms = self.clock()
 
     def flush(self) -> None:
         """fsync everything appended so far, synchronously."""
-        jobs, offset, messages = self.flush_jobs()
+        jobs, mark = self.flush_jobs()
         try:
             for _, job in jobs:
                 run_sync(job)
         except OSError as e:
             raise StorageError(f"fsync failed in {self.dir}: {e}") from e
-        self.flush_done(jobs, offset, messages)
+        self.flush_done(jobs, mark)
 
     def write_producer_snapshot(self) -> None:
         write_snapshot(self.dir, self.producer_state, self.log_end_offset)
+        self._snapshot_changes = self._changes
         snaps = list_snapshots(self.dir)
         if len(snaps) > 2:
             delete_snapshots(self.dir, below=snaps[-2])
 
+    @property
+    def needs_snapshot(self) -> bool:
+        """No producer snapshot on disk matches the log as it is now."""
+        return self._snapshot_changes != self._changes
+
     def close(self) -> None:
-        """Flush, snapshot producer state, trim indexes and release every handle."""
+        """Flush, snapshot producer state, trim indexes and release every handle.
+
+        A log unchanged since it opened (or since its last flush and snapshot) is
+        neither fsynced nor snapshotted again.
+        """
         if self.closed:
             return
         self.flush()
-        self.write_producer_snapshot()
+        if self.needs_snapshot:
+            self.write_producer_snapshot()
         for seg in self.segments:
             seg.close()
         self.delete_expired_files(1 << 62)  # nothing reads them after close

@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import os
 from collections import deque
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -18,7 +19,7 @@ import msgpack
 
 from logmq.errors import InvalidProducerEpochError, OutOfOrderSequenceError
 from logmq.storage.batch import BatchHeader
-from logmq.storage.checkpoint import atomic_write
+from logmq.storage.checkpoint import atomic_write, read_small
 
 log = logging.getLogger(__name__)
 
@@ -151,9 +152,10 @@ def snapshot_path(directory: Path, offset: int) -> Path:
     return directory / f"{offset:020d}{SNAPSHOT_SUFFIX}"
 
 
-def list_snapshots(directory: Path) -> list[int]:
+def list_snapshots(directory: Path, names: Iterable[str] | None = None) -> list[int]:
+    """Snapshot offsets, ascending; ``names``: the directory's listing, if already read."""
     out = []
-    for name in os.listdir(directory):
+    for name in os.listdir(directory) if names is None else names:
         if name.endswith(SNAPSHOT_SUFFIX) and name[:20].isdigit():
             out.append(int(name[:20]))
     return sorted(out)
@@ -163,13 +165,19 @@ def write_snapshot(directory: Path, state: ProducerStateManager, offset: int) ->
     atomic_write(snapshot_path(directory, offset), state.to_bytes(offset))
 
 
-def load_latest_snapshot(directory: Path, state: ProducerStateManager, max_offset: int) -> int:
+def load_latest_snapshot(
+    directory: Path,
+    state: ProducerStateManager,
+    max_offset: int,
+    names: Iterable[str] | None = None,
+) -> int:
     """Load the newest readable snapshot at or below ``max_offset``; returns its offset or -1."""
-    for off in reversed(list_snapshots(directory)):
+    for off in reversed(list_snapshots(directory, names)):
         if off > max_offset:
             continue
         try:
-            return state.load_bytes(snapshot_path(directory, off).read_bytes())
+            name = f"{off:020d}{SNAPSHOT_SUFFIX}"
+            return state.load_bytes(read_small(os.path.join(directory, name)))
         except (OSError, ValueError, KeyError, TypeError, msgpack.UnpackException) as e:
             log.warning("ignoring unreadable producer snapshot %d: %s", off, e)
     state.clear()
@@ -177,9 +185,13 @@ def load_latest_snapshot(directory: Path, state: ProducerStateManager, max_offse
 
 
 def delete_snapshots(
-    directory: Path, *, above: int | None = None, below: int | None = None
+    directory: Path,
+    *,
+    above: int | None = None,
+    below: int | None = None,
+    names: Iterable[str] | None = None,
 ) -> None:
     """Remove snapshots with offset > ``above`` or < ``below``."""
-    for off in list_snapshots(directory):
+    for off in list_snapshots(directory, names):
         if (above is not None and off > above) or (below is not None and off < below):
             snapshot_path(directory, off).unlink(missing_ok=True)

@@ -35,6 +35,15 @@ _IOV_MAX = 1000
 _MAX_HINTS = 64
 
 
+def make_log_dir(directory: str | Path) -> None:
+    """Make a log's directory if missing: a new log has none until its first write.
+
+    Not fsynced here: the first sync of a new segment fsyncs its directory and the
+    data directory too (``LogSegment.sync_job``), before any recovery point covers it.
+    """
+    os.makedirs(directory, exist_ok=True)
+
+
 def segment_name(base_offset: int, suffix: str) -> str:
     return f"{base_offset:020d}{suffix}"
 
@@ -49,9 +58,10 @@ class SharedFile:
 
     __slots__ = ("fd", "name")
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, *, create: bool = False) -> None:
         self.name = str(path)
-        self.fd = os.open(path, os.O_RDWR)
+        self.fd = -1  # until the open succeeds (__del__ must not fail if it does not)
+        self.fd = os.open(path, os.O_RDWR | (os.O_CREAT | os.O_EXCL if create else 0), 0o644)
 
     def fileno(self) -> int:
         return self.fd
@@ -107,20 +117,33 @@ class LogSegment:
         cache: OpenFileCache,
         active: bool = False,
         create: bool = False,
+        defer_create: bool = False,
     ) -> None:
+        """``create``: a new, empty segment. ``defer_create`` leaves making its file to
+        the first open: a fresh partition costs no file until something touches it."""
         self.dir = directory
+        self._dirname = os.fspath(directory)
         self.base_offset = base_offset
         self.index_interval = index_interval
         self.index_bytes = index_bytes
         self.cache = cache
         self.active = active
-        self.log_path = directory / segment_name(base_offset, LOG_SUFFIX)
-        self.index_path = directory / segment_name(base_offset, INDEX_SUFFIX)
-        self.time_index_path = directory / segment_name(base_offset, TIME_INDEX_SUFFIX)
-        if create:
-            fd = os.open(self.log_path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+        # Until the first open: the log file is still to be made (deferred creation),
+        # and no index files exist yet, so opening needs no look at the disk.
+        self._unborn = create and defer_create
+        self._new = create
+        # Directories whose new entries (this segment's file, the log's directory) the
+        # first sync must make durable too.
+        self._unsynced_dirs = [self._dirname, os.path.dirname(self._dirname)] if create else []
+        if create and not defer_create:
+            fd = os.open(self._file_path(LOG_SUFFIX), os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
             os.close(fd)
-        self.size = os.stat(self.log_path).st_size
+        if create:
+            self.size = 0
+        else:  # a string path: no Path object per segment at start-up
+            self.size = os.stat(
+                os.path.join(directory, segment_name(base_offset, LOG_SUFFIX))
+            ).st_size
         self.verified = VerifiedRanges()
         self._file: SharedFile | None = None
         self._index: OffsetIndex | None = None
@@ -132,7 +155,28 @@ class LogSegment:
         self._hints: dict[int, tuple[int, b.BatchHeader | None]] = {}
         self.created_ms: int | None = None  # set by the partition log (for segment.ms)
         self._first_batch_ts: int | None = None  # read lazily from the file
+        # Recovery saw every batch and none had a producer id: replaying this segment's
+        # headers into producer state would change nothing (log_loader skips it).
+        self.no_producers = False
         self.flushed_size = self.size
+
+    # Paths are made when used, not kept: thousands of idle segments would hold three
+    # Path objects each for files nobody opens.
+    @property
+    def log_path(self) -> Path:
+        return self.dir / segment_name(self.base_offset, LOG_SUFFIX)
+
+    @property
+    def index_path(self) -> Path:
+        return self.dir / segment_name(self.base_offset, INDEX_SUFFIX)
+
+    @property
+    def time_index_path(self) -> Path:
+        return self.dir / segment_name(self.base_offset, TIME_INDEX_SUFFIX)
+
+    def _file_path(self, suffix: str) -> str:
+        """A file's path as a string: cheaper than a Path on the paths every open takes."""
+        return os.path.join(self._dirname, segment_name(self.base_offset, suffix))
 
     # -- handles ----------------------------------------------------------------------
 
@@ -141,25 +185,65 @@ class LogSegment:
             self.cache.touch(self)
             return
         if not indexes:  # recovery rebuilds them
-            self._file = SharedFile(self.log_path)
-            self._reset_indexes()
+            self._file = SharedFile(self._file_path(LOG_SUFFIX))
+            self._reset_indexes(unlink=False)
             self.cache.touch(self)
             return
-        missing = not (self.index_path.exists() and self.time_index_path.exists())
-        self._file = SharedFile(self.log_path)
+        if self._new:
+            self._open_new()
+            return
+        index_path, time_index_path = (
+            self._file_path(INDEX_SUFFIX),
+            self._file_path(TIME_INDEX_SUFFIX),
+        )
+        missing = not (os.path.exists(index_path) and os.path.exists(time_index_path))
+        self._file = SharedFile(self._file_path(LOG_SUFFIX))
         try:
             self._index = OffsetIndex(
-                self.index_path, self.base_offset, self.index_bytes, writable=self.active
+                index_path, self.base_offset, self.index_bytes, writable=self.active
             )
             self._time_index = TimeIndex(
-                self.time_index_path, self.base_offset, self.index_bytes, writable=self.active
+                time_index_path, self.base_offset, self.index_bytes, writable=self.active
             )
             self._index.sanity_check(max(self.size, 1))
             if missing and self.size:
                 raise IndexCorruptError(f"index of {self.log_path} missing")
         except IndexCorruptError as e:
-            log.warning("rebuilding indexes of %s: %s", self.log_path, e)
+            if missing and self.active:  # recovered, still empty when closed: never written
+                log.debug("rebuilding indexes of %s: %s", self.log_path, e)
+            else:
+                log.warning("rebuilding indexes of %s: %s", self.log_path, e)
             self._rebuild_indexes()
+        self.cache.touch(self)
+
+    def _open_new(self) -> None:
+        """First open of a segment this process created: empty in-memory indexes."""
+        try:
+            try:
+                self._file = SharedFile(self._file_path(LOG_SUFFIX), create=self._unborn)
+            except FileNotFoundError:
+                if not self._unborn:
+                    raise
+                make_log_dir(self._dirname)  # the first write to a new log
+                self._file = SharedFile(self._file_path(LOG_SUFFIX), create=True)
+        except OSError as e:
+            raise storage_error_for(e, f"creating {self.log_path}") from e
+        self._unborn = self._new = False
+        writable = self.active
+        self._index = OffsetIndex(
+            self._file_path(INDEX_SUFFIX),
+            self.base_offset,
+            self.index_bytes,
+            writable=writable,
+            fresh=True,
+        )
+        self._time_index = TimeIndex(
+            self._file_path(TIME_INDEX_SUFFIX),
+            self.base_offset,
+            self.index_bytes,
+            writable=writable,
+            fresh=True,
+        )
         self.cache.touch(self)
 
     def close_handles(self) -> None:
@@ -221,6 +305,11 @@ class LogSegment:
             nxt = h.next_offset
             ts = max(ts, h.max_timestamp)
         self._next_offset, self._max_timestamp = nxt, ts
+
+    def known_end(self, next_offset: int) -> None:
+        """The segment is known to end at ``next_offset`` (a recovery point covering it
+        all): no tail scan, no open. Its max timestamp is still read when asked for."""
+        self._next_offset = next_offset
 
     @property
     def next_offset(self) -> int:
@@ -309,6 +398,7 @@ class LogSegment:
             self.verified.add(pos, end)
         self._next_offset = next_offset
         self._max_timestamp = max_ts
+        self.no_producers = False  # what was appended is not known to be free of them
 
     def _write(self, fd: int, parts: list[Any], size: int, pos: int) -> None:
         try:
@@ -441,18 +531,52 @@ class LogSegment:
         except CorruptRecordError as e:
             log.error("index rebuild of %s stopped: %s", self.log_path, e)
 
-    def _reset_indexes(self) -> None:
+    def _reset_indexes(self, *, unlink: bool = True) -> None:
+        """Start both indexes empty, in memory; their files are rewritten whole on flush.
+
+        ``unlink=False`` (recovery) leaves the files alone until then: they only ever
+        list batches that exist, unless recovery cuts the log (it then removes them).
+        """
         for idx in (self._index, self._time_index):
             if idx is not None:
                 idx.close()
-        for path in (self.index_path, self.time_index_path):
-            path.unlink(missing_ok=True)
+        if unlink:
+            self._unlink_indexes()
         self._index = OffsetIndex(
-            self.index_path, self.base_offset, self.index_bytes, writable=True
+            self._file_path(INDEX_SUFFIX),
+            self.base_offset,
+            self.index_bytes,
+            writable=True,
+            fresh=True,
         )
         self._time_index = TimeIndex(
-            self.time_index_path, self.base_offset, self.index_bytes, writable=True
+            self._file_path(TIME_INDEX_SUFFIX),
+            self.base_offset,
+            self.index_bytes,
+            writable=True,
+            fresh=True,
         )
+
+    def _unlink_indexes(self) -> None:
+        for path in (self.index_path, self.time_index_path):
+            path.unlink(missing_ok=True)
+
+    def _drop_stale_index_files(self) -> None:
+        """Remove non-empty index files the recovered (in-memory) indexes replace.
+
+        They may list batches recovery cut (or a format upgrade moved), and a later
+        open must never trust them; empty ones (the usual case) are left alone, which
+        saves two file-system writes per recovered partition.
+        """
+        for idx in (self._index, self._time_index):
+            assert idx is not None
+            path = idx.path
+            try:
+                if os.stat(path).st_size:
+                    os.unlink(path)
+            except FileNotFoundError:
+                pass
+            idx.disk_empty = True
 
     def _reindex(self, headers: Iterator[tuple[int, Any]]) -> None:
         assert self._index is not None and self._time_index is not None
@@ -480,9 +604,10 @@ class LogSegment:
         if self._file is None:
             self._open(indexes=False)
         else:
-            self._reset_indexes()
+            self._reset_indexes(unlink=False)
         scan = RecoveryScan(self.file.fileno(), self.size, self.base_offset, allow_gaps=allow_gaps)
         self._reindex(iter(scan))
+        self.no_producers = not scan.producers
         valid, reason = scan.valid, scan.reason
         cut = self.size - valid
         if cut:
@@ -495,6 +620,8 @@ class LogSegment:
             )
             os.ftruncate(self.file.fileno(), valid)
             self.size = valid
+        if self.active:  # a rolled segment's index files were just rewritten (trim)
+            self._drop_stale_index_files()
         self._hints.clear()
         self._first_batch_ts = None
         self.verified = VerifiedRanges()
@@ -530,12 +657,19 @@ class LogSegment:
         if self._time_index is not None:
             self._time_index.trim()
 
-    def sync_job(self) -> tuple[SharedFile, int, list[Path]]:
+    def sync_job(self) -> tuple[SharedFile, int, list[Any]]:
         """What a worker thread needs to make this segment durable (see run_sync)."""
         # The active segment's indexes are rebuilt by recovery anyway; rolled segments'
-        # indexes must be durable once the recovery point passes them.
-        paths = [] if self.active else [self.index_path, self.time_index_path]
-        return self.file, self.size, paths
+        # indexes must be durable once the recovery point passes them. A new segment's
+        # directory entries must be too (until a sync succeeds: ``synced``).
+        paths: list[Any] = [] if self.active else [self.index_path, self.time_index_path]
+        return self.file, self.size, paths + self._unsynced_dirs
+
+    def synced(self, job: tuple[SharedFile, int, list[Any]]) -> None:
+        """``job`` (from ``sync_job``) succeeded."""
+        self.flushed_size = max(self.flushed_size, job[1])
+        if self._unsynced_dirs and set(self._unsynced_dirs) <= set(job[2]):
+            self._unsynced_dirs = []
 
     def close(self) -> None:
         self.close_handles()
@@ -565,7 +699,8 @@ class LogSegment:
 
 
 def run_sync(job: tuple[SharedFile, int, list[Path]]) -> int:
-    """fdatasync a segment's log and fsync its indexes; runs in a worker thread.
+    """fdatasync a segment's log and fsync its indexes (and directories whose new
+    entries must last); runs in a worker thread.
 
     The job holds its own file reference, so eviction meanwhile cannot close the
     descriptor under us. Returns the log size made durable.

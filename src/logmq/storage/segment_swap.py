@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Iterable
 from pathlib import Path
 
 from logmq.errors import CorruptRecordError
@@ -93,6 +94,11 @@ def finish(directory: Path, base: int) -> None:
             os.replace(src, src.with_name(src.name[: -len(SWAP_SUFFIX)]))
         except FileNotFoundError:
             log.warning("no %s: the index will be rebuilt", src)
+
+
+def interrupted(names: Iterable[str]) -> bool:
+    """Whether a directory listing shows a swap to finish or undo (``recover``)."""
+    return any(n == MANIFEST or n.endswith((CLEANED_SUFFIX, SWAP_SUFFIX)) for n in names)
 
 
 def recover(directory: Path) -> int:

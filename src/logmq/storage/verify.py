@@ -80,6 +80,7 @@ class RecoveryScan:
         self.allow_gaps = allow_gaps  # compacted logs: offsets only increase
         self.valid = 0
         self.reason = ""
+        self.producers = False  # a valid batch had a producer id (idempotent producer)
 
     def __iter__(self) -> Iterator[tuple[int, b.BatchHeader]]:
         need = 0
@@ -109,6 +110,8 @@ class RecoveryScan:
                     self.reason = str(e)
                     return
                 yield self.valid + pos, h
+                if h.producer_id >= 0:
+                    self.producers = True
                 expect, epoch = h.next_offset, h.leader_epoch
                 pos += h.size
             self.valid += pos
