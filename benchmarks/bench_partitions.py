@@ -351,6 +351,80 @@ def cluster_table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(out)
 
 
+# The "before" curves of the chart: the run of 2026-11-25 01:00 UTC, before issue 16
+# (docs/benchmarks.md, "Ten thousand partitions (issue 16): before"), records per second.
+BEFORE = {
+    "consume": {1: 1_556_000, 100: 851_000, 1000: 74_000, 10000: 1_100},
+    "produce, spread": {1: 584_000, 100: 394_000, 1000: 70_000, 10000: 7_000},
+    "produce, keyless": {1: 576_000, 100: 551_000, 1000: 559_000, 10000: 495_000},
+}
+COLOURS = {"consume": "#1f77b4", "produce, spread": "#d62728", "produce, keyless": "#2ca02c"}
+
+
+def chart_svg(rows: list[dict[str, Any]]) -> str:
+    """Rates against partition count, log-log, after (solid) and before (dashed): a
+    hand-written SVG, so the benchmark needs no plotting library."""
+    import math
+
+    after = {
+        "consume": {r["partitions"]: r["consume"]["records_per_sec"] for r in rows},
+        "produce, spread": {r["partitions"]: r["produce_spread"]["records_per_sec"] for r in rows},
+        "produce, keyless": {r["partitions"]: r["produce_sticky"]["records_per_sec"] for r in rows},
+    }
+    w, h, left, right, top, bottom = 720, 420, 70, 190, 20, 50
+    xs = sorted({p for series in (*after.values(), *BEFORE.values()) for p in series})
+    x_lo, x_hi = math.log10(max(1, xs[0])), math.log10(max(10, xs[-1]))
+    y_lo, y_hi = 2.0, 7.0  # 100 to 10 M records/s
+
+    def px(p: float) -> float:
+        return left + (math.log10(max(p, 1)) - x_lo) / (x_hi - x_lo or 1) * (w - left - right)
+
+    def py(v: float) -> float:
+        y = min(max(math.log10(max(v, 1)), y_lo), y_hi)
+        return top + (y_hi - y) / (y_hi - y_lo) * (h - top - bottom)
+
+    out = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" '
+        'font-family="sans-serif" font-size="12">',
+        f'<rect width="{w}" height="{h}" fill="white"/>',
+    ]
+    for e in range(int(y_lo), int(y_hi) + 1):
+        y = py(10**e)
+        out.append(f'<line x1="{left}" y1="{y:.1f}" x2="{w - right}" y2="{y:.1f}" stroke="#ddd"/>')
+        label = f"{10**e / 1000:,.0f} k" if e < 6 else f"{10**e / 1e6:,.0f} M"
+        out.append(f'<text x="{left - 6}" y="{y + 4:.1f}" text-anchor="end">{label}</text>')
+    for p in xs:
+        x = px(p)
+        out.append(f'<line x1="{x:.1f}" y1="{top}" x2="{x:.1f}" y2="{h - bottom}" stroke="#eee"/>')
+        out.append(f'<text x="{x:.1f}" y="{h - bottom + 16}" text-anchor="middle">{p:,}</text>')
+    out.append(
+        f'<text x="{(left + w - right) / 2:.0f}" y="{h - 12}" text-anchor="middle">'
+        "partitions (one broker)</text>"
+    )
+    out.append(
+        f'<text x="16" y="{(top + h - bottom) / 2:.0f}" text-anchor="middle" '
+        f'transform="rotate(-90 16 {(top + h - bottom) / 2:.0f})">records/s</text>'
+    )
+    for i, (name, colour) in enumerate(COLOURS.items()):
+        for series, dash in ((BEFORE[name], ' stroke-dasharray="5,4"'), (after[name], "")):
+            pts = " ".join(f"{px(p):.1f},{py(v):.1f}" for p, v in sorted(series.items()))
+            if pts:
+                out.append(
+                    f'<polyline points="{pts}" fill="none" stroke="{colour}" '
+                    f'stroke-width="2"{dash}/>'
+                )
+        y = top + 20 + 40 * i
+        out.append(f'<line x1="{w - right + 12}" y1="{y}" x2="{w - right + 40}" y2="{y}" '
+                   f'stroke="{colour}" stroke-width="2"/>')  # fmt: skip
+        out.append(f'<text x="{w - right + 46}" y="{y + 4}">{name}</text>')
+        dashed = f'stroke="{colour}" stroke-width="2" stroke-dasharray="5,4"'
+        out.append(f'<line x1="{w - right + 12}" y1="{y + 16}" x2="{w - right + 40}" '
+                   f'y2="{y + 16}" {dashed}/>')  # fmt: skip
+        out.append(f'<text x="{w - right + 46}" y="{y + 20}">before</text>')
+    out.append("</svg>")
+    return "\n".join(out) + "\n"
+
+
 def k(v: float) -> str:
     return f"{v / 1000:,.0f} k" if v >= 10_000 else f"{v / 1000:,.1f} k"
 
@@ -393,6 +467,8 @@ def main() -> None:
     ap.add_argument("--cluster", default="",
                     help="comma-separated counts for the 3-broker RF 3 idle run")  # fmt: skip
     ap.add_argument("--json", action="store_true", help="print the raw results as JSON")
+    ap.add_argument("--chart", metavar="SVG", default=None,
+                    help="write rates against partition count, before and after")  # fmt: skip
     ap.add_argument("--worker", choices=["spread", "sticky", "consume"], help=argparse.SUPPRESS)
     ap.add_argument("--bootstrap", help=argparse.SUPPRESS)
     ap.add_argument("--topic", default=TOPIC, help=argparse.SUPPRESS)
@@ -427,6 +503,8 @@ def main() -> None:
         print(table(rows))
     if cluster_rows:
         print("\n" + cluster_table(cluster_rows))
+    if opts.chart and rows:
+        Path(opts.chart).write_text(chart_svg(rows))
     if opts.json:
         print("\n" + json.dumps({"single": rows, "cluster": cluster_rows}, indent=2))
 
