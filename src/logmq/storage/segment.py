@@ -230,21 +230,19 @@ class LogSegment:
             raise storage_error_for(e, f"creating {self.log_path}") from e
         self._unborn = self._new = False
         writable = self.active
-        self._index = OffsetIndex(
-            self._file_path(INDEX_SUFFIX),
-            self.base_offset,
-            self.index_bytes,
-            writable=writable,
-            fresh=True,
-        )
-        self._time_index = TimeIndex(
-            self._file_path(TIME_INDEX_SUFFIX),
-            self.base_offset,
-            self.index_bytes,
-            writable=writable,
-            fresh=True,
-        )
+        self._fresh_indexes(writable)
         self.cache.touch(self)
+
+    def _fresh_indexes(self, writable: bool) -> None:
+        """Empty offset and time indexes for this segment (their files are new)."""
+        self._index = OffsetIndex(
+            self._file_path(INDEX_SUFFIX), self.base_offset, self.index_bytes,
+            writable=writable, fresh=True,
+        )  # fmt: skip
+        self._time_index = TimeIndex(
+            self._file_path(TIME_INDEX_SUFFIX), self.base_offset, self.index_bytes,
+            writable=writable, fresh=True,
+        )  # fmt: skip
 
     def close_handles(self) -> None:
         """Drop descriptors and mmaps (LRU eviction); reopened on next use."""
@@ -542,20 +540,7 @@ class LogSegment:
                 idx.close()
         if unlink:
             self._unlink_indexes()
-        self._index = OffsetIndex(
-            self._file_path(INDEX_SUFFIX),
-            self.base_offset,
-            self.index_bytes,
-            writable=True,
-            fresh=True,
-        )
-        self._time_index = TimeIndex(
-            self._file_path(TIME_INDEX_SUFFIX),
-            self.base_offset,
-            self.index_bytes,
-            writable=True,
-            fresh=True,
-        )
+        self._fresh_indexes(True)
 
     def _unlink_indexes(self) -> None:
         for path in (self.index_path, self.time_index_path):
