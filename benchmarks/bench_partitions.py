@@ -237,14 +237,17 @@ def measure(parts: int, n: int, opts: argparse.Namespace, profile: str | None) -
             row["create_broker_cpu_s"] = cpu_seconds(pid) - c0
             print(f"  [{parts}] topic ready in {row['create_s']:.2f} s", file=sys.stderr)
 
-            c0 = cpu_seconds(pid)
-            row["produce_spread"] = run_worker(broker, "spread", parts, n, t)
-            row["produce_spread"]["broker_cpu_s"] = cpu_seconds(pid) - c0
+            def timed(role: str) -> dict[str, Any]:
+                """A worker's figures plus the broker CPU spent while it ran."""
+                c0 = cpu_seconds(pid)
+                got = run_worker(broker, role, parts, n, t)
+                got["broker_cpu_s"] = cpu_seconds(pid) - c0
+                return got
+
+            row["produce_spread"] = timed("spread")
             print(f"  [{parts}] produced {row['produce_spread']}", file=sys.stderr)
 
-            c0 = cpu_seconds(pid)
-            row["consume"] = run_worker(broker, "consume", parts, n, t)
-            row["consume"]["broker_cpu_s"] = cpu_seconds(pid) - c0
+            row["consume"] = timed("consume")
             row["rss_after_produce_consume_mb"] = rss_mb(pid)
             print(f"  [{parts}] consumed {row['consume']}", file=sys.stderr)
             if profile:
@@ -255,9 +258,7 @@ def measure(parts: int, n: int, opts: argparse.Namespace, profile: str | None) -
                 except (RuntimeError, subprocess.TimeoutExpired) as e:  # the row still counts
                     print(f"  [{parts}] consume profile failed: {e}", file=sys.stderr)
 
-            c0 = cpu_seconds(pid)
-            row["produce_sticky"] = run_worker(broker, "sticky", parts, n, t)
-            row["produce_sticky"]["broker_cpu_s"] = cpu_seconds(pid) - c0
+            row["produce_sticky"] = timed("sticky")
             row["rss_after_sticky_mb"] = rss_mb(pid)
             print(f"  [{parts}] sticky {row['produce_sticky']}", file=sys.stderr)
 

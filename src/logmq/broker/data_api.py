@@ -53,16 +53,12 @@ class DataApi:
         replicas: ReplicaManager,
         metrics: BrokerMetrics,
         max_fetch_wait_ms: int,
-        sessions: FetchSessionCache | None = None,
     ) -> None:
         self.produce_path = produce_path
         self.replicas = replicas
         self.metrics = metrics
         self.max_fetch_wait_ms = max_fetch_wait_ms
-        if sessions is None:  # sessions must hear of appends: the replicas' waiters
-            waiters = replicas.waiters
-            sessions = FetchSessionCache(watch=waiters.watch, unwatch=waiters.unwatch)
-        self.sessions = sessions
+        self.sessions = FetchSessionCache.watched_by(replicas.waiters)
         self._event_loop: asyncio.AbstractEventLoop | None = None
 
     def _loop(self) -> asyncio.AbstractEventLoop:

@@ -28,8 +28,12 @@ from __future__ import annotations
 import random
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from logmq.errors import ErrorCode, LogMQError
+
+if TYPE_CHECKING:
+    from logmq.broker.fetch_waiter import FetchWaiters
 
 TopicPartition = tuple[str, int]
 INITIAL_EPOCH = 0  # with session id 0: open a session
@@ -123,11 +127,6 @@ class FetchSession:
             else:
                 lst.append(entry)
         return list(by_topic.items())
-
-    def log_starts(self) -> dict[TopicPartition, int]:
-        """A follower's log start offsets for the ready partitions."""
-        parts = self.partitions
-        return {tp: parts[tp].log_start_offset for tp in self.ready}
 
     def has_news(self, topics: list[dict]) -> bool:
         """Does a read hold an error, or an HW or log start the fetcher has not heard?"""
@@ -227,6 +226,11 @@ class FetchSessionCache:
         self._unwatch = unwatch
         self._rng = rng or random.Random()
         self._sessions: dict[int, FetchSession] = {}  # least recently used first
+
+    @classmethod
+    def watched_by(cls, waiters: FetchWaiters) -> FetchSessionCache:
+        """A door's cache whose sessions hear of appends through ``waiters``."""
+        return cls(watch=waiters.watch, unwatch=waiters.unwatch)
 
     def __len__(self) -> int:
         return len(self._sessions)

@@ -119,7 +119,6 @@ class KafkaApis:
         consumer_groups: KafkaConsumerGroupApis,
         partitions: KafkaPartitionAdminApis,
         max_fetch_wait_ms: int,
-        sessions: FetchSessionCache | None = None,
     ) -> None:
         self.node_id = node_id
         self.image = image
@@ -138,10 +137,7 @@ class KafkaApis:
         self.partitions = partitions
         self.max_fetch_wait_ms = max_fetch_wait_ms
         # Fetch sessions of this door's consumers (the native door keeps its own).
-        if sessions is None:  # sessions must hear of appends: the replicas' waiters
-            waiters = replicas.waiters
-            sessions = FetchSessionCache(watch=waiters.watch, unwatch=waiters.unwatch)
-        self.sessions = sessions
+        self.sessions = FetchSessionCache.watched_by(replicas.waiters)
         self._table = self.table()
 
     def table(self) -> dict[int, KafkaHandler]:
