@@ -39,7 +39,9 @@ def test_offset_checkpoint_round_trip(tmp_path):
     assert not list(tmp_path.glob("*.tmp"))
 
 
-def test_a_deferred_epoch_is_written_by_flush_or_before_the_epochs_first_append(tmp_path):
+def test_epochs_reach_disk_with_the_log_flush_and_recovery_rebuilds_unflushed_ones(tmp_path):
+    import shutil
+
     from logmq.storage.partition_log import PartitionLog
 
     from .helpers import make_batch
@@ -54,6 +56,15 @@ def test_a_deferred_epoch_is_written_by_flush_or_before_the_epochs_first_append(
     log = PartitionLog(tmp_path / "t-0", SMALL)
     log.leader_epochs.assign(5, 0, flush=False)
     log.append(make_batch(2, tag=1), leader_epoch=5)
+    log.append(make_batch(2, tag=2), leader_epoch=7)
+    epoch_file = tmp_path / "t-0" / "leader-epoch-checkpoint"
+    assert log.leader_epochs.unflushed and not epoch_file.exists()  # no fsync per append
+    # A crash now: recovery takes the epochs past the recovery point from the batches.
+    shutil.copytree(tmp_path / "t-0", tmp_path / "crashed-0")
+    crashed = PartitionLog(tmp_path / "crashed-0", SMALL, clean_shutdown=False, recovery_point=0)
+    assert crashed.leader_epochs.entries() == [(5, 0), (7, 2)]
+    crashed.close()
+    log.flush()  # the log's flush writes them before its recovery point moves on
     assert not log.leader_epochs.unflushed
+    assert LeaderEpochCache(epoch_file).entries() == [(5, 0), (7, 2)]
     log.close()
-    assert LeaderEpochCache(tmp_path / "t-0" / "leader-epoch-checkpoint").entries() == [(5, 0)]

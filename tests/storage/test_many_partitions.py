@@ -55,9 +55,11 @@ async def test_new_logs_are_made_off_the_event_loop_with_one_fsync(tmp_path, mon
     real_fsync = checkpoint.fsync
     monkeypatch.setattr(checkpoint, "fsync", lambda fd: (synced_fds.append(fd), real_fsync(fd)))
     await mgr.sync(plog)
-    assert len(synced_fds) == 2  # its first sync makes the new directory entries durable
+    # Its first sync makes the new directory entries durable (2) and writes the epoch
+    # its append began, kept in memory until then (the file and its directory: 2).
+    assert len(synced_fds) == 4 and not plog.leader_epochs.unflushed
     await mgr.sync(plog)
-    assert len(synced_fds) == 2
+    assert len(synced_fds) == 4
     monkeypatch.undo()
     await mgr.stop()
 

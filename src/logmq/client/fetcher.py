@@ -2,10 +2,12 @@
 
 A Fetch tail holds, per partition, whole batches exactly as the broker stored them;
 the first may start before the requested offset and the last may be cut short. Each
-batch is checksummed here (over a memoryview of the response, no copy) before anything
-is decoded, decoded with one compiled call (``records_codec``) into tuples, and
-turned into Record tuples with one C-level ``map``/``zip`` pass per batch: no Python
-code runs per record.
+batch is checksummed here (over the response buffer, no copy) before anything is
+decoded. ``poll()`` takes a partition's uncompressed batches with one compiled call
+(``batch_scan.take_records``: checks, decodes and builds the Records), so no Python
+code runs per batch or per record; compressed batches and ``poll_batches()`` decode a
+batch per compiled call (``records_codec``) and build Records with one C-level
+``map``/``zip`` pass.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from logmq.storage.batch import (
     read_header,
     validate,
 )
+from logmq.storage.batch_scan import batches_end, take_records
 from logmq.storage.records_codec import decode_rows
 
 _tuple_new = tuple.__new__
@@ -165,14 +168,11 @@ class PartitionData:
 
     def next_fetch_offset(self) -> int:
         """Where the next fetch for this partition should start: after the last whole batch."""
-        nxt = self.fetch_offset
-        for _, h in iter_headers(self.data, self.pos):
-            nxt = max(nxt, h.next_offset)
-        return nxt
+        return max(self.fetch_offset, batches_end(self.data, self.pos))
 
     @property
     def exhausted(self) -> bool:
-        return self.pending is None and _next_header(self.data, self.pos) is None
+        return self.pending is None and batches_end(self.data, self.pos) < 0
 
     def next_batch(self) -> FetchedBatch | None:
         """Validate and decode the next batch holding records at or after ``position``.
@@ -240,26 +240,46 @@ class PartitionData:
     def _take(self, max_records: int) -> list[Record]:
         out: list[Record] = []
         while len(out) < max_records:
-            b = self._next_or_stop(bool(out))
-            if b is None:
-                break
-            room = max_records - len(out)
-            if len(b.rows) > room:
-                head, rest = b.rows[:room], b.rows[room:]
-                out.extend(
-                    build_records(b.topic, b.partition, b.base_offset, b.first_timestamp, head)
-                )
-                self.position = b.base_offset + rest[0][0]
-                b.rows = rest
-                self.pending = b
-                break
-            recs = build_records(b.topic, b.partition, b.base_offset, b.first_timestamp, b.rows)
+            if self.pending is not None:  # a batch partly handed out by take_batches
+                if not self._take_batch(out, max_records):
+                    break
+                continue
+            # Every uncompressed batch in one compiled call: checked, decoded, Records.
+            recs, self.pos, self.position, stop = take_records(
+                self.data, self.pos, self.position, max_records - len(out),
+                self.topic, self.partition, Record,
+            )  # fmt: skip
             if out:
                 out.extend(recs)
             else:
-                out = recs  # the first batch: no copy
-            self.position = b.next_offset
+                out = recs
+            if not stop or len(out) >= max_records:
+                break
+            if stop != "compressed":
+                if out:  # the good records go out; the next take raises
+                    break
+                raise CorruptRecordError(stop)
+            if not self._take_batch(out, max_records):
+                break
         return out
+
+    def _take_batch(self, out: list[Record], max_records: int) -> bool:
+        """Hand out (part of) one batch the Python way: a compressed one or the rest of
+        a pending one. False when there is nothing more to take now."""
+        b = self._next_or_stop(bool(out))
+        if b is None:
+            return False
+        room = max_records - len(out)
+        if len(b.rows) > room:
+            head, rest = b.rows[:room], b.rows[room:]
+            out.extend(build_records(b.topic, b.partition, b.base_offset, b.first_timestamp, head))
+            self.position = b.base_offset + rest[0][0]
+            b.rows = rest
+            self.pending = b
+            return False
+        out.extend(build_records(b.topic, b.partition, b.base_offset, b.first_timestamp, b.rows))
+        self.position = b.next_offset
+        return True
 
     def take_batches(self, max_records: int) -> list[FetchedBatch]:
         """Whole decoded batches (the last one trimmed to fit ``max_records``)."""

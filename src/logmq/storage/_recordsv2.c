@@ -356,6 +356,37 @@ static int get_part(const unsigned char **pp, const unsigned char *end, Py_ssize
 
 #define FAIL(...) do { PyErr_Format(PyExc_ValueError, __VA_ARGS__); goto fail; } while (0)
 
+/* Reads a record's header count and headers into *out: None for none, else a tuple
+ * (rows) or a list (Records) of (str name, bytes-or-None value) pairs. */
+static int get_headers(const unsigned char **pp, const unsigned char *rend, Py_ssize_t i,
+                       int as_list, PyObject **out)
+{
+    int64_t hn;
+    PyObject *hs, *o;
+    *out = NULL;
+    if (vget(pp, rend, 5, &hn, i, "header count") < 0) return -1;
+    if (hn < 0 || hn > (rend - *pp) / 2)  /* a header is at least 2 bytes */
+        return BAD("record %zd: header count %lld is negative or runs past the end of the "
+                   "record", i, (long long)hn);
+    if (hn == 0) {  /* no headers: None, not an empty sequence */
+        *out = Py_NewRef(Py_None);
+        return 0;
+    }
+    if (!(hs = as_list ? PyList_New((Py_ssize_t)hn) : PyTuple_New((Py_ssize_t)hn))) return -1;
+    *out = hs;  /* pairs not filled in yet hold NULL, which the deallocator skips */
+    for (Py_ssize_t h = 0; h < hn; h++) {
+        PyObject *pair = PyTuple_New(2);
+        if (!pair) return -1;
+        if (as_list) PyList_SET_ITEM(hs, h, pair);
+        else PyTuple_SET_ITEM(hs, h, pair);
+        if (get_part(pp, rend, i, "header key", 0, 1, &o) < 0) return -1;
+        PyTuple_SET_ITEM(pair, 0, o);
+        if (get_part(pp, rend, i, "header value", 1, 0, &o) < 0) return -1;
+        PyTuple_SET_ITEM(pair, 1, o);
+    }
+    return 0;
+}
+
 static PyObject *decode_rows(PyObject *self, PyObject *args)
 {
     (void)self;
@@ -369,7 +400,7 @@ static PyObject *decode_rows(PyObject *self, PyObject *args)
         FAIL("%zd bytes cannot hold %zd records", view.len, count);
     if (!(list = PyList_New(count))) goto fail;
     for (Py_ssize_t i = 0; i < count; i++) {
-        int64_t len, td, od, hn;
+        int64_t len, td, od;
         if (p == end) FAIL("buffer ends after %zd of %zd records", i, count);
         if (vget(&p, end, 5, &len, i, "length") < 0) goto fail;
         if (len < 0 || len > end - p)
@@ -390,22 +421,9 @@ static PyObject *decode_rows(PyObject *self, PyObject *args)
         PyTuple_SET_ITEM(row, 2, o);
         if (get_part(&p, rend, i, "value", 1, 0, &o) < 0) goto fail;
         PyTuple_SET_ITEM(row, 3, o);
-        if (vget(&p, rend, 5, &hn, i, "header count") < 0) goto fail;
-        if (hn < 0 || hn > (rend - p) / 2)  /* a header is at least 2 bytes */
-            FAIL("record %zd: header count %lld is negative or runs past the end of the record",
-                 i, (long long)hn);
-        if (hn == 0) hs = Py_NewRef(Py_None);  /* no headers: None, not an empty tuple */
-        else if (!(hs = PyTuple_New((Py_ssize_t)hn))) goto fail;
-        PyTuple_SET_ITEM(row, 4, hs);
-        for (Py_ssize_t h = 0; h < hn; h++) {
-            PyObject *pair = PyTuple_New(2);
-            if (!pair) goto fail;
-            PyTuple_SET_ITEM(hs, h, pair);
-            if (get_part(&p, rend, i, "header key", 0, 1, &o) < 0) goto fail;
-            PyTuple_SET_ITEM(pair, 0, o);
-            if (get_part(&p, rend, i, "header value", 1, 0, &o) < 0) goto fail;
-            PyTuple_SET_ITEM(pair, 1, o);
-        }
+        int r = get_headers(&p, rend, i, 0, &hs);
+        if (hs) PyTuple_SET_ITEM(row, 4, hs);
+        if (r < 0) goto fail;
         if (p != rend)
             FAIL("record %zd: length %lld but its fields use %zd bytes", i, (long long)len,
                  (Py_ssize_t)(p - start));
@@ -419,6 +437,394 @@ fail:  /* rows and tuples not filled in yet hold NULL, which their deallocators 
     return NULL;
 }
 
+
+/* ---- whole batches: CRC-32C, header checks, walking a buffer of batches ---- */
+
+/* Header layout (big-endian): base_offset i64 @0, batch_length i32 @8, leader_epoch i32 @12,
+ * magic i8 @16, crc u32 @17, attributes i16 @21, last_offset_delta i32 @23, first_timestamp
+ * i64 @27, max_timestamp i64 @35, producer_id i64 @43, producer_epoch i16 @51, base_sequence
+ * i32 @53, record_count i32 @57; records from @61. The CRC covers @21 to the end. */
+#define HDR 61
+#define OVERHEAD 12
+#define MAX_BATCH (1 << 30)
+#define ATTR_LOG_APPEND_TIME 0x08
+
+static uint32_t crc_tab[8][256];
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define CRC_HW 1
+static int crc_hw_ok;
+__attribute__((target("sse4.2"))) static uint32_t crc_hw(uint32_t c, const unsigned char *p,
+                                                          size_t n)
+{
+    uint64_t c64 = c;
+    for (; n >= 8; n -= 8, p += 8) {
+        uint64_t v;
+        memcpy(&v, p, 8);
+        c64 = __builtin_ia32_crc32di(c64, v);
+    }
+    c = (uint32_t)c64;
+    while (n--) c = __builtin_ia32_crc32qi(c, *p++);
+    return c;
+}
+#endif
+
+static void crc_init(void)
+{
+    for (uint32_t i = 0; i < 256; i++) {
+        uint32_t c = i;
+        for (int k = 0; k < 8; k++) c = (c >> 1) ^ (0x82F63B78u & (0u - (c & 1)));
+        crc_tab[0][i] = c;
+    }
+    for (uint32_t i = 0; i < 256; i++)
+        for (int t = 1; t < 8; t++)
+            crc_tab[t][i] = (crc_tab[t - 1][i] >> 8) ^ crc_tab[0][crc_tab[t - 1][i] & 0xff];
+#ifdef CRC_HW
+    __builtin_cpu_init();
+    crc_hw_ok = __builtin_cpu_supports("sse4.2");
+#endif
+}
+
+/* CRC-32C (Castagnoli) of [p, p + n): the SSE4.2 instruction where the CPU has it,
+ * slicing-by-8 tables otherwise. */
+static uint32_t crc32c(const unsigned char *p, size_t n)
+{
+    uint32_t c = 0xFFFFFFFFu;
+#ifdef CRC_HW
+    if (crc_hw_ok) return crc_hw(c, p, n) ^ 0xFFFFFFFFu;
+#endif
+    for (; n >= 8; n -= 8, p += 8) {
+        uint32_t lo = c ^ ((uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16
+                           | (uint32_t)p[3] << 24);
+        c = crc_tab[7][lo & 0xff] ^ crc_tab[6][(lo >> 8) & 0xff] ^ crc_tab[5][(lo >> 16) & 0xff]
+            ^ crc_tab[4][lo >> 24] ^ crc_tab[3][p[4]] ^ crc_tab[2][p[5]] ^ crc_tab[1][p[6]]
+            ^ crc_tab[0][p[7]];
+    }
+    while (n--) c = (c >> 8) ^ crc_tab[0][(c ^ *p++) & 0xff];
+    return c ^ 0xFFFFFFFFu;
+}
+
+static inline uint64_t be64(const unsigned char *p)
+{
+    uint64_t v = 0;
+    for (int i = 0; i < 8; i++) v = v << 8 | p[i];
+    return v;
+}
+static inline uint32_t be32(const unsigned char *p)
+{
+    return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
+}
+static inline uint16_t be16(const unsigned char *p) { return (uint16_t)(p[0] << 8 | p[1]); }
+
+typedef struct {
+    int64_t base_offset, first_ts, max_ts, producer_id;
+    int32_t batch_length, leader_epoch, last_offset_delta, base_sequence, record_count;
+    uint32_t crc;
+    int16_t attributes, producer_epoch;
+    int magic;
+} hdr_t;
+
+static void read_hdr(const unsigned char *p, hdr_t *h)
+{
+    h->base_offset = (int64_t)be64(p);
+    h->batch_length = (int32_t)be32(p + 8);
+    h->leader_epoch = (int32_t)be32(p + 12);
+    h->magic = (signed char)p[16];
+    h->crc = be32(p + 17);
+    h->attributes = (int16_t)be16(p + 21);
+    h->last_offset_delta = (int32_t)be32(p + 23);
+    h->first_ts = (int64_t)be64(p + 27);
+    h->max_ts = (int64_t)be64(p + 35);
+    h->producer_id = (int64_t)be64(p + 43);
+    h->producer_epoch = (int16_t)be16(p + 51);
+    h->base_sequence = (int32_t)be32(p + 53);
+    h->record_count = (int32_t)be32(p + 57);
+}
+
+/* batch.validate() in C, with the same messages: checks the batch at p (avail bytes
+ * left) and fills *h. Returns 0, or -1 with the reason in msg. */
+static int check_batch(const unsigned char *p, Py_ssize_t avail, int contiguous, hdr_t *h,
+                       char *msg, size_t cap)
+{
+    if (avail < HDR) {
+        snprintf(msg, cap, "truncated batch header: %zd of %d bytes", avail, HDR);
+        return -1;
+    }
+    read_hdr(p, h);
+    int64_t size = (int64_t)h->batch_length + OVERHEAD;
+    if (h->batch_length < HDR - OVERHEAD || size > MAX_BATCH) {
+        snprintf(msg, cap, "invalid batch length %d", h->batch_length);
+        return -1;
+    }
+    if (size > avail) {
+        snprintf(msg, cap, "truncated batch: %zd of %lld bytes", avail, (long long)size);
+        return -1;
+    }
+    if (h->magic != 2) {
+        snprintf(msg, cap, "unsupported batch format version %d", h->magic);
+        return -1;
+    }
+    if (h->record_count <= 0) {
+        snprintf(msg, cap, "invalid record count %d", h->record_count);
+        return -1;
+    }
+    if (h->last_offset_delta < h->record_count - 1
+        || (contiguous && h->last_offset_delta != h->record_count - 1)) {
+        snprintf(msg, cap, "last offset delta %d does not fit %d records", h->last_offset_delta,
+                 h->record_count);
+        return -1;
+    }
+    if ((h->attributes & 0x07) > 4) {
+        snprintf(msg, cap, "unknown compression codec %d", h->attributes & 0x07);
+        return -1;
+    }
+    if (crc32c(p + 21, (size_t)(size - 21)) != h->crc) {
+        snprintf(msg, cap, "checksum mismatch (CRC-32C)");
+        return -1;
+    }
+    return 0;
+}
+
+static PyObject *hdr_tuple(Py_ssize_t pos, const hdr_t *h)
+{
+    return Py_BuildValue("(nLiiiIhiLLLhii)", pos, (long long)h->base_offset, h->batch_length,
+                         h->leader_epoch, h->magic, h->crc, h->attributes, h->last_offset_delta,
+                         (long long)h->first_ts, (long long)h->max_ts,
+                         (long long)h->producer_id, h->producer_epoch, h->base_sequence,
+                         h->record_count);
+}
+
+static PyObject *scan_batches(PyObject *self, PyObject *args)
+{
+    (void)self;
+    Py_buffer view;
+    Py_ssize_t pos, end, origin = 0;
+    long long expect;
+    int epoch, allow_gaps, contiguous;
+    char msg[160] = "";
+    Py_ssize_t need = 0;
+    if (!PyArg_ParseTuple(args, "y*nnLipp|n:scan_batches", &view, &pos, &end, &expect, &epoch,
+                          &allow_gaps, &contiguous, &origin))
+        return NULL;
+    if (end < 0 || end > view.len) end = view.len;
+    if (pos < 0 || pos > end) {
+        PyBuffer_Release(&view);
+        return PyErr_Format(PyExc_ValueError, "position %zd outside the buffer", pos);
+    }
+    const unsigned char *buf = view.buf;
+    PyObject *list = PyList_New(0);
+    if (!list) goto fail;
+    while (pos < end) {
+        Py_ssize_t rem = end - pos;
+        int64_t size = rem >= OVERHEAD ? (int64_t)(int32_t)be32(buf + pos + 8) + OVERHEAD : HDR;
+        int64_t want = size > HDR ? size : HDR;
+        hdr_t h;
+        if (check_batch(buf + pos, rem, contiguous, &h, msg, sizeof msg) < 0) {
+            if (want > rem && size <= MAX_BATCH) need = (Py_ssize_t)want;  /* may be a refill */
+            break;
+        }
+        if (expect >= 0 && (allow_gaps ? h.base_offset < expect : h.base_offset != expect)) {
+            snprintf(msg, sizeof msg, "batch base offset %lld does not follow %lld",
+                     (long long)h.base_offset, expect);
+            break;
+        }
+        if (h.leader_epoch < epoch) {
+            snprintf(msg, sizeof msg, "leader epoch %d goes back from %d", h.leader_epoch, epoch);
+            break;
+        }
+        PyObject *t = hdr_tuple(origin + pos, &h);
+        if (!t || PyList_Append(list, t) < 0) {
+            Py_XDECREF(t);
+            goto fail;
+        }
+        Py_DECREF(t);
+        expect = h.base_offset + h.last_offset_delta + 1;
+        epoch = h.leader_epoch;
+        pos += (Py_ssize_t)size;
+    }
+    PyBuffer_Release(&view);
+    return Py_BuildValue("(Nnns)", list, pos, need, msg);
+fail:
+    Py_XDECREF(list);
+    PyBuffer_Release(&view);
+    return NULL;
+}
+
+static PyObject *py_crc32c(PyObject *self, PyObject *args)
+{
+    (void)self;
+    Py_buffer view;
+    int hardware = 1;
+    if (!PyArg_ParseTuple(args, "y*|p:crc32c", &view, &hardware)) return NULL;
+    uint32_t c;
+#ifdef CRC_HW
+    int saved = crc_hw_ok;
+    crc_hw_ok = saved && hardware;
+    c = crc32c(view.buf, (size_t)view.len);
+    crc_hw_ok = saved;
+#else
+    c = crc32c(view.buf, (size_t)view.len);
+#endif
+    PyBuffer_Release(&view);
+    return PyLong_FromUnsignedLong(c);
+}
+
+static PyObject *batches_end(PyObject *self, PyObject *args)
+{
+    (void)self;
+    Py_buffer view;
+    Py_ssize_t pos;
+    long long nxt = -1;
+    if (!PyArg_ParseTuple(args, "y*n:batches_end", &view, &pos)) return NULL;
+    const unsigned char *buf = view.buf;
+    while (pos >= 0 && view.len - pos >= HDR) {
+        int32_t length = (int32_t)be32(buf + pos + 8);
+        if (length < HDR - OVERHEAD || (int64_t)length + OVERHEAD > view.len - pos) break;
+        long long n = (long long)be64(buf + pos) + (int32_t)be32(buf + pos + 23) + 1;
+        if (n > nxt) nxt = n;
+        pos += length + OVERHEAD;
+    }
+    PyBuffer_Release(&view);
+    return PyLong_FromLongLong(nxt);
+}
+
+/* Decodes the records of one checked, uncompressed batch into Record tuples appended to
+ * out (those at or after *position, at most max - len(out)). Returns 1 if the batch was
+ * used up, 0 if out filled first (*position: the first record not taken), -1 on error. */
+static int take_batch(const unsigned char *p, const hdr_t *h, PyObject *out, Py_ssize_t max,
+                      long long *position, PyObject *topic, PyObject *partition,
+                      PyTypeObject *rtype)
+{
+    const unsigned char *end = p + h->batch_length + OVERHEAD;
+    p += HDR;
+    for (Py_ssize_t i = 0; i < h->record_count; i++) {
+        int64_t len, td, od;
+        PyObject *key = NULL, *value = NULL, *hs = NULL;
+        if (p == end) return BAD("buffer ends after %zd of %d records", i, h->record_count);
+        if (vget(&p, end, 5, &len, i, "length") < 0) return -1;
+        if (len < 1 || len > end - p)
+            return BAD("record %zd: length %lld is negative or runs past the end of the buffer",
+                       i, (long long)len);
+        const unsigned char *rend = p + len;
+        p++;
+        if (vget(&p, rend, 10, &td, i, "timestamp delta") < 0
+            || vget(&p, rend, 5, &od, i, "offset delta") < 0)
+            return -1;
+        long long offset = h->base_offset + od;
+        if (offset < *position) {  /* before the fetch position: skipped, not built */
+            p = rend;
+            continue;
+        }
+        if (PyList_GET_SIZE(out) >= max) {
+            *position = offset;
+            return 0;
+        }
+        if (get_part(&p, rend, i, "key", 1, 0, &key) < 0) return -1;
+        if (get_part(&p, rend, i, "value", 1, 0, &value) < 0) goto bad;
+        if (get_headers(&p, rend, i, 1, &hs) < 0) goto bad;
+        if (p != rend) {
+            (void)BAD("record %zd: length %lld but its fields use %zd bytes", i, (long long)len,
+                      (Py_ssize_t)(p - (rend - len)));
+            goto bad;
+        }
+        long long ts = (h->attributes & ATTR_LOG_APPEND_TIME) ? h->max_ts : h->first_ts + td;
+        PyObject *rec = rtype->tp_alloc(rtype, 7);
+        PyObject *ooff = PyLong_FromLongLong(offset), *ots = PyLong_FromLongLong(ts);
+        if (!rec || !ooff || !ots) {
+            Py_XDECREF(rec);
+            Py_XDECREF(ooff);
+            Py_XDECREF(ots);
+            goto bad;
+        }
+        PyTuple_SET_ITEM(rec, 0, Py_NewRef(topic));
+        PyTuple_SET_ITEM(rec, 1, Py_NewRef(partition));
+        PyTuple_SET_ITEM(rec, 2, ooff);
+        PyTuple_SET_ITEM(rec, 3, ots);
+        PyTuple_SET_ITEM(rec, 4, key);
+        PyTuple_SET_ITEM(rec, 5, value);
+        PyTuple_SET_ITEM(rec, 6, hs);
+        int r = PyList_Append(out, rec);
+        Py_DECREF(rec);
+        if (r < 0) return -1;
+        continue;
+    bad:
+        Py_XDECREF(key);
+        Py_XDECREF(value);
+        Py_XDECREF(hs);
+        return -1;
+    }
+    if (p != end)
+        return BAD("%zd trailing bytes after %d records", (Py_ssize_t)(end - p), h->record_count);
+    *position = h->base_offset + h->last_offset_delta + 1;
+    return 1;
+}
+
+static PyObject *take_records(PyObject *self, PyObject *args)
+{
+    (void)self;
+    Py_buffer view;
+    Py_ssize_t pos, max;
+    long long position;
+    PyObject *topic, *partition, *rtype;
+    char msg[300] = "";
+    if (!PyArg_ParseTuple(args, "y*nLnOOO!:take_records", &view, &pos, &position, &max, &topic,
+                          &partition, &PyType_Type, &rtype))
+        return NULL;
+    if (!PyType_IsSubtype((PyTypeObject *)rtype, &PyTuple_Type)) {
+        PyBuffer_Release(&view);
+        return PyErr_Format(PyExc_TypeError, "the record type must be a tuple subclass");
+    }
+    const unsigned char *buf = view.buf;
+    PyObject *out = PyList_New(0);
+    if (!out) goto fail;
+    while (PyList_GET_SIZE(out) < max && pos >= 0 && view.len - pos >= HDR) {
+        int32_t length = (int32_t)be32(buf + pos + 8);
+        if (length < HDR - OVERHEAD || (int64_t)length + OVERHEAD > MAX_BATCH) {
+            snprintf(msg, sizeof msg, "invalid batch length %d", length);
+            break;
+        }
+        Py_ssize_t size = (Py_ssize_t)length + OVERHEAD;
+        if (size > view.len - pos) break;  /* a trailing partial batch: the next fetch has it */
+        long long nxt = (long long)be64(buf + pos) + (int32_t)be32(buf + pos + 23) + 1;
+        if (nxt <= position) {  /* wholly before the position: skipped unread */
+            pos += size;
+            continue;
+        }
+        hdr_t h;
+        if (check_batch(buf + pos, view.len - pos, 0, &h, msg, sizeof msg) < 0) break;
+        if (h.attributes & 0x07) {
+            snprintf(msg, sizeof msg, "compressed");
+            break;
+        }
+        Py_ssize_t before = PyList_GET_SIZE(out);
+        int r = take_batch(buf + pos, &h, out, max, &position, topic, partition,
+                           (PyTypeObject *)rtype);
+        if (r < 0) {
+            if (!PyErr_ExceptionMatches(PyExc_ValueError)) goto fail;
+            PyObject *type, *value, *tb;
+            PyErr_Fetch(&type, &value, &tb);
+            PyObject *s = value ? PyObject_Str(value) : NULL;
+            const char *text = s ? PyUnicode_AsUTF8(s) : NULL;
+            snprintf(msg, sizeof msg, "cannot decode records: %s", text ? text : "?");
+            Py_XDECREF(s);
+            Py_XDECREF(type);
+            Py_XDECREF(value);
+            Py_XDECREF(tb);
+            PyErr_Clear();
+            /* nothing from a batch that fails to decode is handed out */
+            if (PyList_SetSlice(out, before, PyList_GET_SIZE(out), NULL) < 0) goto fail;
+            break;
+        }
+        if (r == 0) break;  /* out is full; this batch is taken again from position */
+        pos += size;
+    }
+    PyBuffer_Release(&view);
+    return Py_BuildValue("(NnLs)", out, pos, position, msg);
+fail:
+    Py_XDECREF(out);
+    PyBuffer_Release(&view);
+    return NULL;
+}
+
 static PyMethodDef methods[] = {
     {"encode_rows", encode_rows, METH_O,
      "encode_rows(rows) -> bytes: rows of (offset_delta, timestamp_delta, key, value, headers)."},
@@ -426,10 +832,27 @@ static PyMethodDef methods[] = {
      "encode_values(values, keys=None) -> bytes: record i has offset_delta i, timestamp_delta 0."},
     {"decode_rows", decode_rows, METH_VARARGS,
      "decode_rows(buf, count) -> list of (offset_delta, timestamp_delta, key, value, headers)."},
+    {"scan_batches", scan_batches, METH_VARARGS,
+     "scan_batches(buf, pos, end, expect, epoch, allow_gaps, contiguous, origin=0) -> (headers, "
+     "stop, need, reason): checks the batches in buf[pos:end] (see batch_scan)."},
+    {"crc32c", py_crc32c, METH_VARARGS,
+     "crc32c(buf, hardware=True) -> the CRC-32C the batch checks use (for tests)."},
+    {"batches_end", batches_end, METH_VARARGS,
+     "batches_end(buf, pos) -> the largest next offset of the whole batches from pos, or -1."},
+    {"take_records", take_records, METH_VARARGS,
+     "take_records(buf, pos, position, max, topic, partition, record_type) -> (records, pos, "
+     "position, stop): checks and decodes uncompressed batches (see batch_scan)."},
     {NULL, NULL, 0, NULL},
 };
 
-static PyModuleDef_Slot slots[] = {{0, NULL}};
+static int exec_module(PyObject *m)
+{
+    (void)m;
+    crc_init();
+    return 0;
+}
+
+static PyModuleDef_Slot slots[] = {{Py_mod_exec, exec_module}, {0, NULL}};
 
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT, "_recordsv2",

@@ -46,8 +46,9 @@ class LeaderEpochCache:
     def assign(self, epoch: int, start_offset: int, *, flush: bool = True) -> None:
         """Record that ``epoch`` starts at ``start_offset`` (called on the first append).
 
-        ``flush=False`` defers the write (``unflushed`` until ``flush()``): the first
-        append of the epoch writes it before its records (partition_log.py).
+        ``flush=False`` defers the write (``unflushed`` until ``flush()``): the log's
+        next flush writes it before its recovery point passes the epoch's records, and
+        crash recovery takes the epochs of the batches past it from the batches.
         """
         if epoch < 0 or (self._epochs and epoch <= self._epochs[-1]):
             return
@@ -57,10 +58,7 @@ class LeaderEpochCache:
             self._starts.pop()
         self._epochs.append(epoch)
         self._starts.append(start_offset)
-        if flush:
-            self.flush()
-        else:
-            self.unflushed = True
+        self._changed(flush)
 
     def end_offset_for_epoch(self, epoch: int, log_end_offset: int) -> tuple[int, int]:
         """(largest epoch <= ``epoch``, the offset where it ends) as KIP-279 defines it."""
@@ -71,14 +69,17 @@ class LeaderEpochCache:
             return self._epochs[i], log_end_offset
         return self._epochs[i], self._starts[i + 1]
 
-    def truncate_from_end(self, end_offset: int) -> None:
-        """Forget epochs that start at or after ``end_offset`` (log truncated there)."""
+    def truncate_from_end(self, end_offset: int, *, flush: bool = True) -> None:
+        """Forget epochs that start at or after ``end_offset`` (log truncated there).
+
+        ``flush=False``: written by the log's next flush (``unflushed``), as on load.
+        """
         n = bisect.bisect_left(self._starts, end_offset)
         if n != len(self._starts):
             del self._epochs[n:], self._starts[n:]
-            self.flush()
+            self._changed(flush)
 
-    def truncate_from_start(self, start_offset: int) -> None:
+    def truncate_from_start(self, start_offset: int, *, flush: bool = True) -> None:
         """Drop epochs wholly before ``start_offset``; the one spanning it now starts there."""
         i = bisect.bisect_right(self._starts, start_offset) - 1
         if i < 0:
@@ -86,7 +87,13 @@ class LeaderEpochCache:
         if i > 0 or self._starts[0] != start_offset:
             del self._epochs[:i], self._starts[:i]
             self._starts[0] = start_offset
+            self._changed(flush)
+
+    def _changed(self, flush: bool) -> None:
+        if flush:
             self.flush()
+        else:
+            self.unflushed = True
 
     def clear(self) -> None:
         self._epochs.clear()

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from logmq.errors import CorruptRecordError
 from logmq.storage import segment_swap
+from logmq.storage.batch_scan import R_BASE_OFFSET, R_LAST_OFFSET_DELTA, row_of
 from logmq.storage.cleaned_install import allows_offset_gaps, read_cleaner_checkpoint
 from logmq.storage.compaction import CLEANER_CHECKPOINT, NO_HORIZON
 from logmq.storage.config import LogConfig
@@ -123,10 +124,19 @@ def load_log(
         end = segments[-1].next_offset
     start = min(max(log_start_offset, segments[0].base_offset), end)
     first_dirty = min(max(first_dirty, start), end)
-    leader_epochs.truncate_from_end(end)
-    leader_epochs.truncate_from_start(start)
+    # Appends keep new epochs in memory until the log is flushed (partition_log.py), so
+    # the epochs of the batches recovery just scanned are taken from the batches. The
+    # corrections are written with the log's next flush, not one fsync per log here.
+    for seg in segments:
+        if seg.recovered is not None:
+            for epoch, first in seg.recovered.epoch_starts:
+                leader_epochs.assign(epoch, first, flush=False)
+    leader_epochs.truncate_from_end(end, flush=False)
+    leader_epochs.truncate_from_start(start, flush=False)
     producers = ProducerStateManager()
     snap = rebuild_producer_state(directory, segments, end, producers, names)
+    for seg in segments:
+        seg.recovered = None  # its rows were only needed here
     current = snap == end or (len(segments) == 1 and not segments[0].size)
     return LoadedLog(
         segments,
@@ -225,9 +235,14 @@ def rebuild_producer_state(
     for seg in segments[max(0, bisect.bisect_right(bases, start) - 1) :]:
         if seg.no_producers or seg.next_offset <= start:
             continue  # nothing to replay: no second read of what recovery just scanned
+        if seg.recovered is not None:  # recovery just read it: its idempotent batches
+            rows = seg.recovered.producer_rows
+            producer_state.replay_rows(
+                r for r in rows if r[R_BASE_OFFSET] + r[R_LAST_OFFSET_DELTA] >= start
+            )
+            continue
         found = seg.locate(start)
         if found is None:
             continue
-        for _, h in seg.iter_headers(found[0]):
-            producer_state.replay(h)
+        producer_state.replay_rows(row_of(p, h) for p, h in seg.iter_headers(found[0]))
     return snapshot

@@ -35,9 +35,9 @@ from logmq.storage.disk_space import DiskSpace
 from logmq.storage.format_upgrade import upgrade_data_dir
 from logmq.storage.log_cleaner import DEFAULT_BUFFER_BYTES, DEFAULT_INTERVAL_MS, LogCleaner
 from logmq.storage.open_files import OpenFileCache
-from logmq.storage.partition_log import AppendInfo, PartitionLog, parse_dir_name
+from logmq.storage.partition_log import AppendInfo, PartitionLog, parse_dir_name, run_flush_jobs
 from logmq.storage.recompress import to_codec
-from logmq.storage.segment import make_log_dir, run_sync
+from logmq.storage.segment import make_log_dir
 
 log = logging.getLogger(__name__)
 
@@ -60,11 +60,6 @@ _CLOSE_THREADS = 16  # fsyncs in flight at once when closing many logs
 _TICK_SYNCS = 4  # background syncs in flight at once (the default thread pool is shared)
 
 
-def _run_jobs(jobs: list[Any]) -> None:
-    for _, job in jobs:
-        run_sync(job)
-
-
 def _make_dirs(plogs: list[PartitionLog], data_dir: Path) -> None:
     """The directories of new logs, then one fsync of the data directory for them all."""
     for plog in plogs:
@@ -75,7 +70,7 @@ def _make_dirs(plogs: list[PartitionLog], data_dir: Path) -> None:
 
 def _try_run_jobs(jobs: list[Any]) -> OSError | None:
     try:
-        _run_jobs(jobs)
+        run_flush_jobs(jobs)
     except OSError as e:
         return e
     return None
@@ -261,7 +256,9 @@ class LogManager:
         """
         errors: list[Exception] = []
         logs = [p for p in self._logs.values() if not p.closed]
-        flushing = [(p, *p.flush_jobs()) for p in logs if p.needs_flush]
+        flushing = [
+            (p, *p.flush_jobs()) for p in logs if p.needs_flush or p.leader_epochs.unflushed
+        ]
         with ThreadPoolExecutor(_CLOSE_THREADS, thread_name_prefix="log-close") as pool:
             done = pool.map(_try_run_jobs, [jobs for _, jobs, _ in flushing])
             for (plog, jobs, mark), err in zip(flushing, done, strict=True):
@@ -475,7 +472,7 @@ class LogManager:
             try:
                 jobs, mark = plog.flush_jobs()
                 if jobs:
-                    await asyncio.to_thread(_run_jobs, jobs)
+                    await asyncio.to_thread(run_flush_jobs, jobs)
                 plog.flush_done(jobs, mark)
                 err: BaseException | None = None
             except (OSError, StorageError) as e:

@@ -87,6 +87,16 @@ def parse_dir_name(name: str) -> tuple[str, int]:
     return topic, int(part)
 
 
+def run_flush_jobs(jobs: list[Any]) -> None:
+    """Run what ``flush_jobs`` returned (a worker thread may): segment syncs and the
+    leader-epoch checkpoint write."""
+    for seg, job in jobs:
+        if seg is None:
+            job()
+        else:
+            run_sync(job)
+
+
 def _now_ms() -> int:
     return int(time.time() * 1000)
 
@@ -246,13 +256,13 @@ class PartitionLog:
             w, pending = stamped
             parts, size, batches = w.parts, w.size, w.infos
             nxt, max_ts, count = w.next_offset, w.max_timestamp, w.record_count
-        if self.leader_epochs.unflushed:  # the epoch's start is on disk before its records
-            self.leader_epochs.flush()
         self._write(parts, size, batches, first, nxt, max_ts)
         if pending:
             self.producer_state.commit(pending)
         if leader_epoch > self.leader_epochs.latest_epoch:
-            self.leader_epochs.assign(leader_epoch, first)
+            # No fsync on the append path (Kafka's KAFKA-15046): the epoch reaches disk
+            # with the log's next flush, before the recovery point passes its records.
+            self.leader_epochs.assign(leader_epoch, first, flush=False)
         self._appended_messages += count
         return AppendInfo(first, nxt - 1, max_ts, count, False)
 
@@ -325,7 +335,7 @@ class PartitionLog:
         for _, h in headers:
             self.producer_state.replay(h)
             if h.leader_epoch > self.leader_epochs.latest_epoch:
-                self.leader_epochs.assign(h.leader_epoch, h.base_offset)
+                self.leader_epochs.assign(h.leader_epoch, h.base_offset, flush=False)
         count = sum(h.record_count for _, h in headers)
         self._appended_messages += count
         return AppendInfo(first, expect - 1, max_ts, count, False)
@@ -609,7 +619,7 @@ class PartitionLog:
     def flush_jobs(self) -> tuple[list[Any], FlushMark]:
         """Segments needing an fsync, and what they cover (none if nothing changed).
 
-        Call on the event loop thread; run the jobs with ``run_sync`` anywhere, then
+        Call on the event loop thread; run the jobs with ``run_flush_jobs`` anywhere, then
         ``flush_done``. Holding file references keeps descriptors open meanwhile.
         """
         self._check_open()
@@ -622,15 +632,19 @@ class PartitionLog:
             last.base_offset,
             last.size,
         )
+        # Epochs kept in memory since the last flush go to disk with it (before the
+        # recovery point passes their records); as a job, with no segment.
+        jobs: list[Any] = [(None, self.leader_epochs.flush)] if self.leader_epochs.unflushed else []
         if not self.needs_flush:
-            return [], mark
+            return jobs, mark
         i = max(0, bisect.bisect_right(self._bases, self.recovery_point) - 1)
-        jobs = [(seg, seg.sync_job()) for seg in self.segments[i:]]
+        jobs += [(seg, seg.sync_job()) for seg in self.segments[i:]]
         return jobs, mark
 
     def flush_done(self, jobs: list[Any], mark: FlushMark) -> None:
         for seg, job in jobs:
-            seg.synced(job)
+            if seg is not None:
+                seg.synced(job)
         if mark.truncations == self._truncations and mark.offset >= self.recovery_point:
             self.recovery_point = mark.offset  # not truncated since: still in the log
             self.recovery_position = (mark.base, mark.position)
@@ -642,8 +656,7 @@ class PartitionLog:
         """fsync everything appended so far, synchronously."""
         jobs, mark = self.flush_jobs()
         try:
-            for _, job in jobs:
-                run_sync(job)
+            run_flush_jobs(jobs)
         except OSError as e:
             raise StorageError(f"fsync failed in {self.dir}: {e}") from e
         self.flush_done(jobs, mark)

@@ -18,7 +18,16 @@ from pathlib import Path
 import msgpack
 
 from logmq.errors import InvalidProducerEpochError, OutOfOrderSequenceError
-from logmq.storage.batch import BatchHeader
+from logmq.storage.batch import NO_SEQUENCE, BatchHeader
+from logmq.storage.batch_scan import (
+    R_BASE_OFFSET,
+    R_BASE_SEQUENCE,
+    R_LAST_OFFSET_DELTA,
+    R_MAX_TIMESTAMP,
+    R_PRODUCER_EPOCH,
+    R_PRODUCER_ID,
+    HeaderRow,
+)
 from logmq.storage.checkpoint import atomic_write, read_small
 
 log = logging.getLogger(__name__)
@@ -120,6 +129,42 @@ class ProducerStateManager:
         pending: dict[int, ProducerEntry] = {}
         self.stage(h, h.base_offset, pending)
         self.commit(pending)
+
+    def replay_rows(self, rows: Iterable[HeaderRow]) -> None:
+        """``replay`` for many batches (``batch_scan`` rows, in log order) at once.
+
+        Recovery replays every idempotent batch since the last snapshot; only each
+        producer's last five batches of its latest epoch are kept, so only those become
+        BatchMetadata.
+        """
+        recent: dict[int, deque[HeaderRow]] = {}
+        producers = self.producers
+        for r in rows:
+            pid = r[R_PRODUCER_ID]
+            if pid < 0:
+                continue
+            epoch = r[R_PRODUCER_EPOCH]
+            entry = producers.get(pid)
+            if entry is None:
+                entry = producers[pid] = ProducerEntry(pid, epoch)
+            elif epoch < entry.epoch:
+                continue
+            elif epoch != entry.epoch:
+                entry.epoch = epoch
+                entry.batches.clear()
+                recent.pop(pid, None)
+            q = recent.get(pid)
+            if q is None:
+                q = recent[pid] = deque(maxlen=MAX_CACHED_BATCHES)
+            q.append(r)
+            if r[R_MAX_TIMESTAMP] > entry.last_timestamp:
+                entry.last_timestamp = r[R_MAX_TIMESTAMP]
+        for pid, q in recent.items():
+            batches = producers[pid].batches
+            for r in q:
+                seq, first, delta = r[R_BASE_SEQUENCE], r[R_BASE_OFFSET], r[R_LAST_OFFSET_DELTA]
+                last_seq = NO_SEQUENCE if seq < 0 else (seq + delta) % _SEQ_MOD
+                batches.append(BatchMetadata(seq, last_seq, first, first + delta))
 
     def clear(self) -> None:
         self.producers.clear()

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -18,6 +18,15 @@ from typing import Any, NamedTuple
 from logmq.errors import CorruptRecordError, storage_error_for
 from logmq.storage import batch as b
 from logmq.storage import checkpoint as ckpt
+from logmq.storage.batch_scan import (
+    R_BASE_OFFSET,
+    R_LAST_OFFSET_DELTA,
+    R_LENGTH,
+    R_MAX_TIMESTAMP,
+    R_POS,
+    HeaderRow,
+    row_of,
+)
 from logmq.storage.index import IndexCorruptError, OffsetIndex, TimeIndex
 from logmq.storage.open_files import OpenFileCache
 from logmq.storage.verify import RecoveryScan, VerifiedRanges, verify_range
@@ -158,6 +167,7 @@ class LogSegment:
         # Recovery saw every batch and none had a producer id: replaying this segment's
         # headers into producer state would change nothing (log_loader skips it).
         self.no_producers = False
+        self.recovered: RecoveryScan | None = None  # the last recovery's scan (log_loader)
         self.flushed_size = self.size
 
     # Paths are made when used, not kept: thousands of idle segments would hold three
@@ -523,9 +533,10 @@ class LogSegment:
         self._reset_indexes()
         self._reindex(self._headers_until_damage())
 
-    def _headers_until_damage(self) -> Iterator[tuple[int, Any]]:
+    def _headers_until_damage(self) -> Iterator[HeaderRow]:
         try:
-            yield from self.iter_headers(0)
+            for pos, h in self.iter_headers(0):
+                yield row_of(pos, h)
         except CorruptRecordError as e:
             log.error("index rebuild of %s stopped: %s", self.log_path, e)
 
@@ -563,17 +574,20 @@ class LogSegment:
                 pass
             idx.disk_empty = True
 
-    def _reindex(self, headers: Iterator[tuple[int, Any]]) -> None:
+    def _reindex(self, rows: Iterable[HeaderRow]) -> None:
         assert self._index is not None and self._time_index is not None
         since, max_ts, nxt = 0, -1, self.base_offset
-        for pos, h in headers:
-            if since >= self.index_interval and pos > 0:
-                self._index.append(h.base_offset, pos)
-                self._time_index.append(max_ts, h.base_offset)
+        interval = self.index_interval
+        for row in rows:
+            pos, base = row[R_POS], row[R_BASE_OFFSET]
+            if since >= interval and pos > 0:
+                self._index.append(base, pos)
+                self._time_index.append(max_ts, base)
                 since = 0
-            since += h.size
-            max_ts = max(max_ts, h.max_timestamp)
-            nxt = h.next_offset
+            since += row[R_LENGTH] + b.LOG_OVERHEAD
+            if row[R_MAX_TIMESTAMP] > max_ts:
+                max_ts = row[R_MAX_TIMESTAMP]
+            nxt = base + row[R_LAST_OFFSET_DELTA] + 1
         self.bytes_since_index = since
         self._next_offset, self._max_timestamp = nxt, max_ts
         if not self.active:
@@ -591,8 +605,9 @@ class LogSegment:
         else:
             self._reset_indexes(unlink=False)
         scan = RecoveryScan(self.file.fileno(), self.size, self.base_offset, allow_gaps=allow_gaps)
-        self._reindex(iter(scan))
+        self._reindex(scan)
         self.no_producers = not scan.producers
+        self.recovered = scan  # its producer rows and epoch starts, for the log loader
         valid, reason = scan.valid, scan.reason
         cut = self.size - valid
         if cut:

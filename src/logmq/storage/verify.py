@@ -15,6 +15,14 @@ from pathlib import Path
 
 from logmq.errors import CorruptRecordError, StorageError
 from logmq.storage import batch as b
+from logmq.storage.batch_scan import (
+    R_BASE_OFFSET,
+    R_LAST_OFFSET_DELTA,
+    R_LEADER_EPOCH,
+    R_PRODUCER_ID,
+    HeaderRow,
+    scan_batches,
+)
 
 log = logging.getLogger(__name__)
 
@@ -66,11 +74,16 @@ class VerifiedRanges:
 
 
 class RecoveryScan:
-    """Iterate (position, header) of the valid prefix of a segment file.
+    """Iterate the rows (``batch_scan``: position, then the header's fields) of the valid
+    prefix of a segment file.
 
-    Reads in large chunks; stops at the first batch that fails validation or breaks
-    the offset/epoch chain. Afterwards ``valid`` is the end of the valid prefix and
-    ``reason`` says why the scan stopped early ("" for a clean end or a torn tail).
+    Reads in large chunks and checks each with one compiled call; stops at the first
+    batch that fails validation or breaks the offset/epoch chain. Afterwards ``valid`` is
+    the end of the valid prefix and ``reason`` says why the scan stopped early ("" for a
+    clean end or a torn tail). Recovery also learns, without a second read, the rows of
+    idempotent batches (``producer_rows``: producer state is rebuilt from them) and where
+    each leader epoch starts (``epoch_starts``: the epoch cache is rebuilt from them,
+    since it reaches disk only when the log is flushed).
     """
 
     def __init__(self, fd: int, size: int, base_offset: int, *, allow_gaps: bool = False) -> None:
@@ -80,53 +93,47 @@ class RecoveryScan:
         self.allow_gaps = allow_gaps  # compacted logs: offsets only increase
         self.valid = 0
         self.reason = ""
-        self.producers = False  # a valid batch had a producer id (idempotent producer)
+        self.producer_rows: list[HeaderRow] = []  # valid batches with a producer id
+        self.epoch_starts: list[tuple[int, int]] = []  # (leader epoch, first offset)
 
-    def __iter__(self) -> Iterator[tuple[int, b.BatchHeader]]:
+    @property
+    def producers(self) -> bool:
+        """A valid batch had a producer id (idempotent producer)."""
+        return bool(self.producer_rows)
+
+    def __iter__(self) -> Iterator[HeaderRow]:
         need = 0
         expect, epoch = self.base_offset, -1
         while self.valid < self.size:
             chunk = os.pread(
                 self.fd, min(max(RECOVERY_CHUNK, need), self.size - self.valid), self.valid
             )
-            need, pos = 0, 0
-            while pos < len(chunk):
-                rem = len(chunk) - pos
-                size = b.peek_size(chunk, pos) if rem >= b.LOG_OVERHEAD else b.HEADER_SIZE
-                more = self.valid + len(chunk) < self.size
-                if more and max(size, b.HEADER_SIZE) > rem and size <= b.MAX_BATCH_SIZE:
-                    need = max(size, b.HEADER_SIZE)  # batch spans the chunk: refill
-                    break
-                try:
-                    h = b.validate(chunk, pos, contiguous=False)
-                    check_chain(h, expect, epoch, self.allow_gaps)
-                except CorruptRecordError as e:
-                    if rem > b.MAGIC_POS and chunk[pos + b.MAGIC_POS] == OLD_MAGIC:
-                        raise StorageError(
-                            f"batch at position {self.valid + pos} is in logmq's batch format "
-                            "1: this log was not converted to format 2 (docs/format.md)"
-                        ) from None
-                    self.valid += pos
-                    self.reason = str(e)
-                    return
-                yield self.valid + pos, h
-                if h.producer_id >= 0:
-                    self.producers = True
-                expect, epoch = h.next_offset, h.leader_epoch
-                pos += h.size
-            self.valid += pos
-
-
-def check_chain(h: b.BatchHeader, expect: int, epoch: int, allow_gaps: bool = False) -> None:
-    """Offsets and leader epochs are outside the checksum: check they chain instead.
-
-    With ``allow_gaps`` (a compacted log, whose cleaner drops whole batches) a batch
-    may start after the previous one's end, but never before it.
-    """
-    if expect >= 0 and (h.base_offset < expect if allow_gaps else h.base_offset != expect):
-        raise CorruptRecordError(f"batch base offset {h.base_offset} does not follow {expect}")
-    if h.leader_epoch < epoch:
-        raise CorruptRecordError(f"leader epoch {h.leader_epoch} goes back from {epoch}")
+            rows, stop, need, reason = scan_batches(
+                chunk, 0, len(chunk), expect, epoch, self.allow_gaps, False, self.valid
+            )
+            for row in rows:
+                if row[R_PRODUCER_ID] >= 0:
+                    self.producer_rows.append(row)
+                if row[R_LEADER_EPOCH] > epoch:
+                    epoch = row[R_LEADER_EPOCH]
+                    self.epoch_starts.append((epoch, row[R_BASE_OFFSET]))
+                yield row
+            if rows:
+                last = rows[-1]
+                expect = last[R_BASE_OFFSET] + last[R_LAST_OFFSET_DELTA] + 1
+            if reason and need and self.valid + len(chunk) < self.size:
+                self.valid += stop  # a batch runs past the chunk: read on from it
+                continue
+            if reason:
+                if len(chunk) - stop > b.MAGIC_POS and chunk[stop + b.MAGIC_POS] == OLD_MAGIC:
+                    raise StorageError(
+                        f"batch at position {self.valid + stop} is in logmq's batch format "
+                        "1: this log was not converted to format 2 (docs/format.md)"
+                    )
+                self.valid += stop
+                self.reason = reason
+                return
+            self.valid += stop
 
 
 def verify_range(fd: int, path: Path, verified: VerifiedRanges, start: int, end: int) -> int:
