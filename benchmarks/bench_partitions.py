@@ -479,6 +479,9 @@ def main() -> None:
     if opts.worker:
         worker_main(opts)
         return
+    from tests.harness import compile_sources
+
+    compile_sources()  # brokers start as an installed package does: bytecode written
     counts = [int(x.replace("_", "")) for x in opts.partitions.split(",") if x.strip()]
     large = opts.large_records or opts.records
     rows = []

@@ -8,11 +8,15 @@ from typing import Any
 
 import pytest
 
-from tests.harness import BrokerProcess, inprocess_broker
+from tests.harness import BrokerProcess, compile_sources, inprocess_broker
 
 # Brokers started by other launchers (fault harness, dev cluster, CLI tests) serve Kafka
 # on a free port instead of contending for 9092.
 os.environ.setdefault("LOGMQ_KAFKA_PORT", "0")
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    compile_sources()  # broker subprocesses then start without compiling the package
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

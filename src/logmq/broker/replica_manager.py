@@ -141,17 +141,6 @@ class LeaderLogs(Protocol):
         """This broker's replica of a partition, whatever its role."""
 
 
-def _flush_epoch_checkpoints(plogs: list[PartitionLog]) -> None:
-    """Write the leader-epoch checkpoints still unwritten (a worker thread)."""
-    for plog in plogs:
-        epochs = plog.leader_epochs
-        if epochs.unflushed and not plog.closed:
-            try:
-                epochs.flush()
-            except Exception:
-                log.exception("leader-epoch checkpoint of %s-%d", plog.topic, plog.partition)
-
-
 def _now_ms() -> int:
     return int(time.monotonic() * 1000)
 
@@ -196,8 +185,6 @@ class ReplicaManager:
         # ISR changes waiting to go: one AlterPartition in flight carries them all
         self._isr_queue: dict[TopicPartition, AlterIsr] = {}
         self._isr_sender: asyncio.Task | None = None
-        self._epoch_flushes: list[PartitionLog] = []  # leader-epoch checkpoints to write
-        self._epoch_flusher: asyncio.Task | None = None
         self._acks: dict[int, asyncio.Future[ErrorCode]] = {}
         # DeleteRecords answers waiting for the ISR's log start offsets: (offset, future)
         self._trims: dict[TopicPartition, list[tuple[int, asyncio.Future[int]]]] = {}
@@ -238,8 +225,6 @@ class ReplicaManager:
         for fetcher in list(self.fetchers.values()):
             await fetcher.stop()
         self.fetchers.clear()
-        if self._epoch_flusher is not None:  # a clean stop leaves every checkpoint written
-            await asyncio.gather(self._epoch_flusher, return_exceptions=True)
         for t in list(self._tasks):
             t.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
@@ -297,13 +282,10 @@ class ReplicaManager:
                     # no other replica: everything written is committed
                     plog.high_watermark = plog.log_end_offset
                     if part.leader_epoch > plog.leader_epochs.latest_epoch:
-                        # as for replicated leaders (_apply): written by a worker thread,
-                        # so a first append to each of 10,000 new partitions does not
-                        # fsync a checkpoint on the event loop
+                        # as for replicated leaders (_apply): on disk with the log's flush
                         plog.leader_epochs.assign(
                             part.leader_epoch, plog.log_end_offset, flush=False
                         )
-                        self._flush_epochs_soon(plog)
             return
         for change in changes_from_local(changes):
             try:
@@ -341,14 +323,15 @@ class ReplicaManager:
         if change.role == "leader":
             self._stop_following(key)
             if change.leader_epoch > plog.leader_epochs.latest_epoch:
-                # The checkpoint records where this epoch starts before any append, so
+                # The cache records where this epoch starts before any append, so
                 # OffsetsForLeaderEpoch answers right even for an epoch with no records.
-                # In memory now, on disk soon: thousands of partitions becoming leader
-                # at once must not fsync one by one on the event loop (it starves the
-                # metadata quorum). A worker thread writes them; an append writes its
-                # epoch's entry first if that has not happened yet.
+                # In memory only: the log's next flush writes it (before the recovery
+                # point passes records of the epoch) and crash recovery takes the epochs
+                # of unflushed records from the batches; an epoch without records that a
+                # crash forgets spans no offsets, and the restarted broker leads under a
+                # newer epoch (Kafka's KAFKA-15046 makes the same trade). Thousands of
+                # partitions becoming leader at once then cost no file writes at all.
                 plog.leader_epochs.assign(change.leader_epoch, plog.log_end_offset, flush=False)
-                self._flush_epochs_soon(plog)
             replica.leo = plog.log_end_offset
             now = self.clock()
             actions = replica.become_leader(change, now)
@@ -417,20 +400,6 @@ class ReplicaManager:
         task = asyncio.get_running_loop().create_task(coro)  # type: ignore[arg-type]
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
-
-    def _flush_epochs_soon(self, plog: PartitionLog) -> None:
-        self._epoch_flushes.append(plog)
-        if self._epoch_flusher is None or self._epoch_flusher.done():
-            if self._stopped:
-                return
-            self._epoch_flusher = self._loop().create_task(self._flush_epochs())
-            self._tasks.add(self._epoch_flusher)
-            self._epoch_flusher.add_done_callback(self._tasks.discard)
-
-    async def _flush_epochs(self) -> None:
-        while self._epoch_flushes:
-            plogs, self._epoch_flushes = self._epoch_flushes, []
-            await asyncio.to_thread(_flush_epoch_checkpoints, plogs)
 
     def _queue_alter_isr(self, key: TopicPartition, action: AlterIsr) -> None:
         """Send ``action`` with every other ISR change waiting (Kafka's

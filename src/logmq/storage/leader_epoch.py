@@ -28,11 +28,13 @@ class LeaderEpochCache:
         self.path = path
         self._epochs: list[int] = []
         self._starts: list[int] = []
-        # assign(flush=False) leaves the file behind until flush(), which a worker thread
-        # may run (many partitions becoming leader at once): the lock keeps its write
-        # and the loop's from interleaving.
+        # assign(flush=False) leaves the file behind until flush(), which the log's
+        # flush runs in a worker thread while the loop may change the history: changes
+        # and the flush's snapshot take ``_lock`` (briefly, never across I/O), and
+        # ``_write_lock`` keeps writes in snapshot order.
         self.unflushed = False
         self._lock = threading.Lock()
+        self._write_lock = threading.Lock()
         if path is not None and (os.path.exists(path) if exists is None else exists):
             self._load()
 
@@ -52,12 +54,13 @@ class LeaderEpochCache:
         """
         if epoch < 0 or (self._epochs and epoch <= self._epochs[-1]):
             return
-        # A newer epoch starting at or before older entries supersedes them.
-        while self._starts and self._starts[-1] >= start_offset:
-            self._epochs.pop()
-            self._starts.pop()
-        self._epochs.append(epoch)
-        self._starts.append(start_offset)
+        with self._lock:
+            # A newer epoch starting at or before older entries supersedes them.
+            while self._starts and self._starts[-1] >= start_offset:
+                self._epochs.pop()
+                self._starts.pop()
+            self._epochs.append(epoch)
+            self._starts.append(start_offset)
         self._changed(flush)
 
     def end_offset_for_epoch(self, epoch: int, log_end_offset: int) -> tuple[int, int]:
@@ -76,7 +79,8 @@ class LeaderEpochCache:
         """
         n = bisect.bisect_left(self._starts, end_offset)
         if n != len(self._starts):
-            del self._epochs[n:], self._starts[n:]
+            with self._lock:
+                del self._epochs[n:], self._starts[n:]
             self._changed(flush)
 
     def truncate_from_start(self, start_offset: int, *, flush: bool = True) -> None:
@@ -85,8 +89,9 @@ class LeaderEpochCache:
         if i < 0:
             return
         if i > 0 or self._starts[0] != start_offset:
-            del self._epochs[:i], self._starts[:i]
-            self._starts[0] = start_offset
+            with self._lock:
+                del self._epochs[:i], self._starts[:i]
+                self._starts[0] = start_offset
             self._changed(flush)
 
     def _changed(self, flush: bool) -> None:
@@ -96,20 +101,22 @@ class LeaderEpochCache:
             self.unflushed = True
 
     def clear(self) -> None:
-        self._epochs.clear()
-        self._starts.clear()
+        with self._lock:
+            self._epochs.clear()
+            self._starts.clear()
         self.flush()
 
     def flush(self) -> None:
-        with self._lock:
-            self.unflushed = False
-            self._flush()
+        with self._write_lock:
+            with self._lock:
+                self.unflushed = False
+                pairs = list(zip(self._epochs, self._starts, strict=True))
+            self._write(pairs)
 
-    def _flush(self) -> None:
+    def _write(self, pairs: list[tuple[int, int]]) -> None:
         if self.path is None:
             return
-        lines = ["0", str(len(self._epochs))]
-        lines += [f"{e} {s}" for e, s in zip(self._epochs, self._starts, strict=True)]
+        lines = ["0", str(len(pairs)), *(f"{e} {s}" for e, s in pairs)]
         data = ("\n".join(lines) + "\n").encode()
         try:
             atomic_write(self.path, data)
