@@ -76,7 +76,14 @@ def _parse_topic_configs(items: tuple[str, ...]) -> dict[str, str]:
 
 async def serve(config: BrokerConfig, *, stop_on_stdin_close: bool = False) -> None:
     broker = Broker(config)
-    await broker.start()
+    # A start allocates the objects of every log and partition at once, and nearly all
+    # of them live until shutdown: the collector would rescan that growing heap again
+    # and again (0.3 s of a 10,000-partition restart) to find next to no garbage.
+    gc.disable()
+    try:
+        await broker.start()
+    finally:
+        gc.enable()
     # Everything allocated so far (modules, classes, loaded logs) lives until shutdown:
     # frozen, it is never rescanned, so full collections stay short (latency p99).
     gc.collect()

@@ -14,7 +14,7 @@ from __future__ import annotations
 import bisect
 import logging
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -114,7 +114,9 @@ def load_log(
     ):
         last.known_end(recovery_point)  # the checkpoint covers it all: nothing to scan
     elif bases and not clean_shutdown:
-        cut += recover_segments(directory, segments, recovery_point, allow_gaps=gaps)
+        cut += recover_segments(
+            directory, segments, recovery_point, allow_gaps=gaps, names=set(names)
+        )
     try:
         end = segments[-1].next_offset
     except CorruptRecordError as e:
@@ -173,6 +175,7 @@ def recover_segments(
     recovery_point: int | None,
     *,
     allow_gaps: bool,
+    names: Collection[str] | None = None,
 ) -> int:
     """Re-validate segments from the one holding the recovery point; cut at damage.
 
@@ -187,7 +190,7 @@ def recover_segments(
     cut_bytes = 0
     for i in range(first, len(segments)):
         seg = segments[i]
-        cut = seg.recover(allow_gaps=allow_gaps)
+        cut = seg.recover(allow_gaps=allow_gaps, names=names)
         cut_bytes += cut
         gap = i + 1 < len(segments) and (
             seg.next_offset > bases[i + 1] if allow_gaps else seg.next_offset != bases[i + 1]

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -557,16 +557,20 @@ class LogSegment:
         for path in (self.index_path, self.time_index_path):
             path.unlink(missing_ok=True)
 
-    def _drop_stale_index_files(self) -> None:
+    def _drop_stale_index_files(self, names: Collection[str] | None = None) -> None:
         """Remove non-empty index files the recovered (in-memory) indexes replace.
 
         They may list batches recovery cut (or a format upgrade moved), and a later
         open must never trust them; empty ones (the usual case) are left alone, which
-        saves two file-system writes per recovered partition.
+        saves two file-system writes per recovered partition, and with the directory's
+        listing (``names``) files that are not there are not even looked up.
         """
         for idx in (self._index, self._time_index):
             assert idx is not None
             path = idx.path
+            if names is not None and os.path.basename(path) not in names:
+                idx.disk_empty = True
+                continue
             try:
                 if os.stat(path).st_size:
                     os.unlink(path)
@@ -594,11 +598,12 @@ class LogSegment:
             self._index.trim()
             self._time_index.trim()
 
-    def recover(self, *, allow_gaps: bool = False) -> int:
+    def recover(self, *, allow_gaps: bool = False, names: Collection[str] | None = None) -> int:
         """Checksum every batch, cut at the first invalid one, rebuild indexes.
 
-        ``allow_gaps``: offsets may jump between batches (compacted logs). Returns the
-        number of bytes cut.
+        ``allow_gaps``: offsets may jump between batches (compacted logs). ``names``:
+        the log directory's listing, if the caller has it (no index file outside it is
+        looked for). Returns the number of bytes cut.
         """
         if self._file is None:
             self._open(indexes=False)
@@ -621,7 +626,7 @@ class LogSegment:
             os.ftruncate(self.file.fileno(), valid)
             self.size = valid
         if self.active:  # a rolled segment's index files were just rewritten (trim)
-            self._drop_stale_index_files()
+            self._drop_stale_index_files(names)
         self._hints.clear()
         self._first_batch_ts = None
         self.verified = VerifiedRanges()
