@@ -146,6 +146,19 @@ def test_session_timeout_fences_and_moves_leadership_within_the_isr():
     assert after.partition_epoch == part.partition_epoch + 1
 
 
+def test_a_stalled_controller_extends_sessions_by_its_stall():
+    r = Recorder(brokers=2)
+    r.create("t", partitions=1, rf=2)
+    for b in (1, 2):
+        r.heartbeat(b, 500)
+    r.controller.paused(3_000)  # nothing ran from 600 to 3,600: no heartbeat was read
+    assert not r.controller.tick(3_600).records
+    assert not r.controller.tick(4_500).records  # 500 + the session + the stall
+    r.heartbeat(1, 4_500)
+    r.run(r.controller.tick(4_501))
+    assert r.image.is_active(1) and not r.image.is_active(2)  # 2 is silent past it
+
+
 def test_a_new_controller_dates_the_old_ones_session_from_its_raft_silence():
     r = Recorder(brokers=3)
     r.create("t", partitions=1, rf=3)

@@ -7,6 +7,7 @@ each log's recovery point.
 
 from __future__ import annotations
 
+import asyncio
 import os
 from pathlib import Path
 
@@ -49,7 +50,9 @@ async def test_new_logs_are_made_off_the_event_loop_with_one_fsync(tmp_path, mon
     assert synced.count(tmp_path) == 1  # all 50 directories, one fsync of the data dir
     assert all((tmp_path / f"t-{p}").is_dir() for p in range(50))
     assert [n for n in os.listdir(plog.dir) if n.endswith(".log")] == ["00000000000000000000.log"]
-    assert not os.listdir(made[0].dir)  # a log never written has no segment file
+    # the worker made every first segment file too: a first write only opens it
+    assert os.listdir(made[0].dir) == ["00000000000000000000.log"]
+    assert os.path.getsize(made[0].dir / "00000000000000000000.log") == 0
 
     synced_fds: list[int] = []
     real_fsync = checkpoint.fsync
@@ -216,4 +219,22 @@ async def test_a_log_gone_quiet_is_flushed_in_the_background(tmp_path, monkeypat
     mgr = LogManager(tmp_path)
     await mgr.start()
     assert scanned == [] and mgr.get_log("t", 0).log_end_offset == 3
+    await mgr.stop()
+
+
+async def test_appends_waiting_for_a_new_logs_directory_keep_their_order(tmp_path):
+    """Appends that come while the worker makes the directories wait, and leave in the
+    order they came, later ones behind any still waiting: a partition's records keep
+    their produce order."""
+    mgr = LogManager(tmp_path)
+    await mgr.start()
+    made = mgr.create_logs([("t", p) for p in range(200)])
+    plog = made[-1]
+    first = [asyncio.ensure_future(mgr.append(plog, make_batch(1, tag=i))) for i in range(20)]
+    await asyncio.sleep(0)  # some may be queued, some not yet started
+    later = [asyncio.ensure_future(mgr.append(plog, make_batch(1, tag=i))) for i in range(20, 40)]
+    infos = await asyncio.gather(*first, *later)
+    assert [i.first_offset for i in infos] == list(range(40))
+    assert [v.split(b":")[0] for _, v in read_all(plog)] == [b"%d" % i for i in range(40)]
+    assert not mgr._dir_gates  # drained: later appends go straight to the log
     await mgr.stop()

@@ -538,12 +538,18 @@ class MetadataQuorum:
     async def _controller_ticks(self) -> None:
         # an expired session is noticed within an eighth of it: failover is session + this
         interval = min(1.0, max(0.05, self.controller_config.session_timeout_ms / 8000))
+        step = int(interval * 1000)
+        last = now_ms()
         while True:
             await asyncio.sleep(interval)  # the controller's clock, not synchronisation
+            now = now_ms()
+            late, last = now - last - step, now
             controller = self.controller
             if controller is None:
                 continue
-            result = controller.tick(now_ms())
+            if late > step:  # the loop stalled: heartbeats may wait unread in its queue
+                controller.paused(late)
+            result = controller.tick(now)
             if result.records:
                 self._propose_detached(result.records)
 

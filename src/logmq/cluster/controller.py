@@ -211,6 +211,16 @@ class Controller:
         (the old controller's silence over Raft is known), so its session runs from then."""
         self._last_heartbeat[broker_id] = at_ms
 
+    def paused(self, ms: int) -> None:
+        """The controller itself did not run for ``ms`` (its process or event loop
+        stalled): silence it could not have heard is not the brokers' fault, so every
+        session is extended by it. Without this a broker sharing a stalled process with
+        the controller is fenced the moment the stall ends, before its queued
+        heartbeat is read, and every partition it leads changes leader twice."""
+        if ms > 0:
+            for b in self._last_heartbeat:
+                self._last_heartbeat[b] += ms
+
     def tick(self, now_ms: int) -> ControllerResult[None]:
         """Fence brokers whose session expired; periodically restore preferred leaders."""
         records: list[Record] = []

@@ -15,6 +15,7 @@ change (``create_log``/``set_topic_config``); the manager keeps them in memory o
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import logging
 import os
@@ -37,7 +38,7 @@ from logmq.storage.log_cleaner import DEFAULT_BUFFER_BYTES, DEFAULT_INTERVAL_MS,
 from logmq.storage.open_files import OpenFileCache
 from logmq.storage.partition_log import AppendInfo, PartitionLog, parse_dir_name, run_flush_jobs
 from logmq.storage.recompress import to_codec
-from logmq.storage.segment import make_log_dir
+from logmq.storage.segment import make_log_dirs
 
 log = logging.getLogger(__name__)
 
@@ -61,11 +62,54 @@ _TICK_SYNCS = 4  # background syncs in flight at once (the default thread pool i
 
 
 def _make_dirs(plogs: list[PartitionLog], data_dir: Path) -> None:
-    """The directories of new logs, then one fsync of the data directory for them all."""
+    """The directories and first segment files of new logs, then one fsync of the data
+    directory for them all (appends to these logs wait for this: LogManager.append)."""
+    dirs, files = [], []
     for plog in plogs:
         if not plog.closed:  # deleted meanwhile: leave nothing behind
-            make_log_dir(plog.dir)
+            dirs.append(str(plog.dir))
+            files.append(str(plog.active_segment.log_path))
+    make_log_dirs(dirs, files)
     ckpt.fsync_dir(data_dir)
+
+
+class _NewLogsGate:
+    """Where appends to new logs wait while a worker makes their directories.
+
+    They leave in the order they came, one at a time, each going on to its write
+    before the next resumes, and a later append waits behind any still queued:
+    records of one partition keep their produce order (and producer sequences)."""
+
+    def __init__(self, plogs: list[PartitionLog], gates: dict[PartitionLog, _NewLogsGate]):
+        self._plogs, self._gates = plogs, gates
+        self._made = False
+        self._queue: collections.deque[asyncio.Future[None]] = collections.deque()
+
+    def open(self) -> None:
+        self._made = True
+        self._next()
+
+    async def passed(self) -> None:
+        if self._made and not self._queue:
+            return
+        fut = asyncio.get_running_loop().create_future()
+        self._queue.append(fut)
+        try:
+            await fut
+        finally:
+            self._queue.remove(fut)
+            self._next()  # the next one resumes only after this append (no await between)
+
+    def _next(self) -> None:
+        if not self._made:
+            return
+        if self._queue:
+            if not self._queue[0].done():
+                self._queue[0].set_result(None)
+            return
+        for plog in self._plogs:  # drained: appends to these logs go straight on
+            if self._gates.get(plog) is self:
+                del self._gates[plog]
 
 
 def _try_run_jobs(jobs: list[Any]) -> OSError | None:
@@ -137,6 +181,7 @@ class LogManager:
         self._timed_flush: list[PartitionLog] | None = None  # logs with flush.ms; None: stale
         self._changes_at_tick: dict[tuple[str, int], int] = {}  # unflushed logs, last tick
         self._dir_jobs: set[asyncio.Future[None]] = set()  # directories of new logs
+        self._dir_gates: dict[PartitionLog, _NewLogsGate] = {}  # logs being made
         self.cleaner_enabled = cleaner_enabled
         self.cleaner = LogCleaner(
             self.logs, interval_ms=cleaner_interval_ms, buffer_bytes=cleaner_buffer_bytes
@@ -349,10 +394,14 @@ class LogManager:
             return
         job = loop.run_in_executor(None, _make_dirs, plogs, self.data_dir)
         self._dir_jobs.add(job)
-        job.add_done_callback(self._dir_job_done)
+        gate = _NewLogsGate(plogs, self._dir_gates)
+        for plog in plogs:
+            self._dir_gates[plog] = gate
+        job.add_done_callback(lambda job: self._dir_job_done(job, gate))
 
-    def _dir_job_done(self, job: asyncio.Future[None]) -> None:
+    def _dir_job_done(self, job: asyncio.Future[None], gate: _NewLogsGate) -> None:
         self._dir_jobs.discard(job)
+        gate.open()
         if not job.cancelled() and job.exception() is not None:
             # Not fatal: a log's first write makes its directory if it is still missing.
             log.error("making log directories in %s failed: %s", self.data_dir, job.exception())
@@ -429,6 +478,15 @@ class LogManager:
         """
         disk = self.disk
         disk.check_append(len(data))
+        if self._dir_gates:
+            gate = self._dir_gates.get(plog)
+            if gate is not None:
+                # Its directory and first file are still being made by the worker: wait
+                # rather than make them here. A first produce to thousands of new
+                # partitions would otherwise create each on the event loop, racing the
+                # worker, and stall the loop for seconds (heartbeats included). If the
+                # worker failed, the first write makes what is missing.
+                await gate.passed()
         cfg = plog.config
         if cfg.compression_type != "producer":
             data = to_codec(data, cfg.broker_codec, cfg.max_message_bytes)
