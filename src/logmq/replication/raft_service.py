@@ -77,7 +77,7 @@ class RaftTransport(ABC):
 class RaftConfig:
     tick_ms: int = 100
     election_ticks: int = 10
-    heartbeat_ticks: int = 1
+    heartbeat_ticks: int = 2
     snapshot_every: int | None = 10_000  # applied entries between state-machine snapshots
     snapshot_bytes: int | None = 1 << 20  # or applied bytes (at least the snapshot's size)
     max_entries_per_message: int = 256
