@@ -313,9 +313,9 @@ def measure_cluster(parts: int, opts: argparse.Namespace) -> dict[str, Any]:
         row["create_full_isr_s"] = time.perf_counter() - start
         print(f"  [cluster {parts}] every ISR full in {row['create_full_isr_s']:.2f} s",
               file=sys.stderr)  # fmt: skip
-        # Creation leaves work behind (each new leader's epoch checkpoint, written by a
-        # worker thread; metadata snapshots): idle starts once every broker has spent
-        # under 5% of a core for two seconds in a row (at most --timeout).
+        # Creation leaves work behind (metadata snapshots, followers catching up): idle
+        # starts once every broker has spent under 5% of a core for two seconds in a
+        # row (at most --timeout).
         settle0 = time.perf_counter()
         quiet = 0
         while quiet < 2 and time.perf_counter() - settle0 < t:

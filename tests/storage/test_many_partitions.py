@@ -222,19 +222,27 @@ async def test_a_log_gone_quiet_is_flushed_in_the_background(tmp_path, monkeypat
     await mgr.stop()
 
 
-async def test_appends_waiting_for_a_new_logs_directory_keep_their_order(tmp_path):
-    """Appends that come while the worker makes the directories wait, and leave in the
-    order they came, later ones behind any still waiting: a partition's records keep
-    their produce order."""
+async def test_produces_waiting_for_new_logs_keep_their_order(tmp_path):
+    """Requests that come while the worker makes the directories wait (once each, not
+    once per partition) and leave in the order they came, later ones behind any still
+    waiting: each starts its appends before the next resumes, so a partition's records
+    keep their produce order."""
     mgr = LogManager(tmp_path)
     await mgr.start()
     made = mgr.create_logs([("t", p) for p in range(200)])
-    plog = made[-1]
-    first = [asyncio.ensure_future(mgr.append(plog, make_batch(1, tag=i))) for i in range(20)]
+    keys = [("t", 198), ("t", 199)]
+
+    async def request(i: int) -> list[int]:
+        await mgr.new_logs_made(keys)
+        tasks = [asyncio.ensure_future(mgr.append(p, make_batch(1, tag=i))) for p in made[-2:]]
+        return [info.first_offset for info in await asyncio.gather(*tasks)]
+
+    first = [asyncio.ensure_future(request(i)) for i in range(20)]
     await asyncio.sleep(0)  # some may be queued, some not yet started
-    later = [asyncio.ensure_future(mgr.append(plog, make_batch(1, tag=i))) for i in range(20, 40)]
-    infos = await asyncio.gather(*first, *later)
-    assert [i.first_offset for i in infos] == list(range(40))
-    assert [v.split(b":")[0] for _, v in read_all(plog)] == [b"%d" % i for i in range(40)]
-    assert not mgr._dir_gates  # drained: later appends go straight to the log
+    later = [asyncio.ensure_future(request(i)) for i in range(20, 40)]
+    offsets = await asyncio.gather(*first, *later)
+    assert offsets == [[i, i] for i in range(40)]
+    for plog in made[-2:]:
+        assert [v.split(b":")[0] for _, v in read_all(plog)] == [b"%d" % i for i in range(40)]
+    assert not mgr._dir_gates  # drained: later requests go straight on
     await mgr.stop()

@@ -109,6 +109,9 @@ class DataApi:
         # a task created before this handler first yields; handlers take their first
         # step in arrival order, so the appends start in arrival order too. (Awaiting
         # one coroutine directly would let it overtake an earlier request's tasks.)
+        await self.produce_path.before_appends(
+            (name, partition) for name, parts in work for partition, _ in parts
+        )
         loop = self._loop()
         tasks = [
             loop.create_task(self._append(req.api_key, name, partition, data, acks, timeout_ms))

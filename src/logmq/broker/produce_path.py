@@ -10,7 +10,7 @@ and the Kafka one (kafka/apis.py) only translate requests and answers around it.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, Protocol
 
 from logmq.broker.metadata_store import is_internal
@@ -46,6 +46,11 @@ class ProducePath:
     def stop(self) -> None:
         """Cancel auto-creations still running (the broker is shutting down)."""
         self.pending_topics.stop()
+
+    async def before_appends(self, keys: Iterable[tuple[str, int]]) -> None:
+        """Once per produce request, before its appends start (in arrival order):
+        waits while the logs of newly created partitions are still being made."""
+        await self.replicas.new_logs_made(keys)
 
     async def append(
         self, topic: str, partition: int, data: Any, acks: int, timeout_ms: int

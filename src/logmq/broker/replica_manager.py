@@ -772,6 +772,10 @@ class ReplicaManager:
                 topics, tail, _, _ = self._read_for_consumer(session.to_read(), max_bytes)
                 return session.answered(topics, full, more), tail
 
+    async def new_logs_made(self, keys: Iterable[TopicPartition]) -> None:
+        """Before a produce request's appends: new logs' files exist (LogManager)."""
+        await self.logs.new_logs_made(keys)
+
     def _below_hw(self, tp: TopicPartition, sp: SessionPartition) -> bool:
         plog = self.logs.get_log(*tp)
         return plog is not None and sp.fetch_offset < plog.high_watermark

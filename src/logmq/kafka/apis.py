@@ -354,6 +354,9 @@ class KafkaApis:
         if acks not in (0, 1, -1):
             return self._produce_errors(m, req, ErrorCode.INVALID_REQUIRED_ACKS, "acks")
         # Appends start in arrival order (see DataApi.produce): tasks made before yielding.
+        await self.produce_path.before_appends(
+            (t.name, p.index) for t in body.topic_data for p in t.partition_data
+        )
         loop = asyncio.get_running_loop()
         tasks = [
             [

@@ -74,11 +74,11 @@ def _make_dirs(plogs: list[PartitionLog], data_dir: Path) -> None:
 
 
 class _NewLogsGate:
-    """Where appends to new logs wait while a worker makes their directories.
+    """Where produce requests to new logs wait while a worker makes their directories.
 
-    They leave in the order they came, one at a time, each going on to its write
-    before the next resumes, and a later append waits behind any still queued:
-    records of one partition keep their produce order (and producer sequences)."""
+    They leave in the order they came, one at a time, each starting its appends before
+    the next resumes, and a later request waits behind any still queued: records of
+    one partition keep their produce order (and producer sequences)."""
 
     def __init__(self, plogs: list[PartitionLog], gates: dict[PartitionLog, _NewLogsGate]):
         self._plogs, self._gates = plogs, gates
@@ -406,6 +406,23 @@ class LogManager:
             # Not fatal: a log's first write makes its directory if it is still missing.
             log.error("making log directories in %s failed: %s", self.data_dir, job.exception())
 
+    async def new_logs_made(self, keys: Iterable[tuple[str, int]]) -> None:
+        """Wait until the directories and first files of these logs exist, if a worker
+        is still making them; callers come through in the order they came.
+
+        A produce request calls this once before its appends: thousands of new
+        partitions' files are then not created one by one on the event loop (racing
+        the worker, stalling the loop for seconds, heartbeats included), and no append
+        task waits on its own. An append that did not wait makes what is missing.
+        """
+        gates = self._dir_gates
+        if not gates:
+            return
+        logs = self._logs
+        waiting = {id(g): g for k in keys if (p := logs.get(k)) is not None and (g := gates.get(p))}
+        for gate in waiting.values():
+            await gate.passed()
+
     async def _dirs_made(self) -> None:
         """Wait for the directories of the logs created so far."""
         while self._dir_jobs:
@@ -478,15 +495,6 @@ class LogManager:
         """
         disk = self.disk
         disk.check_append(len(data))
-        if self._dir_gates:
-            gate = self._dir_gates.get(plog)
-            if gate is not None:
-                # Its directory and first file are still being made by the worker: wait
-                # rather than make them here. A first produce to thousands of new
-                # partitions would otherwise create each on the event loop, racing the
-                # worker, and stall the loop for seconds (heartbeats included). If the
-                # worker failed, the first write makes what is missing.
-                await gate.passed()
         cfg = plog.config
         if cfg.compression_type != "producer":
             data = to_codec(data, cfg.broker_codec, cfg.max_message_bytes)

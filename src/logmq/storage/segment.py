@@ -508,7 +508,11 @@ class LogSegment:
         end_offset = first.next_offset  # offset of the batch at ``end`` (or the next one)
         stop: b.BatchHeader | None = None  # header of the batch at ``end``, if read
         limit = start + max_bytes
-        if end < limit and end < size:
+        if end < size and size <= limit and (max_offset is None or self.next_offset <= max_offset):
+            # The rest of the segment fits: all of it, with no walk over its headers (a
+            # consumer of thousands of small partitions reads each this way).
+            end, end_offset = size, self.next_offset
+        elif end < limit and end < size:
             idx = self._index
             assert idx is not None
             idx_off, idx_pos = idx.lookup_position(min(limit, size))
