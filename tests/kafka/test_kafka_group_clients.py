@@ -167,6 +167,10 @@ def test_kafka_python_group_rebalances_commits_and_resumes(gbroker):
             enable_auto_commit=False,
             session_timeout_ms=6000,
             heartbeat_interval_ms=500,
+            # kafka-python can join before its first metadata for the topic arrives and
+            # get an empty assignment ("No partition metadata for topic"); it rejoins
+            # when its metadata changes, which a refresh every second brings soon.
+            metadata_max_age_ms=1000,
         )
         while not stop.is_set():
             for records in consumer.poll(timeout_ms=100).values():
