@@ -13,7 +13,7 @@ from logmq.errors import ErrorCode
 from logmq.net.codec import SIZE, Request, encode_response_head
 from logmq.net.connection import UNKNOWN_CORRELATION_ID
 from logmq.net.reply import Reply
-from logmq.net.server import SENDFILE_MIN_BYTES, ServerOptions, TcpServer
+from logmq.net.server import SENDFILE_MIN_BYTES, SENDFILE_MIN_REGION, ServerOptions, TcpServer
 from logmq.storage.segment import FileSlice
 from tests.harness import wait_until
 from tests.net.raw_client import RawClient
@@ -240,6 +240,13 @@ LAYOUTS = {
     ],
     "region-region-bytes": [("r", 7, 100_000), ("r", 0, 100_000), b"only-bytes-last"],
     "small-mix-buffered": [b"a", ("r", 3, 10), b"b", ("r", 20, 5), b"c"],
+    # a fetch over many small partitions: small regions copied, the big one sent
+    "many-small-regions-and-a-big-one": [
+        *(("r", 9_000 * i, 4_000 + i) for i in range(40)),
+        b"mid",
+        ("r", 400_000, 300_000),
+        *(("r", 800_000 + 5_000 * i, 3_000) for i in range(10)),
+    ],
 }
 
 
@@ -259,7 +266,10 @@ async def test_interleaved_bytes_and_regions_arrive_in_order(
         expected_tail = b"".join(
             data[p[1] : p[1] + p[2]] if isinstance(p, tuple) else bytes(p) for p in spec
         )
-        region_bytes = sum(p[2] for p in spec if isinstance(p, tuple))
+        # regions under SENDFILE_MIN_REGION are read and written with the bytes around
+        region_bytes = sum(
+            p[2] for p in spec if isinstance(p, tuple) and p[2] >= SENDFILE_MIN_REGION
+        )
 
         async def handler(req: Request) -> Reply:
             return Reply({"layout": layout}, tail)

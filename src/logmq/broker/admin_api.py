@@ -44,6 +44,7 @@ if TYPE_CHECKING:
     from logmq.broker.metrics import BrokerMetrics
     from logmq.broker.producer_ids import ProducerIdManager
     from logmq.broker.topic_creation import TopicCreator
+    from logmq.cluster.metadata_image import MetadataImage
 
 MAX_PRODUCER_EPOCH = 32767
 
@@ -74,6 +75,8 @@ class AdminApi:
         self.topic_creator = topic_creator
         self.producer_ids = producer_ids
         self.metrics = metrics
+        # (image, topic -> Metadata entry) for the image the entries were built from
+        self._metadata_built: tuple[object, dict[str, dict[str, Any]]] = (None, {})
 
     def api_list(self) -> list[list[int]]:
         from logmq.broker.api_table import SUPPORTED_APIS
@@ -85,7 +88,21 @@ class AdminApi:
 
     # -- Metadata ---------------------------------------------------------------------
     def _topic_metadata(self, name: str) -> dict[str, Any]:
-        t = self.quorum.image.topics[name]
+        """A topic's Metadata entry, built once per metadata image: the image never
+        changes, and a topic of 10,000 partitions costs tens of ms to describe, which
+        every client of it asks for on start and on every leadership change. The
+        entries are shared by answers, never changed once built."""
+        image = self.quorum.image
+        built = self._metadata_built
+        if built[0] is not image:
+            built = self._metadata_built = (image, {})
+        entry = built[1].get(name)
+        if entry is None:
+            entry = built[1][name] = self._build_topic_metadata(image, name)
+        return entry
+
+    def _build_topic_metadata(self, image: MetadataImage, name: str) -> dict[str, Any]:
+        t = image.topics[name]
         partitions = []
         for p in sorted(t.partitions):
             part = t.partitions[p]

@@ -61,15 +61,19 @@ _CLOSE_THREADS = 16  # fsyncs in flight at once when closing many logs
 _TICK_SYNCS = 4  # background syncs in flight at once (the default thread pool is shared)
 
 
-def _make_dirs(plogs: list[PartitionLog], data_dir: Path) -> None:
+def _make_dirs(plogs: list[PartitionLog], data_dir: Path, lock: threading.Lock) -> None:
     """The directories and first segment files of new logs, then one fsync of the data
-    directory for them all (appends to these logs wait for this: LogManager.append)."""
-    dirs, files = [], []
-    for plog in plogs:
-        if not plog.closed:  # deleted meanwhile: leave nothing behind
-            dirs.append(str(plog.dir))
-            files.append(str(plog.active_segment.log_path))
-    make_log_dirs(dirs, files)
+    directory for them all (produce requests to these logs wait for this:
+    LogManager.new_logs_made). ``lock`` is held while they are made, so a log deleted
+    meanwhile (closed under the same lock) is either skipped or made and then deleted,
+    never made again after its deletion."""
+    with lock:
+        dirs, files = [], []
+        for plog in plogs:
+            if not plog.closed:  # deleted meanwhile: leave nothing behind
+                dirs.append(str(plog.dir))
+                files.append(str(plog.active_segment.log_path))
+        make_log_dirs(dirs, files)
     ckpt.fsync_dir(data_dir)
 
 
@@ -181,6 +185,7 @@ class LogManager:
         self._timed_flush: list[PartitionLog] | None = None  # logs with flush.ms; None: stale
         self._changes_at_tick: dict[tuple[str, int], int] = {}  # unflushed logs, last tick
         self._dir_jobs: set[asyncio.Future[None]] = set()  # directories of new logs
+        self._dirs_lock = threading.Lock()  # making new logs' directories vs deleting logs
         self._dir_gates: dict[PartitionLog, _NewLogsGate] = {}  # logs being made
         self.cleaner_enabled = cleaner_enabled
         self.cleaner = LogCleaner(
@@ -248,6 +253,7 @@ class LogManager:
                     recovery_position=positions.get(key),
                     log_start_offset=lsos.get(key, 0),
                     high_watermark=hws.get(key, 0),
+                    names=os.listdir(entry.path),  # listed once: no isdir, no second listing
                 )
             except (OSError, StorageError, CorruptRecordError) as e:
                 # One unreadable partition must not take the whole broker down.
@@ -390,9 +396,9 @@ class LogManager:
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:  # no event loop (tools, tests): here and now
-            _make_dirs(plogs, self.data_dir)
+            _make_dirs(plogs, self.data_dir, self._dirs_lock)
             return
-        job = loop.run_in_executor(None, _make_dirs, plogs, self.data_dir)
+        job = loop.run_in_executor(None, _make_dirs, plogs, self.data_dir, self._dirs_lock)
         self._dir_jobs.add(job)
         gate = _NewLogsGate(plogs, self._dir_gates)
         for plog in plogs:
@@ -447,10 +453,11 @@ class LogManager:
                 return
         else:
             self._committers.pop((topic, partition), None)
-            try:
-                plog.close_handles()
-            except OSError as e:  # deleting frees space: a full disk must not stop it
-                log.error("closing %s before deleting it: %s", plog, e)
+            with self._dirs_lock:  # a worker making its directory finishes first
+                try:
+                    plog.close_handles()
+                except OSError as e:  # deleting frees space: a full disk must not stop it
+                    log.error("closing %s before deleting it: %s", plog, e)
             path = plog.dir
         if path.exists():  # a log never written has no directory
             doomed = path.with_name(f"{path.name}.{int(time.time() * 1000)}{DELETE_SUFFIX}")

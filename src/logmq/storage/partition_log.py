@@ -114,9 +114,11 @@ class PartitionLog:
         high_watermark: int = 0,
         clock: Callable[[], int] = _now_ms,
         recovery_position: tuple[int, int] | None = None,
+        names: list[str] | None = None,
     ) -> None:
         """``recovery_point``/``recovery_position``: from the recovery-point checkpoint
-        (log_loader.load_log says how they bound the work of opening the log)."""
+        (log_loader.load_log says how they bound the work of opening the log).
+        ``names``: the directory's listing, when the caller has just made it."""
         self.dir = Path(directory)
         self.topic, self.partition = parse_dir_name(self.dir.name)
         self.config = config or LogConfig()
@@ -125,7 +127,8 @@ class PartitionLog:
         # A new log writes nothing here: its directory comes from the LogManager (a
         # worker thread) or its first write, its first segment file from that write
         # (LogSegment), so creating 10,000 partitions costs the caller no file writes.
-        names: list[str] | None = None if os.path.isdir(self.dir) else []
+        if names is None:
+            names = os.listdir(self.dir) if os.path.isdir(self.dir) else []
         self._appended_messages = 0
         self._flushed_messages = 0
         # Counts writes, rolls and truncations; a flush or a producer snapshot is only

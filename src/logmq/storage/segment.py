@@ -497,16 +497,25 @@ class LogSegment:
         stops is remembered for the next sequential read, which then needs no pread.
         """
         self._open()
+        size = self.size
+        stop: b.BatchHeader | None = None  # header of the batch at ``end``, if read
+        if (
+            offset <= self.base_offset
+            and 0 < size <= max_bytes
+            and (max_offset is None or self.next_offset <= max_offset)
+        ):
+            # From the start, and the whole segment fits: no header is read at all (the
+            # first fetch of a consumer of thousands of small partitions).
+            start, end, end_offset = 0, size, self.next_offset
+            return self._slice(start, end, end_offset, stop)
         found = self.locate(offset)
         if found is None:
             return None
         start, first = found
         if max_offset is not None and first.base_offset >= max_offset:
             return None
-        size = self.size
         end = start + first.size
         end_offset = first.next_offset  # offset of the batch at ``end`` (or the next one)
-        stop: b.BatchHeader | None = None  # header of the batch at ``end``, if read
         limit = start + max_bytes
         if end < size and size <= limit and (max_offset is None or self.next_offset <= max_offset):
             # The rest of the segment fits: all of it, with no walk over its headers (a
@@ -531,6 +540,12 @@ class LogSegment:
                 end += h.size
             if end_offset < 0:
                 end_offset = self.next_offset
+        return self._slice(start, end, end_offset, stop)
+
+    def _slice(
+        self, start: int, end: int, end_offset: int, stop: b.BatchHeader | None
+    ) -> FileSlice:
+        """The FileSlice of [start, end), checksummed where not verified yet."""
         # Remembered even at the segment's end: a caught-up consumer's next fetch starts
         # right there once more batches arrive.
         self._remember(end_offset, end, stop)
