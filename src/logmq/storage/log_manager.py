@@ -102,7 +102,7 @@ class _NewLogsGate:
             await fut
         finally:
             self._queue.remove(fut)
-            self._next()  # the next one resumes only after this append (no await between)
+            self._next()  # the next one resumes after this request has started its appends
 
     def _next(self) -> None:
         if not self._made:
