@@ -436,15 +436,23 @@ class ClientConnection(asyncio.BufferedProtocol):
         parts: list[Bytes] = [head]
         for p in tail:
             if is_region(p):
-                data = p.read()
-                if len(data) != p.length:  # truncated under us: the frame would lie
-                    log.info("file region for %s came up short; closing", self.peer)
-                    self.close()
+                data = self._read_region(p)
+                if data is None:
                     return
                 parts.append(data)
             else:
                 parts.append(p)
         t.writelines(parts)
+
+    def _read_region(self, region: Any) -> bytes | None:
+        """A file region's bytes; None, with the connection closed, if the file came
+        up short (truncated under us: the frame's length would lie)."""
+        data = region.read()
+        if len(data) != region.length:
+            log.info("file region for %s came up short; closing", self.peer)
+            self.close()
+            return None
+        return data
 
     async def _write_zero_copy(self, head: bytes, tail: Tail) -> None:
         """Bytes parts through the transport, regions with sendfile, in tail order.
@@ -464,10 +472,8 @@ class ClientConnection(asyncio.BufferedProtocol):
                     pending.append(part)
                     continue
                 if part.length < SENDFILE_MIN_REGION:
-                    data = part.read()
-                    if len(data) != part.length:  # truncated under us: the frame would lie
-                        log.info("file region for %s came up short; closing", self.peer)
-                        self.close()
+                    data = self._read_region(part)
+                    if data is None:
                         return
                     pending.append(data)
                     pending_bytes += len(data)
