@@ -222,24 +222,41 @@ async def test_a_log_gone_quiet_is_flushed_in_the_background(tmp_path, monkeypat
     await mgr.stop()
 
 
-async def test_produces_waiting_for_new_logs_keep_their_order(tmp_path):
+async def test_produces_waiting_for_new_logs_keep_their_order(tmp_path, monkeypatch):
     """Requests that come while the worker makes the directories wait (once each, not
     once per partition) and leave in the order they came, later ones behind any still
     waiting: each starts its appends before the next resumes, so a partition's records
     keep their produce order."""
+    import threading
+
+    from logmq.storage import log_manager
+
+    release = threading.Event()  # the worker makes nothing until the requests wait
+    real = log_manager.make_log_dirs
+    monkeypatch.setattr(log_manager, "make_log_dirs", lambda d, f: (release.wait(10), real(d, f)))
     mgr = LogManager(tmp_path)
     await mgr.start()
     made = mgr.create_logs([("t", p) for p in range(200)])
     keys = [("t", 198), ("t", 199)]
+    gate = mgr._dir_gates[made[-1]]
 
     async def request(i: int) -> list[int]:
         await mgr.new_logs_made(keys)
         tasks = [asyncio.ensure_future(mgr.append(p, make_batch(1, tag=i))) for p in made[-2:]]
         return [info.first_offset for info in await asyncio.gather(*tasks)]
 
+    later: list[asyncio.Future[list[int]]] = []
+    real_open = gate.open
+
+    def open_while_more_arrive() -> None:
+        real_open()  # the first waiter is woken; none has resumed yet
+        later.extend(asyncio.ensure_future(request(i)) for i in range(20, 40))
+
+    gate.open = open_while_more_arrive
     first = [asyncio.ensure_future(request(i)) for i in range(20)]
-    await asyncio.sleep(0)  # some may be queued, some not yet started
-    later = [asyncio.ensure_future(request(i)) for i in range(20, 40)]
+    await wait_for(lambda: len(gate._queue) == 20)  # all waiting for the worker
+    release.set()
+    await wait_for(lambda: len(later) == 20)
     offsets = await asyncio.gather(*first, *later)
     assert offsets == [[i, i] for i in range(40)]
     for plog in made[-2:]:

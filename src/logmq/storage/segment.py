@@ -28,13 +28,13 @@ from logmq.storage.batch_scan import (
     row_of,
 )
 from logmq.storage.index import IndexCorruptError, OffsetIndex, TimeIndex
+from logmq.storage.open_files import OpenFileCache
+from logmq.storage.verify import RecoveryScan, VerifiedRanges, verify_range
 
 try:
     from logmq.storage._recordsv2 import make_log_dirs as _make_log_dirs
 except ImportError:  # the optional extension did not build
     _make_log_dirs = None
-from logmq.storage.open_files import OpenFileCache
-from logmq.storage.verify import RecoveryScan, VerifiedRanges, verify_range
 
 log = logging.getLogger(__name__)
 
@@ -498,7 +498,6 @@ class LogSegment:
         """
         self._open()
         size = self.size
-        stop: b.BatchHeader | None = None  # header of the batch at ``end``, if read
         if (
             offset <= self.base_offset
             and 0 < size <= max_bytes
@@ -506,8 +505,7 @@ class LogSegment:
         ):
             # From the start, and the whole segment fits: no header is read at all (the
             # first fetch of a consumer of thousands of small partitions).
-            start, end, end_offset = 0, size, self.next_offset
-            return self._slice(start, end, end_offset, stop)
+            return self._slice(0, size, self.next_offset, None)
         found = self.locate(offset)
         if found is None:
             return None
@@ -516,6 +514,7 @@ class LogSegment:
             return None
         end = start + first.size
         end_offset = first.next_offset  # offset of the batch at ``end`` (or the next one)
+        stop: b.BatchHeader | None = None  # header of the batch at ``end``, if read
         limit = start + max_bytes
         if end < size and size <= limit and (max_offset is None or self.next_offset <= max_offset):
             # The rest of the segment fits: all of it, with no walk over its headers (a
