@@ -1,7 +1,8 @@
 """Fetch sessions (broker/fetch_sessions.py): the sans-IO cache and session rules.
 
 The replica manager's part (reading only ready partitions) and the clients' part are
-covered end to end in tests/broker/test_fetch_sessions_e2e.py.
+covered end to end in tests/client/test_consumer_fetch_sessions.py and
+tests/kafka/test_kafka_fetch_sessions.py.
 """
 
 from __future__ import annotations

@@ -133,3 +133,50 @@ async def test_assigning_the_same_partitions_again_rereads_from_the_position(sha
         async with AsyncProducer(shared_broker.bootstrap) as producer:
             await producer.send(topic, b"b", partition=1)
         assert await read(consumer, 1) == [(1, 0, b"b")]
+
+
+async def test_a_spent_budget_ends_an_incremental_read_and_every_partition_gets_its_turn(
+    inproc_broker,
+):
+    """With ``fetch_max_bytes`` far below what is there, an incremental fetch stops
+    reading at the partition that finds the budget spent (the rest wait in the session
+    for the next fetch), and still every record arrives, once and in order."""
+    topic, parts, per_part = "budget", 60, 8
+    async with AsyncAdmin(f"127.0.0.1:{inproc_broker.port}") as admin:
+        await admin.create_topic(topic, parts)
+    value = b"v" * 1000
+    async with AsyncProducer(f"127.0.0.1:{inproc_broker.port}", linger_ms=5) as producer:
+        for p in range(parts):
+            for i in range(per_part):
+                producer.send(topic, value + b"%d" % i, partition=p)
+        await producer.flush()
+
+    replicas = inproc_broker.replicas
+    original = replicas._read_for_consumer
+    visited: list[tuple[bool, int]] = []  # (partial, partitions read) per read
+
+    def counting(wanted, max_bytes, *, partial=False):
+        topics, tail, total, any_error = original(wanted, max_bytes, partial=partial)
+        visited.append((partial, sum(len(t["partitions"]) for t in topics)))
+        return topics, tail, total, any_error
+
+    replicas._read_for_consumer = counting
+    got: list[tuple[int, int]] = []
+    async with AsyncConsumer(
+        f"127.0.0.1:{inproc_broker.port}", fetch_max_bytes=20_000, fetch_max_wait_ms=100
+    ) as consumer:
+        consumer.assign([(topic, p) for p in range(parts)])
+        for p in range(parts):
+            consumer.seek(topic, p, 0)
+        async with asyncio.timeout(60):
+            while len(got) < parts * per_part:
+                got += [(r.partition, r.offset) for r in await consumer.poll(0.5)]
+    assert sorted(got) == [(p, o) for p in range(parts) for o in range(per_part)]
+    for p in range(parts):  # in order within each partition
+        offsets = [o for q, o in got if q == p]
+        assert offsets == sorted(offsets)
+    full = [n for partial, n in visited if not partial]
+    incremental = [n for partial, n in visited if partial]
+    assert full and full[0] == parts  # the opening fetch answers for every partition
+    # A partition's batches are ~8 KB: 20 KB is spent after at most three of them.
+    assert incremental and max(incremental) <= 4, incremental

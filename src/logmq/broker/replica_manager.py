@@ -763,13 +763,17 @@ class ReplicaManager:
         deadline = loop.time() + max_wait_ms / 1000
         more = self._below_hw
         while True:
-            topics, tail, total, any_error = self._read_for_consumer(session.to_read(), max_bytes)
+            topics, tail, total, any_error = self._read_for_consumer(
+                session.to_read(), max_bytes, partial=not full
+            )
             remaining = deadline - loop.time()
             if full or total >= min_bytes or any_error or remaining <= 0:
                 return session.answered(topics, full, more), tail
             session.settle(topics, more)
             if not await self.waiters.wait_session(session, remaining):
-                topics, tail, _, _ = self._read_for_consumer(session.to_read(), max_bytes)
+                topics, tail, _, _ = self._read_for_consumer(
+                    session.to_read(), max_bytes, partial=not full
+                )
                 return session.answered(topics, full, more), tail
 
     async def new_logs_made(self, keys: Iterable[TopicPartition]) -> None:
@@ -785,8 +789,12 @@ class ReplicaManager:
         return plog is not None and sp.fetch_offset < plog.log_end_offset
 
     def _read_for_consumer(
-        self, wanted, max_bytes: int
+        self, wanted, max_bytes: int, *, partial: bool = False
     ) -> tuple[list, list[FileRegion], int, bool]:
+        """Read ``wanted`` below each HW, within ``max_bytes``. ``partial`` (an
+        incremental session answer) stops at the partition that finds the budget
+        spent: the rest stay ready in the session for the next fetch, so a consumer
+        catching up on 10,000 partitions pays per fetch for what fits, not for all."""
         topics = []
         tail: list[FileRegion] = []
         total = 0
@@ -795,6 +803,8 @@ class ReplicaManager:
         for name, parts in wanted:
             results = []
             for partition, offset, pmax, epoch in parts:
+                if partial and budget == 0 and total:
+                    break
                 try:
                     plog = self.leader_log(name, partition, epoch)
                     hw = plog.high_watermark
@@ -838,7 +848,10 @@ class ReplicaManager:
                             "size": 0,
                         }
                     )
-            topics.append({"topic": name, "partitions": results})
+            if results or not partial:
+                topics.append({"topic": name, "partitions": results})
+            if partial and budget == 0 and total:
+                break
         return topics, tail, total, any_error
 
     def _check_leader(self, topic: str, partition: int, epoch: int) -> None:

@@ -31,6 +31,7 @@ from logmq.errors import (
     RequestTimedOutError,
     error_for,
 )
+from logmq.gcpause import gc_paused
 from logmq.net.codec import ApiKey, Response
 from logmq.net.fetch_message import fetch_request
 
@@ -56,8 +57,12 @@ class BrokerInfo:
     port: int
 
 
-@dataclass(slots=True, frozen=True)
+@dataclass(slots=True)
 class PartitionInfo:
+    """One partition in a metadata snapshot; read-only by convention (snapshots are
+    shared). Not a frozen dataclass: a 10,000-partition answer builds 10,000 of these,
+    and a frozen one's ``__init__`` costs three times as much."""
+
     topic: str
     partition: int
     leader: int
@@ -160,6 +165,8 @@ class ClusterMetadata:
 
 
 def _code(value: int) -> ErrorCode:
+    if value == 0:  # nearly always: no enum lookup
+        return ErrorCode.NONE
     try:
         return ErrorCode(value)
     except ValueError:
@@ -372,8 +379,9 @@ class ClusterClient:
         names = None if all_topics else sorted(self._wanted)
         body = {"topics": names, "allow_auto_create": self.allow_auto_create}
         resp = await self.request_any(ApiKey.METADATA, body)
-        newer = ClusterMetadata.from_response(resp.body)
-        self.metadata = self.metadata.merged(newer, names)
+        with gc_paused():  # thousands of partitions' objects, nearly all kept
+            newer = ClusterMetadata.from_response(resp.body)
+            self.metadata = self.metadata.merged(newer, names)
         if all_topics or not self._all_topics:  # it covered what the age refresh asks
             self._refreshed_at = asyncio.get_running_loop().time()
         self._all_topics |= all_topics
@@ -476,6 +484,33 @@ class ClusterClient:
             retries=retries,
         )
 
+    @staticmethod
+    def _read_answers(
+        body: dict[str, Any],
+        todo: dict[TopicPartition, Any],
+        out: dict[TopicPartition, T],
+        read: Callable[[dict[str, Any]], T],
+        name: str,
+    ) -> LogMQError | None:
+        """``to_leaders``: one answer's partitions into ``out`` (done ones leave
+        ``todo``); raises a partition's fatal error, returns its last retriable one."""
+        retry = None
+        for t in body.get("topics") or ():
+            for p in t.get("partitions") or ():
+                tp = (t["topic"], p["partition"])
+                if tp not in todo:
+                    continue
+                code = p.get("error", 0)
+                if code:
+                    err = error_for(code, p.get("message") or f"{name} {tp}")
+                    if not err.retriable:
+                        raise err
+                    retry = err
+                    continue
+                out[tp] = read(p)
+                del todo[tp]
+        return retry
+
     async def delete_records(
         self, offsets: dict[TopicPartition, int], timeout_ms: int
     ) -> dict[TopicPartition, int]:
@@ -536,20 +571,8 @@ class ClusterClient:
                 except ConnectionError_ as e:
                     lost = e
                     continue
-                for t in resp.body.get("topics") or ():
-                    for p in t.get("partitions") or ():
-                        tp = (t["topic"], p["partition"])
-                        if tp not in todo:
-                            continue
-                        code = p.get("error", 0)
-                        if code:
-                            err = error_for(code, p.get("message") or f"{name} {tp}")
-                            if not err.retriable:
-                                raise err
-                            retry = err
-                            continue
-                        out[tp] = read(p)
-                        del todo[tp]
+                with gc_paused():
+                    retry = self._read_answers(resp.body, todo, out, read, name) or retry
             if todo:
                 if retry is None and lost is None:
                     raise error_for(ErrorCode.UNKNOWN_SERVER_ERROR, f"no {name} for {list(todo)}")

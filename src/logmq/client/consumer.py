@@ -25,10 +25,11 @@ from typing import Any
 from logmq.client.cluster import ClusterClient, TopicPartition
 from logmq.client.consumer_positions import EARLIEST, LATEST, RESET_TARGETS, Changes, PartitionState
 from logmq.client.fetch_loop import FetchLoopMixin
-from logmq.client.fetcher import FetchedBatch, gc_paused
+from logmq.client.fetcher import FetchedBatch
 from logmq.client.group_consumer import GroupConsumerMixin
 from logmq.client.group_session import Listener
 from logmq.errors import LogMQError, NoOffsetForPartitionError
+from logmq.gcpause import gc_paused
 from logmq.records import Record
 
 
@@ -390,7 +391,7 @@ class AsyncConsumer(GroupConsumerMixin, FetchLoopMixin):
                         got = pd.take_batches(limit - count)
                         count += sum(len(b) for b in got)
                     else:
-                        got = pd.take(limit - count)
+                        got = pd.take_paused(limit - count)  # the drain paused the GC
                         count += len(got)
                 except LogMQError as e:
                     completed.parts.popleft()

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from logmq.client.cluster import TopicPartition
 from logmq.client.consumer_positions import RESET_TARGETS, Changes, PartitionState
-from logmq.client.fetcher import PartitionData, parse_fetch_response
+from logmq.client.fetcher import PartitionData
 from logmq.errors import (
     ConnectionError_,
     ErrorCode,
@@ -36,7 +36,7 @@ from logmq.errors import (
     error_for,
 )
 from logmq.net.codec import ApiKey
-from logmq.net.fetch_message import fetch_request
+from logmq.net.fetch_message import fetch_request, fetched_partitions
 
 if TYPE_CHECKING:
     from logmq.client.cluster import ClusterClient
@@ -82,19 +82,6 @@ class NodeSession:
         self.epoch = 0
         self.sent = {}
         self.generation += 1
-
-
-class _SentOffsets:
-    """``parse_fetch_response``'s view of a session: the fetch offset of each partition."""
-
-    __slots__ = ("sent",)
-
-    def __init__(self, sent: dict[TopicPartition, tuple[int, int, int]]) -> None:
-        self.sent = sent
-
-    def get(self, tp: TopicPartition) -> int | None:
-        entry = self.sent.get(tp)
-        return None if entry is None else entry[0]
 
 
 class FetchLoopMixin:
@@ -312,11 +299,17 @@ class FetchLoopMixin:
                 self._rotation = (self._rotation + 1) % len(tps)
                 tps = tps[self._rotation :] + tps[: self._rotation]
             sent = {}
-            for tp in tps:
+            entry_for = self._entry
+            for tp in tps:  # _fetchable inline: one pass over thousands
                 st = assigned.get(tp)
-                if st is not None and self._fetchable(st):
-                    entry, sent[tp] = self._entry(tp, st)
-                    topics.setdefault(tp[0], []).append(entry)
+                if st is None or st.fetch_position is None or st.error is not None or st.paused:
+                    continue
+                entry, sent[tp] = entry_for(tp, st)
+                lst = topics.get(tp[0])
+                if lst is None:
+                    topics[tp[0]] = [entry]
+                else:
+                    lst.append(entry)
             session.sent = sent
             if not sent:
                 return None
@@ -360,34 +353,47 @@ class FetchLoopMixin:
         completed = CompletedFetch(node)
         refresh = False
         sent = session.sent
-        for pd in parse_fetch_response(body, tail, _SentOffsets(sent)):  # type: ignore[arg-type]
-            st = self._assigned.get(pd.tp)
-            if st is None or st.epoch != sent[pd.tp][2] or st.fetch_position != pd.fetch_offset:
-                continue  # seeked or unassigned while the fetch was in flight
+        assigned = self._assigned
+        parts = completed.parts
+        none = ErrorCode.NONE
+        # One pass over the answer, and a PartitionData only for a partition with
+        # records: an answer can name thousands of partitions.
+        for f in fetched_partitions(body, tail):
+            tp = (f.topic, f.partition)
+            key = sent.get(tp)
+            st = assigned.get(tp)
+            if key is None or st is None or st.epoch != key[2] or st.fetch_position != key[0]:
+                continue  # not asked here, or seeked or unassigned while in flight
             if st.paused:
                 continue
-            if pd.error != ErrorCode.NONE:
-                if pd.error == ErrorCode.OFFSET_OUT_OF_RANGE:
-                    self._out_of_range(pd.tp, st)
-                elif pd.error in _REFRESH_CODES or pd.error.retriable:
+            if f.error != none:
+                if f.error == ErrorCode.OFFSET_OUT_OF_RANGE:
+                    self._out_of_range(tp, st)
+                elif f.error in _REFRESH_CODES or f.error.retriable:
                     refresh = True
                 else:
-                    st.error = error_for(pd.error, f"fetch {pd.topic}-{pd.partition}")
+                    st.error = error_for(f.error, f"fetch {f.topic}-{f.partition}")
                 continue
-            st.high_watermark = pd.high_watermark
-            st.log_start_offset = pd.log_start_offset
+            st.high_watermark = f.high_watermark
+            st.log_start_offset = f.log_start_offset
+            if not f.records:
+                continue
+            offset = key[0]
+            pd = PartitionData(
+                f.topic, f.partition, offset, none, f.high_watermark, f.log_start_offset, f.records
+            )
             nxt = pd.next_fetch_offset()
-            if nxt == pd.fetch_offset and len(pd.data) and pd.exhausted:
+            if nxt == offset and pd.exhausted:
                 # only part of one batch came back: it can never fit, so stop, loudly
                 st.error = MessageTooLargeError(
-                    f"batch at {pd.topic}-{pd.partition}@{nxt} exceeds "
+                    f"batch at {f.topic}-{f.partition}@{nxt} exceeds "
                     f"max_partition_fetch_bytes={self.max_partition_fetch_bytes}"
                 )
                 continue
-            if nxt != pd.fetch_offset:
+            if nxt != offset:
                 st.fetch_position = nxt
-            if nxt > pd.fetch_offset or not pd.exhausted:
-                completed.parts.append((st.epoch, pd))
+            if nxt > offset or not pd.exhausted:
+                parts.append((st.epoch, pd))
         return completed, refresh
 
     def _out_of_range(self, tp: TopicPartition, st: PartitionState) -> None:

@@ -12,15 +12,14 @@ batch per compiled call (``records_codec``) and build Records with one C-level
 
 from __future__ import annotations
 
-import gc
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from itertools import repeat
 from operator import add, itemgetter
 from typing import Any
 
 from logmq.errors import CorruptRecordError, ErrorCode, LogMQError
+from logmq.gcpause import gc_paused
 from logmq.net.fetch_message import fetched_partitions
 from logmq.records import Record
 from logmq.storage.batch import (
@@ -39,24 +38,6 @@ from logmq.storage.records_codec import decode_rows
 
 _tuple_new = tuple.__new__
 _OFFSET_DELTA, _TS_DELTA, _KEY, _VALUE, _HEADERS = (itemgetter(i) for i in range(5))
-
-
-@contextmanager
-def gc_paused() -> Iterator[None]:
-    """Pause the cyclic GC while a poll allocates many acyclic Records.
-
-    Left on, the collector runs every 700 allocations and re-scans the records the
-    caller still holds each time they are promoted, doubling the cost per record;
-    paused, the new records are scanned once, by the first collection afterwards.
-    """
-    if not gc.isenabled():
-        yield
-        return
-    gc.disable()
-    try:
-        yield
-    finally:
-        gc.enable()
 
 
 Row = tuple[int, int, bytes | None, bytes | None, tuple[tuple[str, bytes | None], ...] | None]
@@ -235,9 +216,10 @@ class PartitionData:
     def take(self, max_records: int) -> list[Record]:
         """Up to ``max_records`` records from the current position on, advancing it."""
         with gc_paused():
-            return self._take(max_records)
+            return self.take_paused(max_records)
 
-    def _take(self, max_records: int) -> list[Record]:
+    def take_paused(self, max_records: int) -> list[Record]:
+        """``take`` for a caller that has paused the cyclic GC itself (once per poll)."""
         out: list[Record] = []
         while len(out) < max_records:
             if self.pending is not None:  # a batch partly handed out by take_batches

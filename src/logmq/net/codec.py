@@ -19,6 +19,7 @@ from typing import Any
 import msgpack
 
 from logmq.errors import InvalidFrameError
+from logmq.gcpause import gc_paused
 
 SIZE = struct.Struct(">I")
 # api_key u16, api_version u16, correlation_id u32, client_id_len u16
@@ -87,13 +88,21 @@ class Response:
     tail: memoryview
 
 
+# A body at least this big is decoded with the cyclic GC paused.
+BULK_BODY = 64 * 1024
+
+
 def pack_body(body: Any) -> bytes:
     return msgpack.packb(body, use_bin_type=True)
 
 
 def unpack_body(data: Any) -> dict[str, Any]:
     try:
-        body = msgpack.unpackb(data, raw=False, strict_map_key=False)
+        if len(data) < BULK_BODY:
+            body = msgpack.unpackb(data, raw=False, strict_map_key=False)
+        else:  # e.g. thousands of partitions' entries (gcpause.py)
+            with gc_paused():
+                body = msgpack.unpackb(data, raw=False, strict_map_key=False)
     except Exception as e:  # msgpack raises several unrelated types on bad input
         raise InvalidFrameError(f"undecodable msgpack body: {e}") from None
     if not isinstance(body, dict):

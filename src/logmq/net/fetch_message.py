@@ -10,8 +10,7 @@ bounds checks a hostile or broken peer needs.
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from logmq.errors import CorruptRecordError, ErrorCode
 
@@ -47,9 +46,12 @@ def fetch_request(
     return body
 
 
-@dataclass(frozen=True, slots=True)
-class FetchedPartition:
-    """One partition of a Fetch answer; ``records`` is a view into the response tail."""
+class FetchedPartition(NamedTuple):
+    """One partition of a Fetch answer; ``records`` is a view into the response tail.
+
+    A tuple, not a frozen dataclass: an answer can carry 10,000 of these, and a frozen
+    dataclass's ``__init__`` costs a call per field.
+    """
 
     topic: str
     partition: int
@@ -67,24 +69,29 @@ def fetched_partitions(body: dict[str, Any], tail: memoryview) -> Iterator[Fetch
     """
     pos = 0
     end = len(tail)
+    codes = _CODES
+    unknown = ErrorCode.UNKNOWN_SERVER_ERROR
     for t in body.get("topics") or ():
         topic = t.get("topic")
         for p in t.get("partitions") or ():
-            size = p.get("size", 0) or 0
-            if not isinstance(size, int) or size < 0 or pos + size > end:
+            get = p.get
+            size = get("size", 0) or 0
+            if type(size) is not int or size < 0 or pos + size > end:
                 raise CorruptRecordError(
                     f"fetch response tail too short for {topic}: {size} bytes at {pos} of {end}"
                 )
-            try:
-                code = ErrorCode(p.get("error", 0))
-            except ValueError:
-                code = ErrorCode.UNKNOWN_SERVER_ERROR
+            err = get("error", 0)
+            code = codes.get(err, unknown) if type(err) is int else unknown
             yield FetchedPartition(
                 topic,
-                p.get("partition"),
+                get("partition"),
                 code,
-                p.get("high_watermark", -1),
-                p.get("log_start_offset", -1),
+                get("high_watermark", -1),
+                get("log_start_offset", -1),
                 tail[pos : pos + size],
             )
             pos += size
+
+
+# Error codes by number: ErrorCode(n) costs an enum call per partition of an answer.
+_CODES: dict[int, ErrorCode] = {int(c): c for c in ErrorCode}
