@@ -263,3 +263,112 @@ async def test_produces_waiting_for_new_logs_keep_their_order(tmp_path, monkeypa
         assert [v.split(b":")[0] for _, v in read_all(plog)] == [b"%d" % i for i in range(40)]
     assert not mgr._dir_gates  # drained: later requests go straight on
     await mgr.stop()
+
+
+async def test_a_clean_stop_writes_epochs_and_snapshots_of_all_logs_with_two_syncs(
+    tmp_path, monkeypatch
+):
+    """Closing many logs writes each one's epoch checkpoint and producer snapshot with
+    two file-system syncs in all (no fsync per file), and the next start reads them."""
+    if checkpoint._libc_syncfs() is None:
+        import pytest
+
+        pytest.skip("no syncfs that reports write-back errors here")
+    mgr = LogManager(tmp_path)
+    await mgr.start()
+    logs = mgr.create_logs([("t", p) for p in range(40)])
+    for i, plog in enumerate(logs):
+        batch = make_batch(2, producer_id=100 + i, producer_epoch=0, base_sequence=0)
+        await mgr.append(plog, batch, leader_epoch=5)
+    await mgr._dirs_made()
+    for plog in logs:
+        await mgr.sync(plog)  # the segments are durable: only the small files remain
+        plog.leader_epochs.assign(6, 1, flush=False)  # (an epoch must start below the end)
+    assert all(p.leader_epochs.unflushed and p.needs_snapshot for p in logs)
+
+    fsyncs: list[int] = []
+    syncs: list[int] = []
+    real_fsync, real_syncfs = checkpoint.fsync, checkpoint.syncfs
+    monkeypatch.setattr(checkpoint, "fsync", lambda fd: (fsyncs.append(fd), real_fsync(fd)))
+    monkeypatch.setattr(checkpoint, "syncfs", lambda fd: (syncs.append(fd), real_syncfs(fd)))
+    await mgr.stop()
+    assert len(syncs) == 2
+    # Three offset checkpoints and the clean-shutdown marker, each file and directory
+    # (not 4 more for each of the 40 logs).
+    assert len(fsyncs) <= 8
+    assert not any(n.endswith(".tmp") for _, _, ns in os.walk(tmp_path) for n in ns)
+    monkeypatch.undo()
+
+    mgr = LogManager(tmp_path)
+    await mgr.start()
+    for i in range(40):
+        plog = mgr.get_log("t", i)
+        assert plog.leader_epochs.entries() == [(5, 0), (6, 1)]
+        assert plog.producer_state.producers[100 + i].batches[-1].last_seq == 1
+    await mgr.stop()
+
+
+def test_atomic_write_many_replaces_what_it_can_and_nothing_when_a_sync_fails(
+    tmp_path, monkeypatch
+):
+    for name in ("a", "b"):
+        (tmp_path / name).write_bytes(b"old")
+    monkeypatch.setattr(checkpoint, "SYNCFS_MIN_FILES", 2)
+    items = [(tmp_path / "a", b"new a"), (tmp_path / "gone" / "c", b"c"), (tmp_path / "b", b"B")]
+    failed = checkpoint.atomic_write_many(items, tmp_path)
+    assert list(failed) == [1] and isinstance(failed[1], FileNotFoundError)
+    assert (tmp_path / "a").read_bytes() == b"new a" and (tmp_path / "b").read_bytes() == b"B"
+
+    def broken(fd: int) -> None:
+        raise OSError(5, "Input/output error")
+
+    if checkpoint._libc_syncfs() is not None:
+        monkeypatch.setattr(checkpoint, "syncfs", broken)
+        import pytest
+
+        with pytest.raises(OSError):
+            checkpoint.atomic_write_many([(tmp_path / "a", b"newer")] * 2, tmp_path)
+        assert (tmp_path / "a").read_bytes() == b"new a"  # the old content stays
+        assert sorted(os.listdir(tmp_path)) == ["a", "b"]  # and no temp file
+    # Without a syncfs that reports errors, each file goes through atomic_write.
+    monkeypatch.setattr(checkpoint, "_libc_syncfs", lambda: None)
+    assert checkpoint.atomic_write_many([(tmp_path / "b", b"bb")], tmp_path) == {}
+    assert (tmp_path / "b").read_bytes() == b"bb"
+
+
+async def test_a_stop_writes_no_epoch_file_for_an_epoch_begun_at_the_log_end(tmp_path, monkeypatch):
+    """A restarted leader starts a new epoch at the log end of every partition; with no
+    record in it, a start drops it again (truncate_from_end), so a clean stop need not
+    write 10,000 files for it. An epoch with records in it is written."""
+    mgr = LogManager(tmp_path)
+    await mgr.start()
+    logs = mgr.create_logs([("t", p) for p in range(5)])
+    for plog in logs:
+        await mgr.append(plog, make_batch(2), leader_epoch=5)
+    await mgr.stop()
+    mgr = LogManager(tmp_path)
+    await mgr.start()
+    for plog in mgr.logs():
+        plog.leader_epochs.assign(7, plog.log_end_offset, flush=False)  # a new leadership
+    written: list[Path] = []
+    real = checkpoint.atomic_write_many
+    monkeypatch.setattr(
+        checkpoint,
+        "atomic_write_many",
+        lambda items, d, **kw: (written.extend(Path(p) for p, _ in items), real(items, d, **kw))[1],
+    )
+    await mgr.stop()
+    assert written == []
+    mgr = LogManager(tmp_path)
+    await mgr.start()
+    plog = mgr.get_log("t", 3)
+    assert plog.leader_epochs.entries() == [(5, 0)]
+    plog.leader_epochs.assign(8, plog.log_end_offset, flush=False)
+    await mgr.append(plog, make_batch(1), leader_epoch=8)
+    await mgr.stop()
+    epoch_files = [p for p in written if p.name == "leader-epoch-checkpoint"]
+    assert epoch_files == [plog.dir / "leader-epoch-checkpoint"]  # and its producer snapshot
+    mgr = LogManager(tmp_path)
+    await mgr.start()
+    assert mgr.get_log("t", 3).leader_epochs.entries() == [(5, 0), (8, 2)]
+    await mgr.stop()

@@ -35,6 +35,7 @@ class LeaderEpochCache:
         self.unflushed = False
         self._lock = threading.Lock()
         self._write_lock = threading.Lock()
+        self._on_disk: list[tuple[int, int]] = []  # as last read or written
         if path is not None and (os.path.exists(path) if exists is None else exists):
             self._load()
 
@@ -113,11 +114,29 @@ class LeaderEpochCache:
                 pairs = list(zip(self._epochs, self._starts, strict=True))
             self._write(pairs)
 
+    def take_checkpoint(self, end_offset: int) -> bytes | None:
+        """The file's content as the cache is now, which the caller writes (a clean
+        stop writes thousands together: checkpoint.atomic_write_many); the cache counts
+        as flushed. If the write fails, call ``flush``.
+
+        None when the file already says the same below ``end_offset`` (the log end): a
+        start drops the epochs starting at or after it (``truncate_from_end``), so an
+        epoch a new leadership began, with no record yet, need not be written. Every
+        partition gets one on each restart of its leader.
+        """
+        with self._lock:
+            self.unflushed = False
+            pairs = list(zip(self._epochs, self._starts, strict=True))
+        kept = [p for p in pairs if p[1] < end_offset]
+        if kept == [p for p in self._on_disk if p[1] < end_offset]:
+            return None
+        self._on_disk = pairs
+        return _encode(pairs)
+
     def _write(self, pairs: list[tuple[int, int]]) -> None:
         if self.path is None:
             return
-        lines = ["0", str(len(pairs)), *(f"{e} {s}" for e, s in pairs)]
-        data = ("\n".join(lines) + "\n").encode()
+        data = _encode(pairs)
         try:
             atomic_write(self.path, data)
         except FileNotFoundError:
@@ -128,6 +147,7 @@ class LeaderEpochCache:
             os.makedirs(directory, exist_ok=True)
             fsync_dir(os.path.dirname(directory) or ".")
             atomic_write(self.path, data)
+        self._on_disk = pairs
 
     def _load(self) -> None:
         assert self.path is not None
@@ -140,3 +160,9 @@ class LeaderEpochCache:
                 self._starts.append(int(s))
         except (ValueError, IndexError) as err:
             raise StorageError(f"malformed leader epoch checkpoint {self.path}: {err}") from None
+        self._on_disk = list(zip(self._epochs, self._starts, strict=True))
+
+
+def _encode(pairs: list[tuple[int, int]]) -> bytes:
+    lines = ["0", str(len(pairs)), *(f"{e} {s}" for e, s in pairs)]
+    return ("\n".join(lines) + "\n").encode()

@@ -124,6 +124,14 @@ def _try_run_jobs(jobs: list[Any]) -> OSError | None:
     return None
 
 
+def _try_flush_epochs(plog: PartitionLog) -> Exception | None:
+    try:
+        plog.leader_epochs.flush()
+    except OSError as e:
+        return StorageError(f"writing the leader epochs of {plog.dir}: {e}")
+    return None
+
+
 def _try_snapshot(plog: PartitionLog) -> Exception | None:
     try:
         plog.write_producer_snapshot()
@@ -307,9 +315,7 @@ class LogManager:
         """
         errors: list[Exception] = []
         logs = [p for p in self._logs.values() if not p.closed]
-        flushing = [
-            (p, *p.flush_jobs()) for p in logs if p.needs_flush or p.leader_epochs.unflushed
-        ]
+        flushing = [(p, *p.flush_jobs(epochs=False)) for p in logs if p.needs_flush]
         with ThreadPoolExecutor(_CLOSE_THREADS, thread_name_prefix="log-close") as pool:
             done = pool.map(_try_run_jobs, [jobs for _, jobs, _ in flushing])
             for (plog, jobs, mark), err in zip(flushing, done, strict=True):
@@ -317,10 +323,7 @@ class LogManager:
                     plog.flush_done(jobs, mark)
                 else:
                     errors.append(StorageError(f"fsync failed in {plog.dir}: {err}"))
-            snapshots = [p for p in logs if p.needs_snapshot and not p.needs_flush]
-            for err in pool.map(_try_snapshot, snapshots):
-                if err is not None:
-                    errors.append(err)
+        errors += self._write_small_files(logs)
         for plog in logs:
             if plog.needs_flush:
                 continue  # its fsync failed: closing would only fail again
@@ -329,6 +332,42 @@ class LogManager:
             except (OSError, StorageError) as e:
                 errors.append(e)
         self.write_checkpoints()
+        return errors
+
+    def _write_small_files(self, logs: list[PartitionLog]) -> list[Exception]:
+        """Every log's pending leader-epoch checkpoint and producer snapshot, written
+        together with two file-system syncs (checkpoint.atomic_write_many) rather than
+        with two fsyncs each. A file that could not be written that way is retried on
+        its own, the way that also makes a missing log directory."""
+        files: list[tuple[Any, bytes]] = []
+        owners: list[tuple[PartitionLog, bool]] = []  # (log, is its producer snapshot)
+        for plog in logs:
+            epochs = plog.leader_epochs
+            if epochs.unflushed and epochs.path is not None:
+                data = epochs.take_checkpoint(plog.log_end_offset)
+                if data is not None:
+                    files.append((epochs.path, data))
+                    owners.append((plog, False))
+            if plog.needs_snapshot and not plog.needs_flush:
+                files.append(plog.producer_snapshot_file())
+                owners.append((plog, True))
+        if not files:
+            return []
+        try:
+            failed = ckpt.atomic_write_many(files, self.data_dir)
+        except OSError as e:
+            for plog, snapshot in owners:
+                if not snapshot:
+                    plog.leader_epochs.unflushed = True  # not written: close() tries again
+            return [StorageError(f"syncing {self.data_dir} failed: {e}")]
+        errors: list[Exception] = []
+        for i, (plog, snapshot) in enumerate(owners):
+            if i in failed:
+                err = _try_snapshot(plog) if snapshot else _try_flush_epochs(plog)
+                if err is not None:
+                    errors.append(err)
+            elif snapshot:
+                plog.producer_snapshot_written()
         return errors
 
     async def _every(self, interval_ms: int, fn: Any) -> None:

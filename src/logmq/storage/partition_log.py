@@ -37,6 +37,7 @@ from logmq.storage.producer_state import (
     ProducerEntry,
     delete_snapshots,
     list_snapshots,
+    snapshot_path,
     write_snapshot,
 )
 from logmq.storage.segment import BatchInfo, FileSlice, LogSegment, make_log_dir, run_sync
@@ -619,11 +620,12 @@ class PartitionLog:
         """Written, rolled or truncated since the last flush began."""
         return self._changes != self._flushed_changes
 
-    def flush_jobs(self) -> tuple[list[Any], FlushMark]:
+    def flush_jobs(self, *, epochs: bool = True) -> tuple[list[Any], FlushMark]:
         """Segments needing an fsync, and what they cover (none if nothing changed).
 
         Call on the event loop thread; run the jobs with ``run_flush_jobs`` anywhere, then
         ``flush_done``. Holding file references keeps descriptors open meanwhile.
+        ``epochs=False`` leaves the leader-epoch checkpoint to the caller.
         """
         self._check_open()
         last = self.segments[-1]
@@ -637,7 +639,9 @@ class PartitionLog:
         )
         # Epochs kept in memory since the last flush go to disk with it (before the
         # recovery point passes their records); as a job, with no segment.
-        jobs: list[Any] = [(None, self.leader_epochs.flush)] if self.leader_epochs.unflushed else []
+        jobs: list[Any] = (
+            [(None, self.leader_epochs.flush)] if epochs and self.leader_epochs.unflushed else []
+        )
         if not self.needs_flush:
             return jobs, mark
         i = max(0, bisect.bisect_right(self._bases, self.recovery_point) - 1)
@@ -666,6 +670,16 @@ class PartitionLog:
 
     def write_producer_snapshot(self) -> None:
         write_snapshot(self.dir, self.producer_state, self.log_end_offset)
+        self.producer_snapshot_written()
+
+    def producer_snapshot_file(self) -> tuple[Path, bytes]:
+        """The snapshot ``write_producer_snapshot`` writes, for a caller that writes
+        many together (then calls ``producer_snapshot_written``)."""
+        end = self.log_end_offset
+        return snapshot_path(self.dir, end), self.producer_state.to_bytes(end)
+
+    def producer_snapshot_written(self) -> None:
+        """The snapshot at the log end is on disk: keep it and the one before."""
         self._snapshot_changes = self._changes
         snaps = list_snapshots(self.dir)
         if len(snaps) > 2:
