@@ -22,7 +22,10 @@ one topic with that many partitions, and this measures:
   ``--idle-seconds`` (no client connected) and its RSS;
 * **restart after kill -9**: SIGKILL, start on the same data dir, time to the ready
   line and until Metadata plus ListOffsets for every partition answer with the same
-  log end offsets as before the kill.
+  log end offsets as before the kill;
+* **clean stop and start**: SIGTERM until the process exits (it writes every log's
+  producer snapshot after that recovery), a start until every partition answers, and
+  a second stop (a broker that only started: every partition has a new leader epoch).
 
 Producer and consumer run in their own processes (``--worker``), so they compete with
 the broker for the cores as real clients would and their CPU is their own. Every wait
@@ -193,6 +196,15 @@ def run_worker(
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
+def timed_stop(broker: Any, timeout: float) -> float:
+    """SIGTERM until the process has exited cleanly (exit code 0), in seconds."""
+    start = time.perf_counter()
+    code = broker.stop(timeout)
+    if code != 0:
+        raise RuntimeError(f"broker stop exited with {code}")
+    return time.perf_counter() - start
+
+
 def describe_until_ready(bootstrap: str, parts: int, timeout: float) -> dict[int, int]:
     """Metadata + ListOffsets for every partition until all have a leader: {p: end}."""
     from logmq.client import Admin
@@ -285,6 +297,23 @@ def measure(parts: int, n: int, opts: argparse.Namespace, profile: str | None) -
             assert broker.pid is not None
             row["rss_after_restart_mb"] = rss_mb(broker.pid)
             print(f"  [{parts}] restart {row['restart_serving_s']:.2f} s", file=sys.stderr)
+
+            # Clean stop (after that recovery: producer snapshots for every log), clean
+            # start, and a stop of a broker that only started (every partition has a
+            # new leader epoch and nothing else).
+            row["clean_stop_s"] = timed_stop(broker, t)
+            start = time.perf_counter()
+            broker.restart(timeout=t)
+            row["clean_start_ready_s"] = time.perf_counter() - start
+            if describe_until_ready(broker.bootstrap, parts, t) != ends:
+                raise RuntimeError("log end offsets differ after a clean restart")
+            row["clean_start_serving_s"] = time.perf_counter() - start
+            row["restarted_stop_s"] = timed_stop(broker, t)
+            print(
+                f"  [{parts}] clean stop {row['clean_stop_s']:.2f} s, start "
+                f"{row['clean_start_serving_s']:.2f} s, stop {row['restarted_stop_s']:.2f} s",
+                file=sys.stderr,
+            )
         finally:
             broker.close()
     return row
@@ -436,8 +465,8 @@ def table(rows: list[dict[str, Any]]) -> str:
         "produce | produce rec/s (keyless, sticky) | consume rec/s | of which assign + seek "
         "| consumer CPU / polls "
         "| broker CPU, consume | broker RSS | idle CPU | restart after kill -9: ready / "
-        "all partitions answer |",
-        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "all partitions answer | clean stop / clean start (all answer) / stop again |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in rows:
         ps, pk, c = r["produce_spread"], r["produce_sticky"], r["consume"]
@@ -451,7 +480,9 @@ def table(rows: list[dict[str, Any]]) -> str:
             f"| {c['client_cpu_s']:.2f} s / {c['polls']:,} "
             f"| {c['broker_cpu_s']:.2f} s "
             f"| {r['rss_after_produce_consume_mb']:.0f} MB | {r['idle_cpu_pct']:.1f}% "
-            f"| {r['restart_ready_s']:.2f} s / {r['restart_serving_s']:.2f} s |"
+            f"| {r['restart_ready_s']:.2f} s / {r['restart_serving_s']:.2f} s "
+            f"| {r['clean_stop_s']:.2f} s / {r['clean_start_serving_s']:.2f} s "
+            f"/ {r['restarted_stop_s']:.2f} s |"
         )
     return "\n".join(out)
 
