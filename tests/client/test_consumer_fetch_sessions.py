@@ -142,10 +142,11 @@ async def test_a_spent_budget_ends_an_incremental_read_and_every_partition_gets_
     reading at the partition that finds the budget spent (the rest wait in the session
     for the next fetch), and still every record arrives, once and in order."""
     topic, parts, per_part = "budget", 60, 8
-    async with AsyncAdmin(f"127.0.0.1:{inproc_broker.port}") as admin:
+    bootstrap = f"127.0.0.1:{inproc_broker.port}"
+    async with AsyncAdmin(bootstrap) as admin:
         await admin.create_topic(topic, parts)
     value = b"v" * 1000
-    async with AsyncProducer(f"127.0.0.1:{inproc_broker.port}", linger_ms=5) as producer:
+    async with AsyncProducer(bootstrap, linger_ms=5) as producer:
         for p in range(parts):
             for i in range(per_part):
                 producer.send(topic, value + b"%d" % i, partition=p)
@@ -162,9 +163,7 @@ async def test_a_spent_budget_ends_an_incremental_read_and_every_partition_gets_
 
     replicas._read_for_consumer = counting
     got: list[tuple[int, int]] = []
-    async with AsyncConsumer(
-        f"127.0.0.1:{inproc_broker.port}", fetch_max_bytes=20_000, fetch_max_wait_ms=100
-    ) as consumer:
+    async with AsyncConsumer(bootstrap, fetch_max_bytes=20_000, fetch_max_wait_ms=100) as consumer:
         consumer.assign([(topic, p) for p in range(parts)])
         for p in range(parts):
             consumer.seek(topic, p, 0)

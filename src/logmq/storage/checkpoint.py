@@ -53,16 +53,8 @@ def atomic_write(path: str | Path, data: bytes) -> None:
     """Replace ``path`` with ``data`` so that a crash leaves the old or the new content."""
     path = Path(path)
     tmp = path.with_name(path.name + ".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
-        try:
-            view = memoryview(data)
-            while view:
-                n = os.write(fd, view)
-                view = view[n:]
-            fsync(fd)
-        finally:
-            os.close(fd)
+        _write_file(tmp, data, sync=True)
         os.replace(tmp, path)
     except BaseException:
         # ENOSPC and friends: the old file stays as it was, and the partial temp file
@@ -122,8 +114,8 @@ def atomic_write_many(
     snapshot for each: 40,000 fsyncs, 9 to 14 s here. Instead every temp file is written
     (by ``workers`` threads), one ``syncfs`` makes them durable, the renames follow, and
     a second makes those durable: no target is replaced before its new content is on
-    disk, as with ``atomic_write``. The sync's descriptor is opened before the first write, so a
-    failed write-back of any of them is reported. Without such a syncfs (not Linux, or
+    disk, as with ``atomic_write``. The sync's descriptor is opened before the first
+    write, so a failed write-back of any of them is reported. Without such a syncfs (not Linux, or
     a kernel before 5.8) each file goes through ``atomic_write``, and so do fewer than
     ``SYNCFS_MIN_FILES``: a syncfs also writes back whatever else is dirty on that file
     system, worth it only against many fsyncs.
@@ -178,12 +170,15 @@ def atomic_write_many(
     return failed
 
 
-def _write_file(path: str, data: bytes) -> None:
+def _write_file(path: str | Path, data: bytes, *, sync: bool = False) -> None:
+    """Write ``data`` as the whole of ``path`` (made or truncated); ``sync``: fsync it."""
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
         view = memoryview(data)
         while view:
             view = view[os.write(fd, view) :]
+        if sync:
+            fsync(fd)
     finally:
         os.close(fd)
 

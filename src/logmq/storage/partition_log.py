@@ -29,6 +29,7 @@ from logmq.errors import (
 )
 from logmq.storage import batch as b
 from logmq.storage import cleaned_install, retention
+from logmq.storage.checkpoint import atomic_write
 from logmq.storage.compaction import CleaningPlan, CleanStats, plan_cleaning
 from logmq.storage.config import LogConfig
 from logmq.storage.log_loader import load_log, rebuild_producer_state
@@ -38,7 +39,6 @@ from logmq.storage.producer_state import (
     delete_snapshots,
     list_snapshots,
     snapshot_path,
-    write_snapshot,
 )
 from logmq.storage.segment import BatchInfo, FileSlice, LogSegment, make_log_dir, run_sync
 from logmq.storage.stamping import (
@@ -669,7 +669,7 @@ class PartitionLog:
         self.flush_done(jobs, mark)
 
     def write_producer_snapshot(self) -> None:
-        write_snapshot(self.dir, self.producer_state, self.log_end_offset)
+        atomic_write(*self.producer_snapshot_file())
         self.producer_snapshot_written()
 
     def producer_snapshot_file(self) -> tuple[Path, bytes]:

@@ -28,7 +28,7 @@ from logmq.storage.batch_scan import (
     R_PRODUCER_ID,
     HeaderRow,
 )
-from logmq.storage.checkpoint import atomic_write, read_small
+from logmq.storage.checkpoint import read_small
 
 log = logging.getLogger(__name__)
 
@@ -204,10 +204,6 @@ def list_snapshots(directory: Path, names: Iterable[str] | None = None) -> list[
         if name.endswith(SNAPSHOT_SUFFIX) and name[:20].isdigit():
             out.append(int(name[:20]))
     return sorted(out)
-
-
-def write_snapshot(directory: Path, state: ProducerStateManager, offset: int) -> None:
-    atomic_write(snapshot_path(directory, offset), state.to_bytes(offset))
 
 
 def load_latest_snapshot(
