@@ -21,12 +21,14 @@ from typing import TYPE_CHECKING, Any
 from logmq.broker.fetch_sessions import (
     FINAL_EPOCH,
     INITIAL_EPOCH,
+    Entry,
     FetchSession,
     FetchSessionCache,
     FetchSessionError,
 )
 from logmq.broker.request_fields import InvalidRequestError, req_int, req_list, req_str
 from logmq.errors import ErrorCode, LogMQError
+from logmq.gcpause import gc_paused
 from logmq.net.codec import Request
 from logmq.net.reply import Reply
 from logmq.storage.offset_search import offset_for
@@ -183,26 +185,8 @@ class DataApi:
         replica_id = req_int(body, "replica_id", -1)
         session_id = req_int(body, "session_id", 0)
         session_epoch = req_int(body, "session_epoch", FINAL_EPOCH)
-        named: list[tuple[str, list[tuple[int, int, int, int, int]]]] = []
-        for t in req_list(body, "topics"):
-            parts = []
-            topic = req_str(t, "topic")
-            for p in req_list(t, "partitions"):
-                pmax = req_int(p, "partition_max_bytes", 1024 * 1024)
-                if pmax < 0:
-                    raise LogMQError(
-                        "partition_max_bytes must be >= 0", ErrorCode.INVALID_FETCH_SIZE
-                    )
-                parts.append(
-                    (
-                        req_int(p, "partition"),
-                        req_int(p, "fetch_offset"),
-                        pmax,
-                        req_int(p, "current_leader_epoch", -1),
-                        req_int(p, "log_start_offset", -1) if replica_id >= 0 else -1,
-                    )
-                )
-            named.append((topic, parts))
+        with gc_paused():  # a full fetch names every partition: see logmq/gcpause.py
+            named = _named_partitions(body, replica_id >= 0)
         forgotten = [
             (req_str(t, "topic"), partition)
             for t in req_list(body, "forgotten", [])
@@ -230,7 +214,8 @@ class DataApi:
                 )
             full = False
         if session is not None:
-            self.sessions.update(session, named, forgotten)
+            with gc_paused():
+                self.sessions.update(session, named, forgotten)
             if replica_id >= 0:
                 topics, tail = await self.replicas.fetch_session_for_follower(
                     replica_id, session, full, max_wait_ms, min_bytes, max_bytes
@@ -330,3 +315,52 @@ class DataApi:
                     )
             out.append({"topic": name, "partitions": results})
         return Reply({"topics": out})
+
+
+_PARTITION_MAX_BYTES = 1024 * 1024
+
+
+def _named_partitions(body: Any, follower: bool) -> list[tuple[str, list[Entry]]]:
+    """A Fetch's ``topics`` as fetch_sessions.Entry tuples by topic."""
+    named: list[tuple[str, list[Entry]]] = []
+    for t in req_list(body, "topics"):
+        parts = []
+        topic = req_str(t, "topic")
+        for p in req_list(t, "partitions"):
+            # A well-formed entry costs a few lookups and type checks (a full fetch
+            # names every partition); anything else takes the checked path below,
+            # which names the bad field.
+            if type(p) is dict:
+                get = p.get
+                partition = get("partition")
+                offset = get("fetch_offset")
+                pmax = get("partition_max_bytes", _PARTITION_MAX_BYTES)
+                epoch = get("current_leader_epoch", -1)
+                start = get("log_start_offset", -1) if follower else -1
+                if (
+                    type(partition) is int
+                    and type(offset) is int
+                    and type(pmax) is int
+                    and type(epoch) is int
+                    and type(start) is int
+                    and pmax >= 0
+                ):
+                    parts.append((partition, offset, pmax, epoch, start))
+                    continue
+            parts.append(_fetch_entry(p, follower))
+        named.append((topic, parts))
+    return named
+
+
+def _fetch_entry(p: Any, follower: bool) -> Entry:
+    """One partition of a Fetch, every field checked: INVALID_REQUEST names a bad one."""
+    pmax = req_int(p, "partition_max_bytes", _PARTITION_MAX_BYTES)
+    if pmax < 0:
+        raise LogMQError("partition_max_bytes must be >= 0", ErrorCode.INVALID_FETCH_SIZE)
+    return (
+        req_int(p, "partition"),
+        req_int(p, "fetch_offset"),
+        pmax,
+        req_int(p, "current_leader_epoch", -1),
+        req_int(p, "log_start_offset", -1) if follower else -1,
+    )

@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 from logmq.broker.replica_fetcher import FetcherConfig, ReplicaFetcher
 from logmq.cluster.controller_api import AlterPartitionRequest, AlterPartitionResponse
 from logmq.errors import DiskFullError, ErrorCode, LogMQError
+from logmq.gcpause import gc_paused
 from logmq.replication.partition_replica import (
     AlterIsr,
     AskLeaderEpoch,
@@ -768,7 +769,8 @@ class ReplicaManager:
             )
             remaining = deadline - loop.time()
             if full or total >= min_bytes or any_error or remaining <= 0:
-                return session.answered(topics, full, more), tail
+                with gc_paused():
+                    return session.answered(topics, full, more), tail
             session.settle(topics, more)
             if not await self.waiters.wait_session(session, remaining):
                 topics, tail, _, _ = self._read_for_consumer(
@@ -794,7 +796,16 @@ class ReplicaManager:
         """Read ``wanted`` below each HW, within ``max_bytes``. ``partial`` (an
         incremental session answer) stops at the partition that finds the budget
         spent: the rest stay ready in the session for the next fetch, so a consumer
-        catching up on 10,000 partitions pays per fetch for what fits, not for all."""
+        catching up on 10,000 partitions pays per fetch for what fits, not for all.
+
+        With the cyclic GC paused: an entry and a region per partition (logmq/gcpause.py).
+        """
+        with gc_paused():
+            return self._read_paused(wanted, max_bytes, partial)
+
+    def _read_paused(
+        self, wanted, max_bytes: int, partial: bool
+    ) -> tuple[list, list[FileRegion], int, bool]:
         topics = []
         tail: list[FileRegion] = []
         total = 0

@@ -35,11 +35,12 @@ from logmq.errors import (
     OffsetOutOfRangeError,
     error_for,
 )
+from logmq.gcpause import gc_paused
 from logmq.net.codec import ApiKey
 from logmq.net.fetch_message import fetch_request, fetched_partitions
 
 if TYPE_CHECKING:
-    from logmq.client.cluster import ClusterClient
+    from logmq.client.cluster import ClusterClient, ClusterMetadata
 
 CAUGHT_UP_BYTES = 64 << 10  # a fetch response this small means the consumer is caught up
 _REFRESH_CODES = {
@@ -260,19 +261,30 @@ class FetchLoopMixin:
             st is not None and st.fetch_position is not None and st.error is None and not st.paused
         )
 
-    def _entry(self, tp: TopicPartition, st: PartitionState) -> tuple[dict[str, int], tuple]:
-        info = self._cluster.metadata.partition(*tp)
-        leader_epoch = info.leader_epoch if info else -1
+    def _entry(
+        self, tp: TopicPartition, st: PartitionState, metadata: ClusterMetadata
+    ) -> tuple[dict[str, int], tuple]:
+        info = metadata.partition(tp[0], tp[1])
+        leader_epoch = info.leader_epoch if info is not None else -1
+        position = st.fetch_position
         entry = {
             "partition": tp[1],
-            "fetch_offset": st.fetch_position,
+            "fetch_offset": position,
             "partition_max_bytes": self.max_partition_fetch_bytes,
             "current_leader_epoch": leader_epoch,
         }
-        return entry, (st.fetch_position, leader_epoch, st.epoch)
+        return entry, (position, leader_epoch, st.epoch)
 
     def _build_fetch(self, node: int) -> tuple[dict[str, Any], NodeSession] | None:
-        """The next fetch to ``node``: full when opening a session, else what changed."""
+        """The next fetch to ``node``: full when opening a session, else what changed.
+
+        With the cyclic GC paused: a full fetch, or the one after an answer that moved
+        every partition, builds an entry per partition (see logmq/gcpause.py).
+        """
+        with gc_paused():
+            return self._build_fetch_paused(node)
+
+    def _build_fetch_paused(self, node: int) -> tuple[dict[str, Any], NodeSession] | None:
         session = self._sessions.get(node)
         if session is None:
             session = self._sessions[node] = NodeSession()
@@ -300,11 +312,12 @@ class FetchLoopMixin:
                 tps = tps[self._rotation :] + tps[: self._rotation]
             sent = {}
             entry_for = self._entry
+            metadata = self._cluster.metadata
             for tp in tps:  # _fetchable inline: one pass over thousands
                 st = assigned.get(tp)
                 if st is None or st.fetch_position is None or st.error is not None or st.paused:
                     continue
-                entry, sent[tp] = entry_for(tp, st)
+                entry, sent[tp] = entry_for(tp, st, metadata)
                 lst = topics.get(tp[0])
                 if lst is None:
                     topics[tp[0]] = [entry]
@@ -316,11 +329,13 @@ class FetchLoopMixin:
             session_id, session_epoch = 0, 0
         else:
             sent = session.sent
+            leaders = self._leaders
+            metadata = self._cluster.metadata
             for tp in self._pending.pop(node, ()):
                 st = assigned.get(tp)
-                if self._leaders.get(tp) == node and self._fetchable(st):
+                if leaders.get(tp) == node and self._fetchable(st):
                     assert st is not None
-                    entry, key = self._entry(tp, st)
+                    entry, key = self._entry(tp, st, metadata)
                     if sent.get(tp) != key:
                         sent[tp] = key
                         topics.setdefault(tp[0], []).append(entry)
@@ -349,7 +364,16 @@ class FetchLoopMixin:
         tail: memoryview,
         session: NodeSession,
     ) -> tuple[CompletedFetch, bool]:
-        """Buffer-ready data of one response, and whether some partition's leader moved."""
+        """Buffer-ready data of one response, and whether some partition's leader moved.
+
+        With the cyclic GC paused: it allocates a PartitionData per partition with records.
+        """
+        with gc_paused():
+            return self._handle_fetch_paused(node, body, tail, session)
+
+    def _handle_fetch_paused(
+        self, node: int, body: dict[str, Any], tail: memoryview, session: NodeSession
+    ) -> tuple[CompletedFetch, bool]:
         completed = CompletedFetch(node)
         refresh = False
         sent = session.sent
