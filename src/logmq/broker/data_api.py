@@ -214,8 +214,7 @@ class DataApi:
                 )
             full = False
         if session is not None:
-            with gc_paused():
-                self.sessions.update(session, named, forgotten)
+            self.sessions.update(session, named, forgotten)
             if replica_id >= 0:
                 topics, tail = await self.replicas.fetch_session_for_follower(
                     replica_id, session, full, max_wait_ms, min_bytes, max_bytes

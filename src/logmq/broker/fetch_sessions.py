@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from logmq.errors import ErrorCode, LogMQError
+from logmq.gcpause import gc_paused
 
 if TYPE_CHECKING:
     from logmq.broker.fetch_waiter import FetchWaiters
@@ -90,6 +91,12 @@ class FetchSession:
         self, named: Iterable[tuple[str, Iterable[Entry]]], forgotten: Iterable[TopicPartition]
     ) -> tuple[list[TopicPartition], list[TopicPartition]]:
         """Take a request's partitions and forgotten ones; returns (added, removed)."""
+        with gc_paused():  # a full fetch names every partition: logmq/gcpause.py
+            return self._update(named, forgotten)
+
+    def _update(
+        self, named: Iterable[tuple[str, Iterable[Entry]]], forgotten: Iterable[TopicPartition]
+    ) -> tuple[list[TopicPartition], list[TopicPartition]]:
         added: list[TopicPartition] = []
         removed: list[TopicPartition] = []
         for tp in forgotten:
@@ -165,6 +172,10 @@ class FetchSession:
         error. An incremental answer (``full`` False) drops the partitions with no
         records, no error and the HW and log start offset the fetcher already has.
         """
+        with gc_paused():  # an entry per partition of a full answer: logmq/gcpause.py
+            return self._answered(topics, full, more)
+
+    def _answered(self, topics: list[dict], full: bool, more: More) -> list[dict]:
         out = []
         parts = self.partitions
         ready = self.ready

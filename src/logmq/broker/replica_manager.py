@@ -769,8 +769,7 @@ class ReplicaManager:
             )
             remaining = deadline - loop.time()
             if full or total >= min_bytes or any_error or remaining <= 0:
-                with gc_paused():
-                    return session.answered(topics, full, more), tail
+                return session.answered(topics, full, more), tail
             session.settle(topics, more)
             if not await self.waiters.wait_session(session, remaining):
                 topics, tail, _, _ = self._read_for_consumer(
