@@ -16,7 +16,8 @@ from contextlib import contextmanager
 
 @contextmanager
 def gc_paused() -> Iterator[None]:
-    """The cyclic GC off for the block (left as it was if already off)."""
+    """The cyclic GC off for the block, or for each call of a function decorated with
+    ``@gc_paused()`` (left as it was if already off)."""
     if not gc.isenabled():
         yield
         return

@@ -185,8 +185,7 @@ class DataApi:
         replica_id = req_int(body, "replica_id", -1)
         session_id = req_int(body, "session_id", 0)
         session_epoch = req_int(body, "session_epoch", FINAL_EPOCH)
-        with gc_paused():  # a full fetch names every partition: see logmq/gcpause.py
-            named = _named_partitions(body, replica_id >= 0)
+        named = _named_partitions(body, replica_id >= 0)
         forgotten = [
             (req_str(t, "topic"), partition)
             for t in req_list(body, "forgotten", [])
@@ -319,6 +318,7 @@ class DataApi:
 _PARTITION_MAX_BYTES = 1024 * 1024
 
 
+@gc_paused()  # a full fetch names every partition: logmq/gcpause.py
 def _named_partitions(body: Any, follower: bool) -> list[tuple[str, list[Entry]]]:
     """A Fetch's ``topics`` as fetch_sessions.Entry tuples by topic."""
     named: list[tuple[str, list[Entry]]] = []

@@ -87,16 +87,11 @@ class FetchSession:
             if self.wake is not None:
                 self.wake()
 
+    @gc_paused()  # a full fetch names every partition: logmq/gcpause.py
     def update(
         self, named: Iterable[tuple[str, Iterable[Entry]]], forgotten: Iterable[TopicPartition]
     ) -> tuple[list[TopicPartition], list[TopicPartition]]:
         """Take a request's partitions and forgotten ones; returns (added, removed)."""
-        with gc_paused():  # a full fetch names every partition: logmq/gcpause.py
-            return self._update(named, forgotten)
-
-    def _update(
-        self, named: Iterable[tuple[str, Iterable[Entry]]], forgotten: Iterable[TopicPartition]
-    ) -> tuple[list[TopicPartition], list[TopicPartition]]:
         added: list[TopicPartition] = []
         removed: list[TopicPartition] = []
         for tp in forgotten:
@@ -164,6 +159,7 @@ class FetchSession:
                 if sp is not None and not p["error"] and not p.get("size") and not more(tp, sp):
                     ready.pop(tp, None)
 
+    @gc_paused()  # an entry per partition of a full answer: logmq/gcpause.py
     def answered(self, topics: list[dict], full: bool, more: More) -> list[dict]:
         """Keep an answer's partitions to send and note what was sent.
 
@@ -172,10 +168,6 @@ class FetchSession:
         error. An incremental answer (``full`` False) drops the partitions with no
         records, no error and the HW and log start offset the fetcher already has.
         """
-        with gc_paused():  # an entry per partition of a full answer: logmq/gcpause.py
-            return self._answered(topics, full, more)
-
-    def _answered(self, topics: list[dict], full: bool, more: More) -> list[dict]:
         out = []
         parts = self.partitions
         ready = self.ready

@@ -789,22 +789,14 @@ class ReplicaManager:
         plog = self.logs.get_log(*tp)
         return plog is not None and sp.fetch_offset < plog.log_end_offset
 
+    @gc_paused()  # an entry and a region per partition: logmq/gcpause.py
     def _read_for_consumer(
         self, wanted, max_bytes: int, *, partial: bool = False
     ) -> tuple[list, list[FileRegion], int, bool]:
         """Read ``wanted`` below each HW, within ``max_bytes``. ``partial`` (an
         incremental session answer) stops at the partition that finds the budget
         spent: the rest stay ready in the session for the next fetch, so a consumer
-        catching up on 10,000 partitions pays per fetch for what fits, not for all.
-
-        With the cyclic GC paused: an entry and a region per partition (logmq/gcpause.py).
-        """
-        with gc_paused():
-            return self._read_paused(wanted, max_bytes, partial)
-
-    def _read_paused(
-        self, wanted, max_bytes: int, partial: bool
-    ) -> tuple[list, list[FileRegion], int, bool]:
+        catching up on 10,000 partitions pays per fetch for what fits, not for all."""
         topics = []
         tail: list[FileRegion] = []
         total = 0

@@ -149,14 +149,11 @@ class AsyncConsumer(GroupConsumerMixin, FetchLoopMixin):
         await self._cluster.close()
 
     # -- assignment and positions -------------------------------------------------
+    @gc_paused()  # a state per partition, thousands at once: logmq/gcpause.py
     def assign(self, partitions: Iterable[TopicPartition]) -> None:
         """Consume exactly these (topic, partition) pairs from now on."""
         if self._group is not None:
             raise ValueError("assign() cannot be used on a consumer subscribed to a group")
-        with gc_paused():  # a state per partition, thousands at once: logmq/gcpause.py
-            self._assign(partitions)
-
-    def _assign(self, partitions: Iterable[TopicPartition]) -> None:
         wanted = [(str(t), int(p)) for t, p in partitions]
         old = self._assigned
         self._assigned = {

@@ -275,16 +275,13 @@ class FetchLoopMixin:
         }
         return entry, (position, leader_epoch, st.epoch)
 
+    @gc_paused()
     def _build_fetch(self, node: int) -> tuple[dict[str, Any], NodeSession] | None:
         """The next fetch to ``node``: full when opening a session, else what changed.
 
         With the cyclic GC paused: a full fetch, or the one after an answer that moved
         every partition, builds an entry per partition (see logmq/gcpause.py).
         """
-        with gc_paused():
-            return self._build_fetch_paused(node)
-
-    def _build_fetch_paused(self, node: int) -> tuple[dict[str, Any], NodeSession] | None:
         session = self._sessions.get(node)
         if session is None:
             session = self._sessions[node] = NodeSession()
@@ -357,6 +354,7 @@ class FetchLoopMixin:
         )
         return body, session
 
+    @gc_paused()
     def _handle_fetch(
         self,
         node: int,
@@ -368,12 +366,6 @@ class FetchLoopMixin:
 
         With the cyclic GC paused: it allocates a PartitionData per partition with records.
         """
-        with gc_paused():
-            return self._handle_fetch_paused(node, body, tail, session)
-
-    def _handle_fetch_paused(
-        self, node: int, body: dict[str, Any], tail: memoryview, session: NodeSession
-    ) -> tuple[CompletedFetch, bool]:
         completed = CompletedFetch(node)
         refresh = False
         sent = session.sent
