@@ -11,6 +11,9 @@ one topic with that many partitions, and this measures:
   batch per partition per request: the worst case the issue names), acks=1, linger 5 ms;
 * **consume**: one native ``AsyncConsumer`` assigned to every partition (seeked to 0)
   reads those records back with ``poll()``; its own CPU seconds and number of polls;
+* **the compiled decode alone**: the same records decoded in this process straight from
+  the segment files (``decode_floor``): no broker, socket or per-partition Python, the
+  lower bound of any consume of that data;
 * **broker RSS** (VmRSS) after produce and consume, and the broker's CPU seconds (from
   /proc/PID/stat) during produce and during consume;
 * **produce, keyless (sticky)**: the same count again with ``send()`` and no key and no
@@ -22,7 +25,8 @@ one topic with that many partitions, and this measures:
   ``--idle-seconds`` (no client connected) and its RSS;
 * **restart after kill -9**: SIGKILL, start on the same data dir, time to the ready
   line and until Metadata plus ListOffsets for every partition answer with the same
-  log end offsets as before the kill;
+  log end offsets as before the kill; ``--restarts`` times (default 3), each from a copy
+  of the same crashed data dir, reported as the median with the range;
 * **clean stop and start**: SIGTERM until the process exits (it writes every log's
   producer snapshot after that recovery), a start until every partition answers, and
   a second stop (a broker that only started: every partition has a new leader epoch).
@@ -32,7 +36,7 @@ the broker for the cores as real clients would and their CPU is their own. Every
 has a deadline. Usage::
 
     python benchmarks/bench_partitions.py [--partitions 1,100,1000,10000]
-        [--records 200000] [--large-records N] [--idle-seconds 10] [--json]
+        [--records 200000] [--large-records N] [--idle-seconds 10] [--restarts 3] [--json]
         [--profile-consume /tmp/consume.prof] [--cluster 10000]
 
 ``--large-records`` (default: ``--records``) is used for counts of 5,000 partitions or
@@ -50,6 +54,8 @@ import contextlib
 import json
 import os
 import resource
+import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -205,6 +211,39 @@ def timed_stop(broker: Any, timeout: float) -> float:
     return time.perf_counter() - start
 
 
+def decode_floor(data_dir: Path, n: int) -> float:
+    """Seconds the compiled decoder alone takes for the records just consumed.
+
+    The consumer's own decode, without a broker, a socket or any per-partition Python:
+    every partition's segment files read into memory first, then one ``take_records``
+    call per partition (the consumer's call), all Records kept as a poll keeps them,
+    with the cyclic GC paused. The lower bound of any consume of the same data; the
+    best of three.
+    """
+    from logmq.gcpause import gc_paused
+    from logmq.records import Record
+    from logmq.storage.batch_scan import take_records
+
+    files = sorted(data_dir.glob(f"{TOPIC}-*/*.log"))
+    buffers = [(int(f.parent.name.rsplit("-", 1)[1]), f.read_bytes()) for f in files]
+    best = float("inf")
+    for _ in range(3):
+        kept: list[list[Any]] = []
+        count = 0
+        with gc_paused():
+            start = time.perf_counter()
+            for partition, data in buffers:
+                records, _, _, _ = take_records(data, 0, 0, n, TOPIC, partition, Record)
+                kept.append(records)
+                count += len(records)
+            took = time.perf_counter() - start
+        del kept
+        if count != n:
+            raise RuntimeError(f"decoded {count} records from the segments, not {n}")
+        best = min(best, took)
+    return best
+
+
 def describe_until_ready(bootstrap: str, parts: int, timeout: float) -> dict[int, int]:
     """Metadata + ListOffsets for every partition until all have a leader: {p: end}."""
     from logmq.client import Admin
@@ -262,6 +301,7 @@ def measure(parts: int, n: int, opts: argparse.Namespace, profile: str | None) -
             row["consume"] = timed("consume")
             row["rss_after_produce_consume_mb"] = rss_mb(pid)
             print(f"  [{parts}] consumed {row['consume']}", file=sys.stderr)
+            row["decode_floor_s"] = decode_floor(broker.data_dir, n)
             if profile:
                 try:
                     got = run_worker(broker, "consume", parts, n, t, profile=profile)
@@ -286,17 +326,32 @@ def measure(parts: int, n: int, opts: argparse.Namespace, profile: str | None) -
             row["rss_idle_mb"] = rss_mb(pid)
 
             broker.kill()
-            start = time.perf_counter()
-            broker.restart(timeout=t)  # same port and data dir; waits for the ready line
-            row["restart_ready_s"] = time.perf_counter() - start
-            after = describe_until_ready(broker.bootstrap, parts, t)
-            row["restart_serving_s"] = time.perf_counter() - start
-            if after != ends:
-                lost = sum(ends.values()) - sum(after.values())
-                raise RuntimeError(f"log end offsets differ after kill -9 ({lost} records)")
+            # Each restart starts from the same crashed data directory (a copy taken
+            # before the first), so the samples repeat one measurement on a machine
+            # whose speed drifts by tens of per cent within minutes.
+            crashed = Path(tmp) / "crashed"
+            shutil.copytree(broker.data_dir, crashed, symlinks=True)
+            samples = []
+            for i in range(opts.restarts):
+                if i:
+                    broker.kill()
+                    shutil.rmtree(broker.data_dir)
+                    shutil.copytree(crashed, broker.data_dir, symlinks=True)
+                start = time.perf_counter()
+                broker.restart(timeout=t)  # same port and data dir; waits for the ready line
+                ready = time.perf_counter() - start
+                after = describe_until_ready(broker.bootstrap, parts, t)
+                samples.append((ready, time.perf_counter() - start))
+                if after != ends:
+                    lost = sum(ends.values()) - sum(after.values())
+                    raise RuntimeError(f"log end offsets differ after kill -9 ({lost} records)")
+            shutil.rmtree(crashed)
+            row["restart_samples"] = samples
+            row["restart_ready_s"] = statistics.median(r for r, _ in samples)
+            row["restart_serving_s"] = statistics.median(s for _, s in samples)
             assert broker.pid is not None
             row["rss_after_restart_mb"] = rss_mb(broker.pid)
-            print(f"  [{parts}] restart {row['restart_serving_s']:.2f} s", file=sys.stderr)
+            print(f"  [{parts}] restart {[round(s, 2) for _, s in samples]} s", file=sys.stderr)
 
             # Clean stop (after that recovery: producer snapshots for every log), clean
             # start, and a stop of a broker that only started (every partition has a
@@ -459,14 +514,23 @@ def k(v: float) -> str:
     return f"{v / 1000:,.0f} k" if v >= 10_000 else f"{v / 1000:,.1f} k"
 
 
+def spread(values: list[float]) -> str:
+    """The range of repeated samples, for a table cell next to their median."""
+    if len(values) < 2:
+        return "1 run"
+    return f"{min(values):.2f} to {max(values):.2f} s over {len(values)}"
+
+
 def table(rows: list[dict[str, Any]]) -> str:
     out = [
         "| partitions | records | create topic | produce rec/s (spread) | broker CPU, "
-        "produce | produce rec/s (keyless, sticky) | consume rec/s | of which assign + seek "
+        "produce | produce rec/s (keyless, sticky) | consume rec/s | the compiled decode alone "
+        "| of which assign + seek "
         "| consumer CPU / polls "
         "| broker CPU, consume | broker RSS | idle CPU | restart after kill -9: ready / "
-        "all partitions answer | clean stop / clean start (all answer) / stop again |",
-        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "all partitions answer (median; range) "
+        "| clean stop / clean start (all answer) / stop again |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in rows:
         ps, pk, c = r["produce_spread"], r["produce_sticky"], r["consume"]
@@ -476,11 +540,13 @@ def table(rows: list[dict[str, Any]]) -> str:
             f"| {k(ps['records_per_sec'])} "
             f"| {ps['broker_cpu_s']:.2f} s ({1e6 * ps['broker_cpu_s'] / n:.1f} µs/rec) "
             f"| {k(pk['records_per_sec'])} | {k(c['records_per_sec'])} "
+            f"| {1000 * r['decode_floor_s']:.0f} ms ({k(n / r['decode_floor_s'])}) "
             f"| {c['assign_seek_s']:.2f} s "
             f"| {c['client_cpu_s']:.2f} s / {c['polls']:,} "
             f"| {c['broker_cpu_s']:.2f} s "
             f"| {r['rss_after_produce_consume_mb']:.0f} MB | {r['idle_cpu_pct']:.1f}% "
             f"| {r['restart_ready_s']:.2f} s / {r['restart_serving_s']:.2f} s "
+            f"({spread([s for _, s in r['restart_samples']])}) "
             f"| {r['clean_stop_s']:.2f} s / {r['clean_start_serving_s']:.2f} s "
             f"/ {r['restarted_stop_s']:.2f} s |"
         )
@@ -494,6 +560,8 @@ def main() -> None:
     ap.add_argument("--large-records", type=int, default=None,
                     help=f"records per produce from {LARGE:,} partitions on")  # fmt: skip
     ap.add_argument("--idle-seconds", type=float, default=10.0)
+    ap.add_argument("--restarts", type=int, default=3,
+                    help="kill -9 restarts from the same crashed data dir (median)")  # fmt: skip
     ap.add_argument("--timeout", type=float, default=600.0, help="deadline for each phase (s)")
     ap.add_argument("--profile-consume", metavar="PATH", default=None)
     ap.add_argument("--cluster", default="",

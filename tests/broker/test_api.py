@@ -466,3 +466,32 @@ async def test_closing_a_connection_releases_its_parked_fetch(inproc_broker):
         await _wait_parked(inproc_broker, 1)
     await wait_until(lambda: inproc_broker.waiters.parked == 0, what="fetch released")
     await wait_until(lambda: inproc_broker.server.connection_count == 0, what="conn gone")
+
+
+async def test_one_request_answers_every_partition_on_its_own(client, inproc_broker):
+    """Appends of one request are written at once, in order, without a task each
+    (produce_path.append_all): a partition's failure, even an unexpected one, is that
+    partition's answer alone, and the others are written."""
+    await client.create_topic("t", 4)
+    real = inproc_broker.replicas.append_now
+
+    def append_now(key, *args):
+        if key == ("t", 2):
+            raise RuntimeError("disk on fire")
+        return real(key, *args)
+
+    inproc_broker.replicas.append_now = append_now
+    good = values_batch(2)
+    parts = {0: good, 1: good, 2: good, 3: b"", 7: good}
+    body = produce_body("t", parts)
+    resp = await client.call(ApiKey.PRODUCE, body, [d for d in parts.values() if d])
+    got = {p["partition"]: p for p in resp.body["topics"][0]["partitions"]}
+    assert [p["partition"] for p in resp.body["topics"][0]["partitions"]] == [0, 1, 2, 3, 7]
+    assert got[0]["error"] == got[1]["error"] == 0
+    assert got[0]["base_offset"] == got[1]["base_offset"] == 0
+    assert got[2]["error"] == ErrorCode.UNKNOWN_SERVER_ERROR
+    assert "disk on fire" in got[2]["message"]
+    assert got[3]["error"] == ErrorCode.CORRUPT_MESSAGE
+    assert got[7]["error"] == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    inproc_broker.replicas.append_now = real
+    assert (await client.produce("t", 2, good))["base_offset"] == 0  # nothing was written

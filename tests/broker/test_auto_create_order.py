@@ -70,3 +70,39 @@ async def test_pending_topics_release_waiters_in_order_and_skip_cancelled_ones()
     await asyncio.gather(*tasks, return_exceptions=True)
     assert order == [0, 1, 3, 4]
     assert not pending.waiting("t")
+
+
+async def test_a_request_to_a_new_and_an_existing_topic_keeps_both_in_order(tmp_path):
+    """The existing topic's appends are written at once and the new topic's wait for
+    its creation (produce_path.append_all): each topic's records stay in arrival order,
+    and idempotent sequences on the existing one prove no append overtook another."""
+    async with (
+        inprocess_broker(tmp_path / "d", auto_create_topics=True, default_partitions=1) as br,
+        await RawClient.connect(br.port) as c,
+    ):
+        await c.create_topic("old", 1)
+        resp = await c.call(ApiKey.INIT_PRODUCER_ID, {"producer_id": -1, "producer_epoch": -1})
+        pid = resp.body["producer_id"]
+        sent = []
+        for i in range(REQUESTS):
+            fresh = b.encode_values([b"%d" % i], timestamp=1_000)
+            old = b.encode_values(
+                [b"%d" % i], timestamp=1_000, producer_id=pid, producer_epoch=0, base_sequence=i
+            )
+            body = produce_body("fresh", {0: fresh})
+            body["topics"].append(
+                {"topic": "old", "partitions": [{"partition": 0, "size": len(old)}]}
+            )
+            sent.append(c.send(ApiKey.PRODUCE, body, [fresh, old]))
+        acked: dict[str, list[int]] = {"fresh": [], "old": []}
+        for corr in sent:
+            resp = await c.recv()
+            assert resp.correlation_id == corr
+            for t in resp.body["topics"]:
+                (part,) = t["partitions"]
+                assert part["error"] == 0, (t["topic"], part)
+                acked[t["topic"]].append(part["base_offset"])
+        assert acked == {"fresh": list(range(REQUESTS)), "old": list(range(REQUESTS))}
+        for topic in ("fresh", "old"):
+            resp = await c.call(ApiKey.FETCH, fetch_body({topic: [(0, 0, 1 << 20)]}))
+            assert values(bytes(resp.tail)) == [b"%d" % i for i in range(REQUESTS)]

@@ -35,7 +35,7 @@ from logmq.storage.offset_search import offset_for
 
 if TYPE_CHECKING:
     from logmq.broker.metrics import BrokerMetrics
-    from logmq.broker.produce_path import ProducePath
+    from logmq.broker.produce_path import Outcome, ProducePath
     from logmq.broker.replica_manager import ReplicaManager
 
 log = logging.getLogger("logmq.broker")
@@ -106,21 +106,12 @@ class DataApi:
                 for name, parts in work
             ]  # fmt: skip
             return Reply({"topics": out})
-        # Pipelined produce requests run concurrently (the server overlaps their
-        # durability waits) yet must append in the order they were sent. Each append is
-        # a task created before this handler first yields; handlers take their first
-        # step in arrival order, so the appends start in arrival order too. (Awaiting
-        # one coroutine directly would let it overtake an earlier request's tasks.)
-        await self.produce_path.before_appends(
-            (name, partition) for name, parts in work for partition, _ in parts
-        )
-        loop = self._loop()
-        tasks = [
-            loop.create_task(self._append(req.api_key, name, partition, data, acks, timeout_ms))
-            for name, parts in work
-            for partition, data in parts
+        entries = [(name, partition, data) for name, parts in work for partition, data in parts]
+        outcomes = await self.produce_path.append_all(entries, acks, timeout_ms)
+        results = [
+            self._result(req.api_key, topic, partition, outcome)
+            for (topic, partition, _), outcome in zip(entries, outcomes, strict=True)
         ]
-        results = [await tasks[0]] if len(tasks) == 1 else await asyncio.gather(*tasks)
         out = []
         i = 0
         for name, parts in work:
@@ -130,43 +121,40 @@ class DataApi:
             return None
         return Reply({"topics": out})
 
-    async def _append(
-        self,
-        api_key: int,
-        topic: str,
-        partition: int,
-        data: memoryview,
-        acks: int = 1,
-        timeout_ms: int = 30_000,
-    ) -> dict:
-        try:
-            info, plog = await self.produce_path.append(topic, partition, data, acks, timeout_ms)
-            append_time = (
-                info.max_timestamp if plog.config.message_timestamp_type == "LogAppendTime" else -1
-            )
+    def _result(self, api_key: int, topic: str, partition: int, outcome: Outcome) -> dict:
+        """One partition's entry of a Produce answer (produce_path.append_all's outcome)."""
+        if isinstance(outcome, LogMQError):
+            self.metrics.error(api_key, outcome.code)
             return _perror(
                 partition,
-                ErrorCode.NONE,
-                None,
-                base_offset=info.first_offset,
-                log_append_time=append_time,
-                log_start_offset=plog.log_start_offset,
-            )
-        except LogMQError as e:
-            self.metrics.error(api_key, e.code)
-            return _perror(
-                partition, e.code, str(e), base_offset=-1, log_append_time=-1, log_start_offset=-1
-            )
-        except Exception as e:
-            log.exception("append to %s-%d failed", topic, partition)
-            return _perror(
-                partition,
-                ErrorCode.UNKNOWN_SERVER_ERROR,
-                f"{type(e).__name__}: {e}",
+                outcome.code,
+                str(outcome),
                 base_offset=-1,
                 log_append_time=-1,
                 log_start_offset=-1,
             )
+        if isinstance(outcome, Exception):
+            log.error("append to %s-%d failed", topic, partition, exc_info=outcome)
+            return _perror(
+                partition,
+                ErrorCode.UNKNOWN_SERVER_ERROR,
+                f"{type(outcome).__name__}: {outcome}",
+                base_offset=-1,
+                log_append_time=-1,
+                log_start_offset=-1,
+            )
+        info, plog = outcome
+        append_time = (
+            info.max_timestamp if plog.config.message_timestamp_type == "LogAppendTime" else -1
+        )
+        return _perror(
+            partition,
+            ErrorCode.NONE,
+            None,
+            base_offset=info.first_offset,
+            log_append_time=append_time,
+            log_start_offset=plog.log_start_offset,
+        )
 
     # -- Fetch ------------------------------------------------------------------------
     async def fetch(self, req: Request) -> Reply:

@@ -10,7 +10,8 @@ and the Kafka one (kafka/apis.py) only translate requests and answers around it.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+import asyncio
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from logmq.broker.metadata_store import is_internal
@@ -23,6 +24,9 @@ if TYPE_CHECKING:
     from logmq.cluster.metadata_image import MetadataImage
     from logmq.storage.partition_log import PartitionLog
     from logmq.storage.stamping import AppendInfo
+
+
+Outcome = tuple["AppendInfo", "PartitionLog"] | Exception  # one partition's append
 
 
 class AutoCreator(Protocol):
@@ -52,20 +56,96 @@ class ProducePath:
         waits while the logs of newly created partitions are still being made."""
         await self.replicas.new_logs_made(keys)
 
+    async def append_all(
+        self, entries: Sequence[tuple[str, int, Any]], acks: int, timeout_ms: int
+    ) -> list[Outcome]:
+        """Every ``(topic, partition, data)`` append of one produce request, outcomes in
+        request order: ``(AppendInfo, PartitionLog)``, or the exception for the client.
+
+        Pipelined requests run concurrently but must write in the order they arrived.
+        Each append is written at once, in order, in the handler's first step, with no
+        task per partition (at 10,000 one-batch partitions a request, a task for each
+        and gathering them cost about a third of the broker's produce CPU). What waits
+        after the write (an fsync a topic's policy asks for, acks=all replication) is
+        awaited all together. An append to a topic being auto-created runs as a task
+        made in that same step, which queues in PendingTopics in arrival order; a later
+        append to that topic queues behind it, since the topic stays pending until every
+        waiter has taken the step that writes its append.
+        """
+        await self.before_appends((topic, partition) for topic, partition, _ in entries)
+        out: list[Outcome | None] = [None] * len(entries)
+        waits: list[tuple[int, Awaitable[Any]]] = []
+        for i, (topic, partition, data) in enumerate(entries):
+            try:
+                now = self.append_now(topic, partition, data, acks, timeout_ms)
+            except Exception as e:  # the client gets it in its answer
+                out[i] = e
+                continue
+            if now is None:
+                task = asyncio.ensure_future(
+                    self._append_later(topic, partition, data, acks, timeout_ms)
+                )
+                waits.append((i, task))
+                continue
+            info, plog, rest = now
+            if rest is None:
+                out[i] = (info, plog)
+            else:
+                waits.append((i, self._finish(info, plog, rest)))
+        if waits:
+            done = await asyncio.gather(*(w for _, w in waits), return_exceptions=True)
+            for (i, _), outcome in zip(waits, done, strict=True):
+                if isinstance(outcome, BaseException) and not isinstance(outcome, Exception):
+                    raise outcome  # cancelled, or the loop is going down
+                out[i] = outcome
+        return out  # type: ignore[return-value]  # every slot is filled
+
+    @staticmethod
+    async def _finish(
+        info: AppendInfo, plog: PartitionLog, rest: Coroutine[Any, Any, None]
+    ) -> tuple[AppendInfo, PartitionLog]:
+        await rest
+        return info, plog
+
+    async def _append_later(
+        self, topic: str, partition: int, data: Any, acks: int, timeout_ms: int
+    ) -> tuple[AppendInfo, PartitionLog]:
+        """An append to a topic being auto-created: after it exists, in arrival order."""
+        await self.pending_topics.wait(topic)  # auto-create runs on the controller
+        info, plog, rest = self._write(topic, partition, data, acks, timeout_ms)
+        if rest is not None:
+            await rest
+        return info, plog
+
     async def append(
         self, topic: str, partition: int, data: Any, acks: int, timeout_ms: int
     ) -> tuple[AppendInfo, PartitionLog]:
         """Append one partition's batches; LogMQError with the code the client gets."""
+        (outcome,) = await self.append_all([(topic, partition, data)], acks, timeout_ms)
+        if isinstance(outcome, BaseException):
+            raise outcome
+        return outcome
+
+    def append_now(
+        self, topic: str, partition: int, data: Any, acks: int, timeout_ms: int
+    ) -> tuple[AppendInfo, PartitionLog, Coroutine[Any, Any, None] | None] | None:
+        """Write one partition's batches at once, and what its answer still waits for
+        (ReplicaManager.append_now); None if the topic is being auto-created (only a task
+        can wait for that). LogMQError with the code the client gets."""
         if is_internal(topic):
             raise LogMQError(
                 f"{topic!r} is an internal topic: clients cannot produce to it",
                 ErrorCode.INVALID_TOPIC_EXCEPTION,
             )
-        pending = self.pending_topics
-        if topic not in self.image().topics or pending.waiting(topic):
-            await pending.wait(topic)  # auto-create runs on the controller; in order
+        if topic not in self.image().topics or self.pending_topics.waiting(topic):
+            return None
+        return self._write(topic, partition, data, acks, timeout_ms)
+
+    def _write(
+        self, topic: str, partition: int, data: Any, acks: int, timeout_ms: int
+    ) -> tuple[AppendInfo, PartitionLog, Coroutine[Any, Any, None] | None]:
         plog = self.replicas.leader_log(topic, partition)
         if not data:
             raise LogMQError("empty record set", ErrorCode.CORRUPT_MESSAGE)
-        info = await self.replicas.append((topic, partition), plog, data, acks, timeout_ms)
-        return info, plog
+        info, rest = self.replicas.append_now((topic, partition), plog, data, acks, timeout_ms)
+        return info, plog, rest

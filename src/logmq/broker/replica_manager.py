@@ -31,7 +31,7 @@ import dataclasses
 import itertools
 import logging
 import time
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
@@ -594,24 +594,66 @@ class ReplicaManager:
     async def append(
         self, key: TopicPartition, plog: PartitionLog, data: Any, acks: int, timeout_ms: int
     ) -> AppendInfo:
-        """Append produce data as the partition's leader; acks=all waits for the HW.
+        """Append produce data as the partition's leader; acks=all waits for the HW
+        (``append_now``, then what it leaves to wait for)."""
+        info, rest = self.append_now(key, plog, data, acks, timeout_ms)
+        if rest is not None:
+            await rest
+        return info
+
+    def append_now(
+        self, key: TopicPartition, plog: PartitionLog, data: Any, acks: int, timeout_ms: int
+    ) -> tuple[AppendInfo, Coroutine[Any, Any, None] | None]:
+        """The write of an append, at once, and what its answer still waits for (an
+        fsync the topic's policy asks for, then acks=all replication), or None.
 
         A single broker's partition is its own ISR: it stamps leader epoch 0 and its HW
         is its log end offset. A replicated one checks min.insync.replicas first and
-        stamps the replica's leader epoch.
+        stamps the replica's leader epoch. The HW moves (and followers hear of the
+        append) only after a required fsync, as before the split.
         """
+        logs = self.logs
         if not self.replicated:  # the hot path of a single broker, inlined
-            info = await self.logs.append(plog, data, leader_epoch=LEADER_EPOCH)
+            info = logs.write(plog, data, leader_epoch=LEADER_EPOCH)
+            if logs.must_sync(plog, info):
+                return info, self._synced_single(key, plog, info)
             if not info.duplicate:
                 plog.high_watermark = plog.log_end_offset
                 self.waiters.notify(key)
-            return info
+            return info, None
         error, epoch = self.check_append(key, acks, plog.config.min_insync_replicas)
         if error is not ErrorCode.NONE:
             raise LogMQError(f"cannot append to {key[0]}-{key[1]}: {error.name}", error)
-        info = await self.logs.append(plog, data, leader_epoch=epoch)
+        info = logs.write(plog, data, leader_epoch=epoch)
+        sync = logs.must_sync(plog, info)
+        if not sync:
+            if not info.duplicate:
+                self.on_append(key, plog)
+            if acks != -1:
+                return info, None
+        return info, self._replicated_rest(key, plog, info, acks, timeout_ms, sync)
+
+    async def _synced_single(
+        self, key: TopicPartition, plog: PartitionLog, info: AppendInfo
+    ) -> None:
+        await self.logs.sync(plog)
         if not info.duplicate:
-            self.on_append(key, plog)
+            plog.high_watermark = plog.log_end_offset
+            self.waiters.notify(key)
+
+    async def _replicated_rest(
+        self,
+        key: TopicPartition,
+        plog: PartitionLog,
+        info: AppendInfo,
+        acks: int,
+        timeout_ms: int,
+        sync: bool,
+    ) -> None:
+        if sync:
+            await self.logs.sync(plog)
+            if not info.duplicate:
+                self.on_append(key, plog)
         if acks == -1:
             # A retried duplicate waits too: its first attempt may not be replicated yet.
             error = await self.wait_replicated(key, info.last_offset + 1, timeout_ms)
@@ -621,7 +663,6 @@ class ReplicaManager:
                     f"{error.name}",
                     error,
                 )
-        return info
 
     # -- leader side: DeleteRecords ------------------------------------------------------
 

@@ -27,19 +27,70 @@ group_session (its asyncio shell in the consumer), group_offsets (OffsetCommit /
 OffsetFetch), admin + group_admin, sync (blocking wrappers).
 """
 
-from logmq.client.admin import (
-    AsyncAdmin,
-    ConfigEntry,
-    NewTopic,
-    PartitionDescription,
-    TopicDescription,
-)
-from logmq.client.consumer import AsyncConsumer
-from logmq.client.fetcher import FetchedBatch
-from logmq.client.group_admin import GroupDescription, GroupListing, GroupMember, GroupPartition
-from logmq.client.group_offsets import OffsetAndMetadata
-from logmq.client.producer import AsyncProducer, BufferFullError, BulkHandle, RecordHandle
-from logmq.client.sync import Admin, Consumer, LoopThread, Producer, RecordFuture
+from typing import TYPE_CHECKING
+
+# Names resolve on first use (PEP 562): a broker imports client.connection for its own
+# connections to other brokers, and should not pay for the admin, consumer and producer
+# modules at every start.
+_HOMES = {
+    "AsyncAdmin": "admin",
+    "ConfigEntry": "admin",
+    "NewTopic": "admin",
+    "PartitionDescription": "admin",
+    "TopicDescription": "admin",
+    "AsyncConsumer": "consumer",
+    "FetchedBatch": "fetcher",
+    "GroupDescription": "group_admin",
+    "GroupListing": "group_admin",
+    "GroupMember": "group_admin",
+    "GroupPartition": "group_admin",
+    "OffsetAndMetadata": "group_offsets",
+    "AsyncProducer": "producer",
+    "BufferFullError": "producer",
+    "BulkHandle": "producer",
+    "RecordHandle": "producer",
+    "Admin": "sync",
+    "Consumer": "sync",
+    "LoopThread": "sync",
+    "Producer": "sync",
+    "RecordFuture": "sync",
+}
+
+
+def __getattr__(name: str) -> object:
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(f"{__name__}.{home}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_HOMES))
+
+
+if TYPE_CHECKING:
+    from logmq.client.admin import (
+        AsyncAdmin,
+        ConfigEntry,
+        NewTopic,
+        PartitionDescription,
+        TopicDescription,
+    )
+    from logmq.client.consumer import AsyncConsumer
+    from logmq.client.fetcher import FetchedBatch
+    from logmq.client.group_admin import (
+        GroupDescription,
+        GroupListing,
+        GroupMember,
+        GroupPartition,
+    )
+    from logmq.client.group_offsets import OffsetAndMetadata
+    from logmq.client.producer import AsyncProducer, BufferFullError, BulkHandle, RecordHandle
+    from logmq.client.sync import Admin, Consumer, LoopThread, Producer, RecordFuture
 
 __all__ = [
     "Admin",

@@ -13,7 +13,6 @@ regions, sent with sendfile (fetch_response.py).
 
 from __future__ import annotations
 
-import asyncio
 import datetime
 import logging
 import uuid
@@ -46,7 +45,7 @@ from logmq.net.reply import Reply
 from logmq.storage.offset_search import offset_for
 
 if TYPE_CHECKING:
-    from logmq.broker.produce_path import ProducePath
+    from logmq.broker.produce_path import Outcome, ProducePath
     from logmq.broker.producer_ids import ProducerIdManager
     from logmq.broker.replica_manager import ReplicaManager
     from logmq.cluster.metadata_image import MetadataImage
@@ -353,38 +352,33 @@ class KafkaApis:
             return self._produce_errors(m, req, code, message)
         if acks not in (0, 1, -1):
             return self._produce_errors(m, req, ErrorCode.INVALID_REQUIRED_ACKS, "acks")
-        # Appends start in arrival order (see DataApi.produce): tasks made before yielding.
-        await self.produce_path.before_appends(
-            (t.name, p.index) for t in body.topic_data for p in t.partition_data
-        )
-        loop = asyncio.get_running_loop()
-        tasks = [
-            [
-                loop.create_task(self._append(t.name, p.index, p.records, acks, timeout_ms))
-                for p in t.partition_data
-            ]
-            for t in body.topic_data
+        entries = [
+            (t.name, p.index, p.records or b"") for t in body.topic_data for p in t.partition_data
         ]
+        outcomes = iter(await self.produce_path.append_all(entries, acks, timeout_ms))
         responses = []
-        for t, parts in zip(body.topic_data, tasks, strict=True):
-            results = [await task for task in parts]
+        for t in body.topic_data:
             responses.append(m.TopicProduceResponse(name=t.name, partition_responses=tuple(
-                self._partition_response(m, req.api_version, p.index, *r)
-                for p, r in zip(t.partition_data, results, strict=True)
+                self._partition_response(m, req.api_version, p.index, *self._result(
+                    t.name, p.index, next(outcomes)))
+                for p in t.partition_data
             )))  # fmt: skip
         if acks == 0:
             return None
         return Reply(m.ProduceResponse(responses=tuple(responses), throttle_time=NO_THROTTLE))
 
-    async def _append(
-        self, topic: str, partition: int, records: bytes | None, acks: int, timeout_ms: int
+    @staticmethod
+    def _result(
+        topic: str, partition: int, outcome: Outcome
     ) -> tuple[ErrorCode, str | None, int, int, int]:
-        try:
-            info, plog = await self.produce_path.append(
-                topic, partition, records or b"", acks, timeout_ms
-            )
-        except LogMQError as e:
-            return e.code, str(e), -1, -1, -1
+        """(error, message, base offset, append time, log start) of one partition's append."""
+        if isinstance(outcome, LogMQError):
+            return outcome.code, str(outcome), -1, -1, -1
+        if isinstance(outcome, Exception):
+            log.error("append to %s-%d failed", topic, partition, exc_info=outcome)
+            message = f"{type(outcome).__name__}: {outcome}"
+            return ErrorCode.UNKNOWN_SERVER_ERROR, message, -1, -1, -1
+        info, plog = outcome
         append_time = (
             info.max_timestamp if plog.config.message_timestamp_type == "LogAppendTime" else -1
         )

@@ -530,7 +530,15 @@ class LogManager:
         self.write_checkpoints()
 
     async def append(self, plog: PartitionLog, data: Any, *, leader_epoch: int = 0) -> AppendInfo:
-        """Append, then return only once the data is as durable as the topic's policy says.
+        """Append, then return only once the data is as durable as the topic's policy says
+        (``write``, then ``sync`` when ``must_sync`` says so)."""
+        info = self.write(plog, data, leader_epoch=leader_epoch)
+        if self.must_sync(plog, info):
+            await self.sync(plog)
+        return info
+
+    def write(self, plog: PartitionLog, data: Any, *, leader_epoch: int = 0) -> AppendInfo:
+        """The append itself, at once: checked, converted and written (not yet synced).
 
         A compacted topic refuses records without a key (InvalidRecordError), as Kafka's
         does: checking decodes the records, a cost only compacted topics pay. A topic
@@ -552,15 +560,18 @@ class LogManager:
             disk.write_failed(len(data))
             raise DiskFullError(f"{disk.describe()}: {e}") from e
         disk.appended(len(data))
-        if info.duplicate:
-            if cfg.group_commit and plog.recovery_point <= info.last_offset:
-                await self.sync(plog)
-            return info
-        if cfg.group_commit or (
-            cfg.flush_messages is not None and plog.unflushed_messages >= cfg.flush_messages
-        ):
-            await self.sync(plog)
         return info
+
+    def must_sync(self, plog: PartitionLog, info: AppendInfo) -> bool:
+        """Whether the append ``write`` just made waits for an fsync before its answer: a
+        group-commit topic (a retried duplicate too, until its first write is synced) or
+        one whose flush.messages count is reached."""
+        cfg = plog.config
+        if info.duplicate:
+            return cfg.group_commit and plog.recovery_point <= info.last_offset
+        return cfg.group_commit or (
+            cfg.flush_messages is not None and plog.unflushed_messages >= cfg.flush_messages
+        )
 
     async def sync(self, plog: PartitionLog) -> None:
         """Wait until everything appended so far is fsynced.
