@@ -468,7 +468,7 @@ async def test_closing_a_connection_releases_its_parked_fetch(inproc_broker):
     await wait_until(lambda: inproc_broker.server.connection_count == 0, what="conn gone")
 
 
-async def test_one_request_answers_every_partition_on_its_own(client, inproc_broker):
+async def test_one_request_answers_every_partition_on_its_own(client, inproc_broker, monkeypatch):
     """Appends of one request are written at once, in order, without a task each
     (produce_path.append_all): a partition's failure, even an unexpected one, is that
     partition's answer alone, and the others are written."""
@@ -480,7 +480,7 @@ async def test_one_request_answers_every_partition_on_its_own(client, inproc_bro
             raise RuntimeError("disk on fire")
         return real(key, *args)
 
-    inproc_broker.replicas.append_now = append_now
+    monkeypatch.setattr(inproc_broker.replicas, "append_now", append_now)
     good = values_batch(2)
     parts = {0: good, 1: good, 2: good, 3: b"", 7: good}
     body = produce_body("t", parts)
@@ -493,5 +493,5 @@ async def test_one_request_answers_every_partition_on_its_own(client, inproc_bro
     assert "disk on fire" in got[2]["message"]
     assert got[3]["error"] == ErrorCode.CORRUPT_MESSAGE
     assert got[7]["error"] == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-    inproc_broker.replicas.append_now = real
+    monkeypatch.undo()
     assert (await client.produce("t", 2, good))["base_offset"] == 0  # nothing was written

@@ -26,6 +26,7 @@ from logmq.broker.fetch_sessions import (
     FetchSessionCache,
     FetchSessionError,
 )
+from logmq.broker.produce_path import produce_result
 from logmq.broker.request_fields import InvalidRequestError, req_int, req_list, req_str
 from logmq.errors import ErrorCode, LogMQError
 from logmq.gcpause import gc_paused
@@ -125,35 +126,14 @@ class DataApi:
         """One partition's entry of a Produce answer (produce_path.append_all's outcome)."""
         if isinstance(outcome, LogMQError):
             self.metrics.error(api_key, outcome.code)
-            return _perror(
-                partition,
-                outcome.code,
-                str(outcome),
-                base_offset=-1,
-                log_append_time=-1,
-                log_start_offset=-1,
-            )
-        if isinstance(outcome, Exception):
-            log.error("append to %s-%d failed", topic, partition, exc_info=outcome)
-            return _perror(
-                partition,
-                ErrorCode.UNKNOWN_SERVER_ERROR,
-                f"{type(outcome).__name__}: {outcome}",
-                base_offset=-1,
-                log_append_time=-1,
-                log_start_offset=-1,
-            )
-        info, plog = outcome
-        append_time = (
-            info.max_timestamp if plog.config.message_timestamp_type == "LogAppendTime" else -1
-        )
+        code, message, base, append_time, log_start = produce_result(topic, partition, outcome)
         return _perror(
             partition,
-            ErrorCode.NONE,
-            None,
-            base_offset=info.first_offset,
+            code,
+            message,
+            base_offset=base,
             log_append_time=append_time,
-            log_start_offset=plog.log_start_offset,
+            log_start_offset=log_start,
         )
 
     # -- Fetch ------------------------------------------------------------------------

@@ -11,6 +11,7 @@ and the Kafka one (kafka/apis.py) only translate requests and answers around it.
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Awaitable, Callable, Coroutine, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -27,6 +28,27 @@ if TYPE_CHECKING:
 
 
 Outcome = tuple["AppendInfo", "PartitionLog"] | Exception  # one partition's append
+
+log = logging.getLogger("logmq.broker")
+
+
+def produce_result(
+    topic: str, partition: int, outcome: Outcome
+) -> tuple[ErrorCode, str | None, int, int, int]:
+    """``(error, message, base offset, log append time, log start offset)`` of one
+    partition's append, as both doors answer it: a fault of the broker's own (not a
+    LogMQError) is logged and answered UNKNOWN_SERVER_ERROR with its message; the append
+    time is the batch's stamp for a LogAppendTime topic, else -1."""
+    if isinstance(outcome, LogMQError):
+        return outcome.code, str(outcome), -1, -1, -1
+    if isinstance(outcome, Exception):
+        log.error("append to %s-%d failed", topic, partition, exc_info=outcome)
+        return ErrorCode.UNKNOWN_SERVER_ERROR, f"{type(outcome).__name__}: {outcome}", -1, -1, -1
+    info, plog = outcome
+    append_time = (
+        info.max_timestamp if plog.config.message_timestamp_type == "LogAppendTime" else -1
+    )
+    return ErrorCode.NONE, None, info.first_offset, append_time, plog.log_start_offset
 
 
 class AutoCreator(Protocol):

@@ -29,6 +29,7 @@ from logmq.broker.fetch_sessions import (
     FetchSessionError,
 )
 from logmq.broker.metadata_store import is_internal, topic_name_error
+from logmq.broker.produce_path import produce_result
 from logmq.errors import ErrorCode, LogMQError
 from logmq.kafka.codec import error_entity, response_class
 from logmq.kafka.fetch_response import FetchedPartition, encode_fetch_response
@@ -45,7 +46,7 @@ from logmq.net.reply import Reply
 from logmq.storage.offset_search import offset_for
 
 if TYPE_CHECKING:
-    from logmq.broker.produce_path import Outcome, ProducePath
+    from logmq.broker.produce_path import ProducePath
     from logmq.broker.producer_ids import ProducerIdManager
     from logmq.broker.replica_manager import ReplicaManager
     from logmq.cluster.metadata_image import MetadataImage
@@ -359,30 +360,13 @@ class KafkaApis:
         responses = []
         for t in body.topic_data:
             responses.append(m.TopicProduceResponse(name=t.name, partition_responses=tuple(
-                self._partition_response(m, req.api_version, p.index, *self._result(
+                self._partition_response(m, req.api_version, p.index, *produce_result(
                     t.name, p.index, next(outcomes)))
                 for p in t.partition_data
             )))  # fmt: skip
         if acks == 0:
             return None
         return Reply(m.ProduceResponse(responses=tuple(responses), throttle_time=NO_THROTTLE))
-
-    @staticmethod
-    def _result(
-        topic: str, partition: int, outcome: Outcome
-    ) -> tuple[ErrorCode, str | None, int, int, int]:
-        """(error, message, base offset, append time, log start) of one partition's append."""
-        if isinstance(outcome, LogMQError):
-            return outcome.code, str(outcome), -1, -1, -1
-        if isinstance(outcome, Exception):
-            log.error("append to %s-%d failed", topic, partition, exc_info=outcome)
-            message = f"{type(outcome).__name__}: {outcome}"
-            return ErrorCode.UNKNOWN_SERVER_ERROR, message, -1, -1, -1
-        info, plog = outcome
-        append_time = (
-            info.max_timestamp if plog.config.message_timestamp_type == "LogAppendTime" else -1
-        )
-        return ErrorCode.NONE, None, info.first_offset, append_time, plog.log_start_offset
 
     def _partition_response(
         self,
