@@ -9,6 +9,12 @@ setup(
             ["src/logmq/storage/_recordsv2.c"],
             optional=True,
             extra_compile_args=["-O2"],
-        )
+        ),
+        Extension(
+            "logmq.client._murmur2",
+            ["src/logmq/client/_murmur2.c"],
+            optional=True,
+            extra_compile_args=["-O2"],
+        ),
     ]
 )

@@ -6,6 +6,7 @@ scripts test the exit status, people read the line.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import shlex
 from collections.abc import Callable
@@ -15,6 +16,7 @@ from typing import Any, TypeVar
 import click
 
 from logmq.client import Admin
+from logmq.client.kafka_probe import KafkaListenerError
 from logmq.errors import BootstrapError, LogMQError, UnknownTopicOrPartitionError
 
 DEFAULT_BOOTSTRAP = "127.0.0.1:9192"
@@ -27,6 +29,49 @@ class CliContext:
 
     bootstrap: str
     request_timeout_ms: int
+
+
+def _override(field: str, convert: Callable[[Any], Any]) -> Callable[..., Any]:
+    """A subcommand-level option's callback: given, it replaces the group's value for
+    this command only (click hands each subcommand its parent's ``obj``)."""
+
+    def callback(ctx: click.Context, _param: click.Parameter, value: Any) -> Any:
+        if value is not None and isinstance(ctx.obj, CliContext):
+            ctx.obj = dataclasses.replace(ctx.obj, **{field: convert(value)})
+        return value
+
+    return callback
+
+
+def add_connection_options(command: click.Command) -> None:
+    """``--bootstrap/-b`` and ``--request-timeout`` on ``command`` and every command
+    under it, as rpk and kcat users type them (``logmq topic list -b HOST:PORT``).
+
+    The group-level options (before the subcommand) keep their environment variable and
+    default; these have neither, so they only count when given, and then win."""
+    command.params.extend(
+        [
+            click.Option(
+                ["--bootstrap", "-b"],
+                default=None,
+                expose_value=False,
+                callback=_override("bootstrap", str),
+                help="Broker address(es), host:port[,...] (overrides the one given before "
+                "the subcommand).",
+            ),
+            click.Option(
+                ["--request-timeout"],
+                type=click.FloatRange(min=0.1),
+                default=None,
+                expose_value=False,
+                callback=_override("request_timeout_ms", lambda s: int(s * 1000)),
+                help="Seconds to wait for the cluster before giving up on a request.",
+            ),
+        ]
+    )
+    if isinstance(command, click.Group):
+        for sub in command.commands.values():
+            add_connection_options(sub)
 
 
 def error_text(e: LogMQError) -> str:
@@ -44,7 +89,7 @@ def client_errors(fn: F) -> F:
             return fn(*args, **kwargs)
         except LogMQError as e:
             msg = error_text(e)
-            if isinstance(e, BootstrapError):
+            if isinstance(e, BootstrapError) and not isinstance(e, KafkaListenerError):
                 msg += ". Is a broker running there? (--bootstrap or LOGMQ_BOOTSTRAP name it)"
             raise click.ClickException(msg) from None
         except (ValueError, TimeoutError, OSError) as e:

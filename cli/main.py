@@ -1,6 +1,7 @@
 """The ``logmq`` command: topics, consumer groups, console produce/consume and benchmarks.
 
-Every subcommand reaches the cluster through ``--bootstrap`` (or ``LOGMQ_BOOTSTRAP``).
+Every subcommand reaches the cluster through ``--bootstrap`` (or ``LOGMQ_BOOTSTRAP``),
+given before the subcommand or after it (``logmq topic list -b HOST:PORT``; there it wins).
 """
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ import click
 
 from logmq_cli.bench import bench
 from logmq_cli.cluster import cluster
-from logmq_cli.common import DEFAULT_BOOTSTRAP, CliContext
+from logmq_cli.common import DEFAULT_BOOTSTRAP, CliContext, add_connection_options
 from logmq_cli.consume import consume
 from logmq_cli.dev import dev
 from logmq_cli.group import group
@@ -25,7 +26,8 @@ from logmq_cli.topic import topic
     envvar="LOGMQ_BOOTSTRAP",
     default=DEFAULT_BOOTSTRAP,
     show_default=True,
-    help="Broker address(es), host:port[,host:port...]. Env: LOGMQ_BOOTSTRAP.",
+    help="Broker address(es), host:port[,host:port...]. Env: LOGMQ_BOOTSTRAP. Also accepted "
+    "after the subcommand, where it wins.",
 )
 @click.option(
     "--request-timeout",
@@ -44,6 +46,8 @@ def cli(ctx: click.Context, bootstrap: str, request_timeout: float) -> None:
 
 for _command in (topic, group, produce, consume, bench, cluster, reassign, dev):
     cli.add_command(_command)
+    if _command is not dev:  # dev starts brokers; it connects to none
+        add_connection_options(_command)
 
 if __name__ == "__main__":  # pragma: no cover
     cli()

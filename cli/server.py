@@ -38,6 +38,7 @@ from logmq.broker.broker import Broker
 from logmq.broker.config import BrokerConfig
 from logmq.cluster.meta_properties import ClusterIdentityError
 from logmq.errors import LogMQError
+from logmq.storage.dir_lock import DataDirLockedError
 
 READY_PREFIX = "logmq-server ready"
 
@@ -298,7 +299,7 @@ def main(
         raise click.UsageError(str(e)) from None
     try:
         uvloop.run(serve(config, stop_on_stdin_close=stop_on_stdin_close))
-    except ClusterIdentityError as e:
+    except (ClusterIdentityError, DataDirLockedError) as e:
         click.echo(f"logmq-server: refusing to start: {e}", err=True)
         sys.exit(2)
     except LogMQError as e:

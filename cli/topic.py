@@ -7,6 +7,7 @@ from typing import Any
 import click
 
 from logmq.client import Admin, TopicDescription
+from logmq.client.admin import NewTopic
 from logmq.errors import ErrorCode, LogMQError
 from logmq_cli.common import CliContext, client_errors
 from logmq_cli.output import emit_json, parse_key_values, print_table
@@ -60,6 +61,12 @@ def topic() -> None:
     metavar="KEY=VALUE",
     help="Topic config override; repeat for several.",
 )
+@click.option(
+    "--replica-assignment",
+    metavar="B:B,B:B",
+    help="Replicas of each partition, as kafka-topics takes them: partitions separated by "
+    "commas, brokers by colons, the first the preferred leader (instead of -p and -r).",
+)
 @click.option("--if-not-exists", is_flag=True, help="Succeed when the topic already exists.")
 @json_option
 @click.pass_obj
@@ -70,15 +77,27 @@ def create(
     partitions: int,
     replication_factor: int,
     configs: tuple[str, ...],
+    replica_assignment: str | None,
     if_not_exists: bool,
     as_json: bool,
 ) -> None:
     """Create topic NAME."""
     parsed = parse_key_values(configs, "--config")
+    assignments = _parse_assignment(replica_assignment) if replica_assignment else None
+    if assignments is not None:
+        given = click.get_current_context().get_parameter_source
+        if any(
+            given(p) is click.core.ParameterSource.COMMANDLINE
+            for p in ("partitions", "replication_factor")
+        ):
+            raise click.UsageError("--replica-assignment replaces --partitions and -r")
+        partitions = len(assignments)
     created = True
     with open_admin(ctx) as admin:
         try:
-            admin.create_topic(name, partitions, replication_factor, parsed)
+            admin.create_topics(
+                [NewTopic(name, partitions, replication_factor, parsed, assignments)]
+            )
         except LogMQError as e:
             if not (if_not_exists and e.code == ErrorCode.TOPIC_ALREADY_EXISTS):
                 raise
@@ -89,6 +108,15 @@ def create(
         click.echo(f"Created topic {name} with {partitions} partition(s).")
     else:
         click.echo(f"Topic {name} already exists.")
+
+
+def _parse_assignment(text: str) -> list[list[int]]:
+    try:
+        return [[int(b) for b in part.split(":")] for part in text.split(",")]
+    except ValueError:
+        raise click.BadParameter(
+            f"expected broker ids like 1:2,2:3, got {text!r}", param_hint="--replica-assignment"
+        ) from None
 
 
 @topic.command("list")

@@ -18,6 +18,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from logmq.client.partitioner import partitioner as partitioner_named
 from logmq.storage.batch import Compression
 
 EARLIEST = -2  # the ListOffsets conventions, also used inside offset JSON
@@ -81,7 +82,7 @@ class SinkOptions:
     topic: str | None = None
     acks: str = "all"
     compression: str = "none"
-    producer: dict[str, int] = field(default_factory=dict)
+    producer: dict[str, int | str] = field(default_factory=dict)
 
 
 def _get(options: Mapping[str, str], *names: str) -> str | None:
@@ -265,11 +266,19 @@ def sink_options(options: Mapping[str, str]) -> SinkOptions:
         Compression.parse(compression)
     except (ValueError, KeyError) as e:
         raise OptionError(f"option 'compression': {e}")
-    producer: dict[str, int] = {}
+    producer: dict[str, int | str] = {}
     for name, key in (("lingerMs", "linger_ms"), ("batchSize", "batch_size")):
         value = _positive_int(options, name)
         if value is not None:
             producer[key] = value
+    partitioner = _get(options, "partitioner")
+    if partitioner is not None:  # murmur2 (Kafka's, the default) or the old xxh3
+        partitioner = partitioner.strip().lower()
+        try:
+            partitioner_named(partitioner)
+        except ValueError as e:
+            raise OptionError(f"option 'partitioner': {e}") from None
+        producer["partitioner"] = partitioner
     return SinkOptions(
         bootstrap=bootstrap,
         topic=topic,

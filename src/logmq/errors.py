@@ -53,6 +53,7 @@ class ErrorCode(IntEnum):
     OUT_OF_ORDER_SEQUENCE_NUMBER = 45
     DUPLICATE_SEQUENCE_NUMBER = 46
     INVALID_PRODUCER_EPOCH = 47
+    TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 53
     STORAGE_ERROR = 56
     UNKNOWN_PRODUCER_ID = 59
     REASSIGNMENT_IN_PROGRESS = 60  # the partition is already moving
@@ -155,9 +156,23 @@ class MessageTooLargeError(LogMQError):
 
 
 class InvalidRecordError(LogMQError):
-    """A valid batch whose records break a topic rule (a keyless record in a compacted topic)."""
+    """A valid batch whose records break a topic rule (a keyless record in a compacted topic).
+
+    ``record_errors`` names the offending records, ``(index, message)``, so a Kafka
+    producer can fail just those (KIP-467).
+    """
 
     code = ErrorCode.INVALID_RECORD
+
+    def __init__(
+        self,
+        message: str = "",
+        code: ErrorCode | int | None = None,
+        *,
+        record_errors: tuple[tuple[int, str | None], ...] = (),
+    ) -> None:
+        super().__init__(message, code)
+        self.record_errors = record_errors
 
 
 class StorageError(LogMQError):

@@ -101,11 +101,15 @@ def test_config_validation():
 def test_configuration_doc_covers_every_option_and_topic_config():
     from pathlib import Path
 
-    from logmq.storage.config import TOPIC_CONFIG_KEYS
+    from logmq.storage.config import STORED_CONFIG_KEYS, TOPIC_CONFIG_KEYS
     from logmq_cli.server import main
 
     doc = (Path(__file__).parents[2] / "docs" / "configuration.md").read_text()
     for key in TOPIC_CONFIG_KEYS:
         assert f"`{key.name}`" in doc, key.name
+    stored = doc[doc.index("#### Kafka topic configs stored with no effect") :]
+    for kept in STORED_CONFIG_KEYS:  # each in the table of configs logmq does not act on
+        assert f"| `{kept.name}` |" in stored, kept.name
+        assert f"`{kept.default}`" in stored or not kept.default, kept.name
     for param in main.params:
         assert f"`{param.opts[0]}" in doc, param.opts[0]

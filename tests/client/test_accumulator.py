@@ -1,30 +1,13 @@
-"""The producer's accumulator and partitioner, driven with a fake clock."""
+"""The producer's accumulator, driven with a fake clock (the partitioner:
+test_partitioner.py)."""
 
 from __future__ import annotations
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from logmq.client.accumulator import RecordAccumulator, partition_for_key
+from logmq.client.accumulator import RecordAccumulator
 from logmq.storage.batch import decode_records, encode_batch
-
-
-def test_partitioner_is_stable_and_in_range():
-    # Pinned values: changing the hash would move every keyed record to another partition.
-    assert [partition_for_key(k, 10) for k in (b"a", b"key", b"user-42")] == [9, 7, 1]
-    for n in (1, 2, 7, 64):
-        for i in range(200):
-            key = b"k%d" % i
-            p = partition_for_key(key, n)
-            assert 0 <= p < n
-            assert p == partition_for_key(bytes(key), n)
-
-
-@settings(max_examples=50, deadline=None)
-@given(st.lists(st.binary(min_size=1, max_size=16), min_size=1, max_size=50), st.integers(1, 32))
-def test_partitioner_same_key_same_partition(keys, n):
-    first = {k: partition_for_key(k, n) for k in keys}
-    assert all(partition_for_key(k, n) == p for k, p in first.items())
 
 
 def test_batch_closes_at_size_and_at_record_count():

@@ -54,9 +54,13 @@ def test_a_call_interrupted_by_ctrl_c_is_cancelled():
             cancelled.set()
             raise
 
+    # A background job (``cmd &``, CI without a terminal) starts with SIGINT ignored:
+    # then no KeyboardInterrupt ever comes. Ctrl-C's Python handler, for this test only.
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         with pytest.raises(KeyboardInterrupt):
             lt.run(interrupted())
         assert cancelled.wait(10)
     finally:
+        signal.signal(signal.SIGINT, previous)
         lt.stop()

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -158,11 +159,13 @@ def test_consumer_groups_find_their_coordinator_in_the_cluster(cluster):
     assert sum(o["committed_offset"] for o in offsets) == 30
 
 
-def test_a_foreign_data_dir_is_refused(cluster):
-    node1 = cluster.nodes[1]
-    intruder = BrokerProcess(
-        node1.data_dir, node_id=7, extra_args=["--quorum-voters", cluster.voters]
-    )
+def test_a_foreign_data_dir_is_refused(cluster, tmp_path):
+    # node 1's identity in a dir of its own: node 1's live dir would be refused by its
+    # lock first (tests/broker/test_data_dir_lock.py)
+    foreign = tmp_path / "foreign"
+    foreign.mkdir()
+    shutil.copy(cluster.nodes[1].data_dir / "meta.properties", foreign)
+    intruder = BrokerProcess(foreign, node_id=7, extra_args=["--quorum-voters", cluster.voters])
     with pytest.raises(BrokerStartError) as err:
         intruder.start()
     assert "node.id=1" in str(err.value) and intruder.returncode == 2

@@ -126,6 +126,25 @@ def test_manual_assignments_are_checked():
         assert res.error is ErrorCode.INVALID_REPLICA_ASSIGNMENT, name
 
 
+def test_manual_assignments_follow_kafkas_rules_on_counts_and_fenced_brokers():
+    r = Recorder(brokers=3)
+    c = r.controller
+    for counts in ((2, -1), (-1, 1)):
+        spec = NewTopic("n", *counts, assignments={0: [1]})
+        assert r.run(c.create_topics([spec]))["n"].error is ErrorCode.INVALID_REQUEST
+    r.run(c.heartbeat(2, r.epochs[2], 0, want_fence=True))
+    fenced = r.run(c.create_topics([NewTopic("f", assignments={0: [2]})]))["f"]
+    assert fenced.error is ErrorCode.INVALID_REPLICA_ASSIGNMENT and "fenced" in fenced.message
+    # a fenced replica is kept but starts outside the ISR; the first active one leads
+    ok = r.run(c.create_topics([NewTopic("m", assignments={0: [2, 3], 1: [1, 2]})]))["m"]
+    assert ok.error is ErrorCode.NONE
+    p0, p1 = r.image.partition("m", 0), r.image.partition("m", 1)
+    assert (p0.replicas, p0.isr, p0.leader) == ((2, 3), (3,), 3)
+    assert (p1.replicas, p1.isr, p1.leader) == ((1, 2), (1,), 1)
+    dry = c.create_topics([NewTopic("d", assignments={0: [1]})], validate_only=True)
+    assert dry.records == [] and dry.response["d"].error is ErrorCode.NONE
+
+
 def test_session_timeout_fences_and_moves_leadership_within_the_isr():
     r = Recorder(brokers=3)
     r.create("t", partitions=1, rf=3)

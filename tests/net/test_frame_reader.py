@@ -52,6 +52,36 @@ def test_any_read_pattern_yields_the_frames(payloads, sizes):
     assert reader.buffered == 0
 
 
+@settings(max_examples=100, deadline=None)
+@given(
+    st.lists(st.binary(min_size=0, max_size=3000), min_size=1, max_size=6),
+    st.lists(st.integers(1, 2000), min_size=1, max_size=20),
+)
+def test_frames_bigger_than_the_eager_size_grow_into_the_same_bytes(payloads, sizes):
+    reader = FrameReader(max_frame_size=10_000, scratch_size=64, eager_size=100)
+
+    def cycle():
+        while True:
+            yield from sizes
+
+    assert read_like_a_socket(reader, framed(payloads), cycle()) == payloads
+    assert reader.buffered == 0
+
+
+def test_a_claimed_size_costs_memory_only_as_its_bytes_arrive():
+    """Four bytes announcing 100 MB must not make the broker hold 100 MB."""
+    reader = FrameReader(max_frame_size=200 << 20)
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        assert reader.feed(SIZE.pack(100 << 20) + b"\x00" * 100_000) == []
+        grown = tracemalloc.get_traced_memory()[1] - before
+    finally:
+        tracemalloc.stop()
+    assert grown < 2 << 20  # the eager 1 MiB, not the 100 MB claimed
+    assert reader.buffered == 100_000
+
+
 def test_large_frame_is_read_straight_into_its_own_buffer():
     reader = FrameReader(scratch_size=1024)
     payload = bytes(range(256)) * 400  # 100 KiB

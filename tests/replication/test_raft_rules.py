@@ -142,6 +142,29 @@ def test_vote_requests_from_non_voters_are_ignored() -> None:
     assert sent(node) == [] and node.term == 0 and node.voted_for is None
 
 
+def test_leader_messages_from_non_voters_are_ignored() -> None:
+    """Whoever reaches the quorum port as a non-voter cannot lead: no term bump, no
+    entries, no snapshot, no forced election."""
+    node = make(observers=(7,))
+    entries = (Entry(1, 5, b"forged"),)
+    for msg in (
+        AppendRequest(7, 1, 5, prev_index=0, prev_term=0, entries=entries, commit=1),
+        HeartbeatRequest(7, 1, 5, commit=0),
+        SnapshotRequest(7, 1, 5, Snapshot(9, 5, b"forged")),
+        TimeoutNow(7, 1, 5),
+    ):
+        node.step(msg)
+        assert sent(node) == [] and node.term == 0 and node.leader_id is None
+    assert node.last_index == 0
+    for msg in (  # nor can its answers move the term (a term near 2**63 once killed the quorum)
+        VoteResponse(7, 1, 2**62, False),
+        AppendResponse(7, 1, 2**62, False),
+        HeartbeatResponse(7, 1, 2**62),
+    ):
+        node.step(msg)
+        assert sent(node) == [] and node.term == 0
+
+
 def test_vote_refused_to_a_candidate_with_a_less_complete_log() -> None:
     node = make(state=state(term=2, log_terms=(1, 2)))
     node.step(VoteRequest(2, 1, term=3, last_log_index=5, last_log_term=1))  # older last term

@@ -86,6 +86,8 @@ def test_sink_options() -> None:
     o = sink_options(opts(topic="out", compression="GZIP", acks="1", lingerMs="20"))
     assert (o.topic, o.compression, o.acks, o.producer) == ("out", "gzip", "1", {"linger_ms": 20})
     assert sink_options(opts()).topic is None  # a topic column may name it
+    # keys placed as before murmur2 became the default
+    assert sink_options(opts(partitioner="XXH3")).producer == {"partitioner": "xxh3"}
 
 
 @pytest.mark.parametrize(
@@ -95,6 +97,7 @@ def test_sink_options() -> None:
         ({"acks": "0"}, "acks"),
         ({"compression": "brotli"}, "compression"),
         ({"batchSize": "-1"}, "batchSize"),
+        ({"partitioner": "crc32"}, "partitioner"),
     ],
 )
 def test_bad_sink_options(options: dict, mentions: str) -> None:

@@ -95,8 +95,12 @@ def test_compaction_config_keys():
 def test_check_record_keys():
     check_record_keys(kbatch([(b"a", b"1"), (b"b", None)]) + kbatch([(b"c", b"2")]))
     with pytest.raises(InvalidRecordError) as e:
-        check_record_keys(kbatch([(b"c", b"2")]) + kbatch([(b"a", b"1"), (None, b"x")]))
+        check_record_keys(
+            kbatch([(None, b"1"), (b"c", b"2")]) + kbatch([(b"a", b"1"), (None, b"x")])
+        )
     assert e.value.code == ErrorCode.INVALID_RECORD
+    # every keyless record is named, by its index among the data's records
+    assert [i for i, _ in e.value.record_errors] == [0, 3]
     damaged = bytearray(kbatch([(b"a", b"1")]))
     damaged[-1] ^= 1
     with pytest.raises(CorruptRecordError):

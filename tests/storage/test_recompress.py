@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from logmq.errors import CorruptRecordError, InvalidConfigError, MessageTooLargeError
 from logmq.storage import batch as b
+from logmq.storage.compression import InflateLimitError
 from logmq.storage.config import LogConfig
 from logmq.storage.log_manager import LogManager
 from logmq.storage.recompress import to_codec
@@ -242,5 +243,5 @@ def test_decompression_is_bounded_so_a_small_batch_cannot_inflate_without_limit(
     raw = bytes(100_000)  # compresses to a few hundred bytes
     packed = b.compress(codec, raw)
     assert bytes(b.decompress(codec, packed, len(raw))) == raw
-    with pytest.raises(CorruptRecordError, match="decompress to more than"):
+    with pytest.raises(InflateLimitError, match="decompress to more than"):
         b.decompress(codec, packed, len(raw) - 1)

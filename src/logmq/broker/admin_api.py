@@ -180,18 +180,23 @@ class AdminApi:
                 ErrorCode.INVALID_TOPIC_EXCEPTION,
             )
         partitions = req_int(spec, "partitions", -1)
+        rf = req_int(spec, "replication_factor", -1)
+        configs = req_str_map(spec, "configs")
+        assignments = _assignments(req_list(spec, "assignments", []))
+        if assignments:
+            # the controller checks the lists against the brokers (Kafka's order and codes)
+            LogConfig.from_dict(dict(configs))
+            return NewTopic(name, partitions, rf, assignments, dict(configs))
         if partitions != -1 and not 1 <= partitions <= MAX_PARTITIONS_PER_TOPIC:
             raise LogMQError(
                 f"partitions must be 1..{MAX_PARTITIONS_PER_TOPIC}, got {partitions}",
                 ErrorCode.INVALID_PARTITIONS,
             )
-        rf = req_int(spec, "replication_factor", -1)
         if rf != -1 and rf < 1:
             raise LogMQError(
                 f"replication factor must be >= 1 (or -1 for the default), got {rf}",
                 ErrorCode.INVALID_REPLICATION_FACTOR,
             )
-        configs = req_str_map(spec, "configs")
         LogConfig.from_dict(dict(configs))  # raises InvalidConfigError naming the key
         return NewTopic(name, partitions, rf, None, dict(configs))
 
@@ -222,6 +227,11 @@ class AdminApi:
                 if r.error is not ErrorCode.NONE:
                     self.metrics.error(req.api_key, r.error)
                 results[i] = _entry(t.name, r.error, r.message or None)
+                if r.topic_id:
+                    results[i]["topic_id"] = r.topic_id
+                if r.partitions:  # what the defaults or an assignment came to
+                    results[i]["partitions"] = len(r.partitions)
+                    results[i]["replication_factor"] = len(r.partitions[0].replicas)
         return self._done(req, {"topics": [results[i] for i in sorted(results)]})
 
     # -- CreatePartitions -------------------------------------------------------------
@@ -380,6 +390,29 @@ class AdminApi:
         if pid >= 0 and 0 <= epoch < MAX_PRODUCER_EPOCH and ids.was_issued(pid):
             return Reply({"error": 0, "producer_id": pid, "producer_epoch": epoch + 1})
         return Reply({"error": 0, "producer_id": await ids.next_id(), "producer_epoch": 0})
+
+
+def _assignments(entries: list) -> dict[int, tuple[int, ...]]:
+    """CreateTopics' manual assignment, ``[{"partition": p, "replicas": [broker]}]``, as
+    partition -> replicas in request order; a partition named twice is refused here."""
+    if len(entries) > MAX_PARTITIONS_PER_TOPIC:
+        raise LogMQError(
+            f"a topic may have at most {MAX_PARTITIONS_PER_TOPIC} partitions, "
+            f"got {len(entries)} assignments",
+            ErrorCode.INVALID_PARTITIONS,
+        )
+    out: dict[int, tuple[int, ...]] = {}
+    for entry in entries:
+        p = req_int(entry, "partition")
+        replicas = req_list(entry, "replicas")
+        if not all(isinstance(b, int) and not isinstance(b, bool) for b in replicas):
+            raise InvalidRequestError("'replicas' must list broker ids")
+        if p in out:
+            raise LogMQError(
+                f"partition {p} is assigned more than once", ErrorCode.INVALID_REPLICA_ASSIGNMENT
+            )
+        out[p] = tuple(replicas)
+    return out
 
 
 def _check_offsets_configs(old: dict[str, str], new: dict[str, str]) -> None:

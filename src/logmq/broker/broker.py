@@ -10,7 +10,9 @@ and answers once its own image has caught up (controller_forwarding.py).
 
 Stop is the orderly shutdown SIGTERM asks for: stop accepting, wake parked fetches, let
 every connection answer what it already read, stop the group coordinator, leave the
-quorum, then flush the logs and write the clean-shutdown marker (LogManager.stop).
+quorum, then flush the logs and write the clean-shutdown marker (LogManager.stop), and
+last release the data dir's lock, which start() takes before it reads anything there
+(storage/dir_lock.py: one broker process per data dir).
 """
 
 from __future__ import annotations
@@ -67,6 +69,7 @@ from logmq.net.codec import ApiKey, Request
 from logmq.net.reply import Reply
 from logmq.net.server import ServerOptions, TcpServer
 from logmq.storage.config import LogConfig
+from logmq.storage.dir_lock import DataDirLock
 from logmq.storage.log_manager import LogManager
 
 log = logging.getLogger("logmq.broker")
@@ -97,6 +100,7 @@ class Broker:
         # A quorum of one keeps the single-node data path: every partition one replica.
         self.replicated = config.quorum_voters is not None
         self.data_dir = Path(config.data_dir)
+        self.dir_lock = DataDirLock(self.data_dir)
         self.quorum = MetadataQuorum(
             config.node_id,
             self.data_dir,
@@ -145,6 +149,7 @@ class Broker:
                 is_concurrent=lambda req: req.api_key in KAFKA_CONCURRENT_APIS,
                 is_read_only=lambda req: req.api_key in KAFKA_READ_ONLY_APIS,
                 wire=KafkaWire(),
+                name="kafka",
             )
         self.kafka: KafkaApis | None = None
         self.metrics_server: MetricsServer | None = None
@@ -215,8 +220,18 @@ class Broker:
         return await kafka.handle(request)
 
     async def start(self) -> None:
-        cfg = self.config
         self.data_dir.mkdir(parents=True, exist_ok=True)
+        # before anything else reads or writes the data dir: a second process on it
+        # would otherwise recover, append to and mark clean the live broker's files
+        self.dir_lock.acquire()
+        try:
+            await self._start_locked()
+        except BaseException:
+            self.dir_lock.release()
+            raise
+
+    async def _start_locked(self) -> None:
+        cfg = self.config
         check_node_id(self.data_dir, cfg.node_id)
         default = LogConfig.from_dict(dict(cfg.topic_defaults)) if cfg.topic_defaults else None
         image = lambda: self.quorum.image  # noqa: E731
@@ -319,7 +334,9 @@ class Broker:
             producer_ids=self.producer_ids,
             auto_create=self.topic_creator.auto_create,
             offsets=KafkaOffsetApis(self.groups, self._kafka_endpoint),
-            topics=KafkaTopicApis(self.forwarder.run_on_controller),
+            topics=KafkaTopicApis(
+                self.forwarder.run_on_controller, lambda: self.quorum.image, cfg.topic_defaults
+            ),
             groups=KafkaGroupApis(self.groups),
             membership=KafkaGroupMembershipApis(self.groups),
             consumer_groups=KafkaConsumerGroupApis(self.groups, lambda: self.quorum.image),
@@ -359,6 +376,7 @@ class Broker:
         self.produce_path.stop()
         await self.quorum.stop()
         await self.logs.stop()
+        self.dir_lock.release()  # last: the clean-shutdown marker is written
         log.info("broker stopped cleanly")
 
     def _after_ready(self) -> None:

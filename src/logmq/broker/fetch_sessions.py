@@ -187,11 +187,15 @@ class FetchSession:
                 sp.high_watermark = hw
                 sp.sent_log_start = start
                 size = p.get("size", 0)
-                ready.pop(tp, None)
                 if size:
+                    ready.pop(tp, None)
                     sent_data.append(tp)
                 elif error or more(tp, sp):
-                    ready[tp] = None
+                    # keeps its place: a batch that did not fit the budget comes first
+                    # in the next fetch, where it may exceed it
+                    ready.setdefault(tp, None)
+                else:
+                    ready.pop(tp, None)
                 if full or size or error or changed:
                     keep.append(p)
             if keep:

@@ -153,6 +153,19 @@ class BrokerMetrics:
         self._errors = Counter(
             "logmq_request_errors", "Error codes returned", ["api", "error"], registry=r
         )
+        self._bad_frames = Counter(
+            "logmq_bad_requests",
+            "Requests refused before a handler saw them (malformed, unsupported version, "
+            "too large), per listener and reason",
+            ["listener", "reason"],
+            registry=r,
+        )
+        self._handler_failures = Counter(
+            "logmq_handler_failures",
+            "Requests answered UNKNOWN_SERVER_ERROR because the broker failed handling them",
+            ["listener", "api"],
+            registry=r,
+        )
         # Child lookups cost a dict access + lock; cache them per api key.
         self._req_children: dict[int, tuple[Counter, Histogram]] = {}
         self._fetch_sessions: _FetchSessionCollector | None = None
@@ -241,6 +254,12 @@ class BrokerMetrics:
             self._req_children[api_key] = children
         children[0].inc()
         children[1].observe(seconds)
+
+    def bad_frame(self, listener: str, reason: str) -> None:
+        self._bad_frames.labels(listener, reason).inc()
+
+    def handler_failed(self, listener: str, api_key: int) -> None:
+        self._handler_failures.labels(listener, str(api_key)).inc()
 
     def error(self, api_key: int, code: int) -> None:
         self._errors.labels(_api_name(api_key), str(code)).inc()

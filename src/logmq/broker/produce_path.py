@@ -51,6 +51,12 @@ def produce_result(
     return ErrorCode.NONE, None, info.first_offset, append_time, plog.log_start_offset
 
 
+def record_errors(outcome: Outcome) -> tuple[tuple[int, str | None], ...]:
+    """The records a refused append names, ``(index, message)`` (KIP-467's
+    ``record_errors``): a keyless record in a compacted topic; otherwise none."""
+    return getattr(outcome, "record_errors", ()) if isinstance(outcome, LogMQError) else ()
+
+
 class AutoCreator(Protocol):
     def maybe_auto_create(self, topic: str) -> TopicInfo | None: ...
 

@@ -865,6 +865,14 @@ class ReplicaManager:
                     limit = min(pmax, budget)
                     if offset < hw and (limit > 0 or total == 0):
                         region = plog.read(offset, max(limit, 1), max_offset=hw)
+                        if region is not None and total and region.length > limit:
+                            # A read's first batch comes whole even when too big, which
+                            # only the answer's first records may be (Kafka's rule: a
+                            # client sizes its buffer by max_bytes); this one waits for
+                            # a fetch where it comes first.
+                            if region.length > budget:
+                                budget = 0  # spent: the rest go to later fetches
+                            region = None
                         if region is not None and region.length > 0:
                             size = region.length
                             tail.append(region)
@@ -1126,6 +1134,12 @@ class ReplicaManager:
                         limit = min(limit, quota_left)
                 if offset < plog.log_end_offset and (limit > 0 or (total == 0 and limit == 0)):
                     region = plog.read(offset, max(limit, 1))
+                    fits = min(pmax, budget)  # the quota alone may be overdrawn
+                    if region is not None and total and region.length > fits:
+                        # only the answer's first batch may exceed max_bytes (as above)
+                        if region.length > budget:
+                            budget = 0
+                        region = None
                     if region is not None and region.length > 0:
                         size = region.length
                         tail.append(region)

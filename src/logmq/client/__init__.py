@@ -8,8 +8,9 @@ timestamp=None)`` appends to a per-partition batch and returns a RecordHandle; `
 it for ``RecordMetadata``. ``send_batch(topic, values, keys=None, partition=None)`` is
 the bulk path and awaits to ``[(partition, base_offset, count), ...]``, one tuple per
 batch written. The blocking ``Producer`` returns ``concurrent.futures.Future`` objects
-for the same results. Values and keys may be bytes or str (UTF-8). Keyed records go to
-``xxh3_64(key) % partitions``; keyless ones stick to one partition until its batch closes.
+for the same results. Values and keys may be bytes or str (UTF-8). Keyed records go where
+Kafka's Java client puts them (murmur2, partitioner.py); keyless ones stick to one
+partition until its batch closes.
 
 ``AsyncConsumer.poll(timeout, max_records)`` returns ``Record`` objects (immutable
 tuples with named fields); ``poll_batches()`` is the batch-wise fast path:

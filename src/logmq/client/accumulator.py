@@ -15,8 +15,6 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 
-import xxhash
-
 from logmq.records import RecordMetadata
 from logmq.storage.batch import (
     NO_PRODUCER_EPOCH,
@@ -30,15 +28,6 @@ from logmq.storage.batch import (
 TopicPartition = tuple[str, int]
 RECORD_OVERHEAD = 12  # v2 varint framing per record, roughly: an estimate, not a promise
 _LOCK = threading.Lock()  # guards lazy waiter creation against completion in another thread
-
-
-def partition_for_key(key: bytes, num_partitions: int) -> int:
-    """The partition of a keyed record: xxh3-64 of the key bytes, modulo the partition count.
-
-    Stable across processes and versions, so the same key always lands on the same
-    partition while the partition count stays the same.
-    """
-    return xxhash.xxh3_64_intdigest(key) % num_partitions
 
 
 class ProducerBatch:

@@ -26,6 +26,9 @@ class NewTopic:
     partitions: int = 1
     replication_factor: int = 1
     configs: dict[str, str] = field(default_factory=dict)
+    # replica lists by partition (0..n-1), first broker the preferred leader; when given,
+    # partitions and replication_factor are taken from it
+    assignments: list[list[int]] | None = None
 
 
 @dataclass(slots=True, frozen=True)
@@ -126,15 +129,7 @@ class AsyncAdmin:
     ) -> None:
         """Create topics; raises the first per-topic error (e.g. TOPIC_ALREADY_EXISTS)."""
         body = {
-            "topics": [
-                {
-                    "topic": t.name,
-                    "partitions": t.partitions,
-                    "replication_factor": t.replication_factor,
-                    "configs": {str(k): str(v) for k, v in (t.configs or {}).items()},
-                }
-                for t in topics
-            ],
+            "topics": [_new_topic_body(t) for t in topics],
             "timeout_ms": self.request_timeout_ms,
             "validate_only": validate_only,
         }
@@ -403,3 +398,19 @@ class AsyncAdmin:
         self, group_id: str, partitions: Iterable[TopicPartition]
     ) -> None:
         await group_admin.delete_group_offsets(self._cluster, group_id, partitions)
+
+
+def _new_topic_body(t: NewTopic) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "topic": t.name,
+        "partitions": t.partitions,
+        "replication_factor": t.replication_factor,
+        "configs": {str(k): str(v) for k, v in (t.configs or {}).items()},
+    }
+    if t.assignments is not None:
+        body["partitions"] = body["replication_factor"] = -1
+        body["assignments"] = [
+            {"partition": p, "replicas": [int(b) for b in replicas]}
+            for p, replicas in enumerate(t.assignments)
+        ]
+    return body

@@ -23,6 +23,7 @@ from typing import Any, TypeVar
 
 from logmq.client.connection import BrokerConnection
 from logmq.client.fetcher import first_at_or_after, parse_fetch_response
+from logmq.client.kafka_probe import KafkaListenerError, speaks_kafka
 from logmq.errors import (
     BootstrapError,
     ConnectionError_,
@@ -440,6 +441,7 @@ class ClusterClient:
         timeout = self.request_timeout if timeout is None else timeout
         deadline = loop.time() + timeout
         failed: set[Address] = set()
+        kafka: list[Address] = []  # bootstrap addresses that turned out to be Kafka ports
         while True:
             conn = None
             try:
@@ -452,9 +454,14 @@ class ClusterClient:
                 addrs.update(self.bootstrap)
                 if conn is not None and (conn.host, conn.port) not in failed:
                     failed.add((conn.host, conn.port))
+                    # accepted, never answered natively: a Kafka port given by mistake?
+                    if not self._reached and await speaks_kafka(conn.host, conn.port):
+                        kafka.append((conn.host, conn.port))
                     if not failed >= addrs:
                         continue  # another broker may answer
                 if not self._reached:
+                    if kafka:
+                        raise KafkaListenerError(*kafka[0]) from None
                     raise BootstrapError(f"no broker answered ({e})") from None
                 failed.clear()
                 if loop.time() + self.retry_backoff >= deadline:

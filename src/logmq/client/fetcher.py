@@ -34,6 +34,7 @@ from logmq.storage.batch import (
     validate,
 )
 from logmq.storage.batch_scan import batches_end, take_records
+from logmq.storage.compression import CLIENT_MAX_INFLATED, InflateLimitError
 from logmq.storage.records_codec import decode_rows
 
 _tuple_new = tuple.__new__
@@ -48,7 +49,10 @@ def decode_batch_rows(buf: Any, pos: int, header: BatchHeader) -> Sequence[Row]:
     headers)`` tuples: one compiled call per batch."""
     mv = memoryview(buf)[pos + HEADER_SIZE : pos + header.size]
     try:
-        return decode_rows(decompress(header.compression, mv), header.record_count)
+        records = decompress(header.compression, mv, CLIENT_MAX_INFLATED)
+        return decode_rows(records, header.record_count)
+    except InflateLimitError as e:  # a bomb from a broker (or a batch too big to take apart)
+        raise InflateLimitError(f"batch at offset {header.base_offset}: {e}") from None
     except LogMQError:
         raise
     except Exception as e:  # ValueError from the codec, zlib.error, lz4/zstd errors

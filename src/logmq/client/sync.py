@@ -196,8 +196,8 @@ class Producer(_Client):
 
     def __init__(self, bootstrap: str, *, own_loop: bool = False, **config: Any) -> None:
         super().__init__(own_loop)
-        self._p = AsyncProducer(bootstrap, **config)
-        try:
+        try:  # a bad setting (acks, partitioner) raises here: the loop is released too
+            self._p = AsyncProducer(bootstrap, **config)
             self._run(self._p.start())
         except BaseException:
             self._release_loop()

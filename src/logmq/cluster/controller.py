@@ -37,6 +37,7 @@ Rules (Kafka's KRaft semantics):
 
 from __future__ import annotations
 
+import itertools
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
@@ -453,10 +454,11 @@ class Controller:
         records: list[Record] = [TopicRecord(spec.name, topic_id)]
         partitions = []
         for p, replicas in enumerate(assignment):
-            live = [r for r in replicas if image.is_active(r)]
-            # A new partition is empty everywhere: every replica is in sync.
+            # A new partition is empty everywhere: every active replica is in sync, and
+            # the first of them (the preferred leader, when active) leads.
+            live = tuple(r for r in replicas if image.is_active(r))
             part = PartitionRegistration(
-                spec.name, p, replicas, replicas, live[0] if live else NO_LEADER, 0, 0
+                spec.name, p, replicas, live or replicas, live[0] if live else NO_LEADER, 0, 0
             )
             partitions.append(part)
             records.append(part.to_record())
@@ -466,26 +468,53 @@ class Controller:
     def _check_assignment(
         self, spec: NewTopic
     ) -> tuple[list[tuple[int, ...]], CreateTopicResult | None]:
+        """Kafka's checks on a manual assignment, in its order and with its codes.
+
+        Both counts must be -1 (INVALID_REQUEST); then list by list: non-empty, only
+        registered brokers, none twice, all of one length, at least one broker active;
+        then the partitions must be exactly 0..n-1 (INVALID_REPLICA_ASSIGNMENT).
+        """
         assert spec.assignments is not None
-        bad = ErrorCode.INVALID_REPLICA_ASSIGNMENT
-        if spec.num_partitions != -1 or spec.replication_factor != -1:
+        if spec.replication_factor != -1 or spec.num_partitions != -1:
+            given = "replication factor" if spec.replication_factor != -1 else "partition count"
             return [], CreateTopicResult(
                 ErrorCode.INVALID_REQUEST,
-                "give either replica assignments or partitions/replication factor",
+                f"a manual replica assignment was given, so the {given} must be -1",
             )
-        if sorted(spec.assignments) != list(range(len(spec.assignments))) or not spec.assignments:
-            return [], CreateTopicResult(bad, "assignments must cover partitions 0..n-1")
-        out = [tuple(spec.assignments[p]) for p in range(len(spec.assignments))]
-        sizes = {len(r) for r in out}
-        for replicas in out:
-            if not replicas or len(set(replicas)) != len(replicas):
-                return [], CreateTopicResult(bad, f"bad replica list {list(replicas)}")
-            unknown = [r for r in replicas if r not in self._image.brokers]
-            if unknown:
-                return [], CreateTopicResult(bad, f"unregistered broker(s) {unknown}")
-        if len(sizes) != 1:
-            return [], CreateTopicResult(bad, "every partition needs the same replication factor")
-        return out, None
+        bad = ErrorCode.INVALID_REPLICA_ASSIGNMENT
+        image = self._image
+        rf: int | None = None
+        for p, replicas in spec.assignments.items():
+            problem = None
+            if not replicas:
+                problem = "an empty replica list"
+            else:
+                ordered = sorted(replicas)
+                unknown = [b for b in ordered if b not in image.brokers]
+                twice = [b for b, nxt in itertools.pairwise(ordered) if b == nxt]
+                if unknown:
+                    problem = f"broker {unknown[0]}, which is not registered"
+                elif twice:
+                    problem = f"broker {twice[0]} more than once"
+                elif rf is not None and len(replicas) != rf:
+                    problem = (
+                        f"{len(replicas)} replica(s) where earlier partitions have {rf}: "
+                        "every partition needs the same replication factor"
+                    )
+                elif not any(image.is_active(b) for b in replicas):
+                    problem = f"only fenced brokers {list(replicas)}"
+            if problem:
+                return [], CreateTopicResult(bad, f"the assignment of partition {p} has {problem}")
+            rf = len(replicas)
+        n = len(spec.assignments)
+        missing = next((p for p in range(n) if p not in spec.assignments), None)
+        if not n or missing is not None:
+            return [], CreateTopicResult(
+                bad,
+                f"the assigned partitions must be numbered 0..n-1 with none missing; "
+                f"{n} partition(s) given, partition {missing or 0} missing",
+            )
+        return [tuple(spec.assignments[p]) for p in range(len(spec.assignments))], None
 
     def create_partitions(
         self, topic: str, count: int, *, validate_only: bool = False

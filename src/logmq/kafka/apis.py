@@ -29,7 +29,7 @@ from logmq.broker.fetch_sessions import (
     FetchSessionError,
 )
 from logmq.broker.metadata_store import is_internal, topic_name_error
-from logmq.broker.produce_path import produce_result
+from logmq.broker.produce_path import produce_result, record_errors
 from logmq.errors import ErrorCode, LogMQError
 from logmq.kafka.codec import error_entity, response_class
 from logmq.kafka.fetch_response import FetchedPartition, encode_fetch_response
@@ -43,7 +43,7 @@ from logmq.kafka.messages import (
 from logmq.kafka.versions import api_versions_response
 from logmq.net.codec import Request
 from logmq.net.reply import Reply
-from logmq.storage.offset_search import offset_for
+from logmq.storage.offset_search import EARLIEST, offset_for
 
 if TYPE_CHECKING:
     from logmq.broker.produce_path import ProducePath
@@ -66,6 +66,8 @@ KAFKA_READ_ONLY_APIS = frozenset({1, 2, 3, 9, 10, 15, 16, 18, 23, 32, 35, 46, 60
 log = logging.getLogger("logmq.kafka")
 
 MAX_PRODUCER_EPOCH = 32767
+ZERO_UUID = uuid.UUID(int=0)  # Kafka's topic id of a topic it does not know
+EARLIEST_LOCAL, LATEST_TIERED = -4, -5  # ListOffsets v8 and v9 special timestamps
 CONSUMER = -1  # the replica id of a consumer's fetch session (followers use the native door)
 
 
@@ -95,6 +97,20 @@ def _fetched(topics: list[dict], regions: list) -> list[tuple[str, list[FetchedP
             )
         answer.append((t["topic"], parts))
     return answer
+
+
+def _by_topic_id(
+    answer: list[tuple[str, list[FetchedPartition]]],
+    ids: dict[str, uuid.UUID | None],
+    unknown: list[tuple[uuid.UUID, list[int]]],
+) -> list[tuple[uuid.UUID, list[FetchedPartition]]]:
+    """A Fetch v13+ answer: topics by id, then the ids nobody has (UNKNOWN_TOPIC_ID)."""
+    out = [(ids.get(name) or ZERO_UUID, parts) for name, parts in answer]
+    code = int(ErrorCode.UNKNOWN_TOPIC_ID)
+    for topic_id, partitions in unknown:
+        parts = [FetchedPartition(p, code, -1, -1, None) for p in partitions]
+        out.append((topic_id or ZERO_UUID, parts))  # kio reads the zero id as None
+    return out
 
 
 class KafkaApis:
@@ -203,8 +219,15 @@ class KafkaApis:
         image = self.image()
         wanted = body.topics
         unknown_ids: list[uuid.UUID] = []
+        failed: dict[str, ErrorCode] = {}  # auto-creations the controller refused
         if wanted is None or (req.api_version == 0 and not wanted):
             names = sorted(n for n in image.topics)
+        elif req.api_version < 12 and any(t.name is None for t in wanted):
+            # As Kafka: v10 and v11 carry a topic id field but answer names only.
+            raise LogMQError(
+                f"a topic name cannot be null in Metadata v{req.api_version}",
+                ErrorCode.INVALID_REQUEST,
+            )
         else:
             # v10+ may name a topic by its id alone (KIP-848 consumers resolve their
             # assignments so); an id nobody has is UNKNOWN_TOPIC_ID, never auto-created.
@@ -222,16 +245,19 @@ class KafkaApis:
             allow = getattr(body, "allow_auto_topic_creation", True)
             for t in wanted:
                 name = t.name
-                if name is None:
+                if name is None or name in failed:
                     continue
                 if name not in image.topics and allow and not topic_name_error(name):
-                    await self.auto_create(name)
+                    try:
+                        await self.auto_create(name)
+                    except LogMQError as e:  # this topic's answer, not the request's
+                        failed[name] = e.code
             image = self.image()
         brokers = [
             build(m.MetadataResponseBroker, node_id=n, host=h, port=p, rack=r)
             for n, h, p, r in self._live_brokers(image)
         ]
-        topics = [self._topic_metadata(m, req.api_version, image, name) for name in names]
+        topics = [self._topic_metadata(m, image, name, failed.get(name)) for name in names]
         if unknown_ids:
             topics += [
                 build(
@@ -255,44 +281,59 @@ class KafkaApis:
             fields["throttle_time"] = NO_THROTTLE
         if 8 <= req.api_version <= 10:
             fields["cluster_authorized_operations"] = UNKNOWN_OPERATIONS
-        return Reply(m.MetadataResponse(**fields))
+        return Reply(build(m.MetadataResponse, error_code=KioErrorCode.none, **fields))  # v13+
 
-    def _topic_metadata(self, m: Any, version: int, image: MetadataImage, name: str) -> Any:
+    def _topic_metadata(
+        self,
+        m: Any,
+        image: MetadataImage,
+        name: str,
+        failed: ErrorCode | None = None,
+    ) -> Any:
+        """One topic's entry. A topic that does not exist (or could not
+        be auto-created) or whose name is invalid is answered in its own entry, with the
+        zero topic id Kafka uses and no partitions, beside the request's other topics."""
         topic = image.topics.get(name)
-        fields: dict[str, Any] = {"name": name, "partitions": ()}
         if topic is None:
-            bad = topic_name_error(name)
-            code = (
-                ErrorCode.INVALID_TOPIC_EXCEPTION if bad else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+            if topic_name_error(name):
+                code = ErrorCode.INVALID_TOPIC_EXCEPTION
+            else:
+                code = failed or ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+            return build(
+                m.MetadataResponseTopic,
+                error_code=kio_code(code),
+                name=name,
+                topic_id=ZERO_UUID,
+                is_internal=False,
+                partitions=(),
+                topic_authorized_operations=UNKNOWN_OPERATIONS,
             )
-            fields["error_code"] = kio_code(code)
-        else:
-            fields["error_code"] = KioErrorCode.none
-            parts = []
-            for p in sorted(topic.partitions):
-                reg = topic.partitions[p]
-                pf: dict[str, Any] = {
-                    "error_code": KioErrorCode.none
+        parts = []
+        for p in sorted(topic.partitions):
+            reg = topic.partitions[p]
+            parts.append(
+                build(
+                    m.MetadataResponsePartition,
+                    error_code=KioErrorCode.none
                     if reg.leader >= 0
                     else KioErrorCode.leader_not_available,
-                    "partition_index": p,
-                    "leader_id": reg.leader,
-                    "replica_nodes": tuple(reg.replicas),
-                    "isr_nodes": tuple(reg.isr),
-                }
-                if version >= 7:
-                    pf["leader_epoch"] = reg.leader_epoch
-                if version >= 5:
-                    pf["offline_replicas"] = ()
-                parts.append(m.MetadataResponsePartition(**pf))
-            fields["partitions"] = tuple(parts)
-            if version >= 10:
-                fields["topic_id"] = _topic_uuid(topic.topic_id)
-        if version >= 1:
-            fields["is_internal"] = is_internal(name)
-        if version >= 8:
-            fields["topic_authorized_operations"] = UNKNOWN_OPERATIONS
-        return m.MetadataResponseTopic(**fields)
+                    partition_index=p,
+                    leader_id=reg.leader,
+                    leader_epoch=reg.leader_epoch,
+                    replica_nodes=tuple(reg.replicas),
+                    isr_nodes=tuple(reg.isr),
+                    offline_replicas=(),
+                )
+            )
+        return build(
+            m.MetadataResponseTopic,
+            error_code=KioErrorCode.none,
+            name=name,
+            topic_id=_topic_uuid(topic.topic_id) or ZERO_UUID,
+            is_internal=is_internal(name),
+            partitions=tuple(parts),
+            topic_authorized_operations=UNKNOWN_OPERATIONS,
+        )
 
     def _live_brokers(self, image: MetadataImage) -> list[tuple[int, str, int, str | None]]:
         """(id, Kafka host, Kafka port, rack) of the unfenced brokers with a Kafka listener."""
@@ -359,11 +400,14 @@ class KafkaApis:
         outcomes = iter(await self.produce_path.append_all(entries, acks, timeout_ms))
         responses = []
         for t in body.topic_data:
-            responses.append(m.TopicProduceResponse(name=t.name, partition_responses=tuple(
-                self._partition_response(m, req.api_version, p.index, *produce_result(
-                    t.name, p.index, next(outcomes)))
-                for p in t.partition_data
-            )))  # fmt: skip
+            parts = []
+            for p in t.partition_data:
+                outcome = next(outcomes)
+                parts.append(self._partition_response(
+                    m, req.api_version, p.index, *produce_result(t.name, p.index, outcome),
+                    rejected=record_errors(outcome),
+                ))  # fmt: skip
+            responses.append(m.TopicProduceResponse(name=t.name, partition_responses=tuple(parts)))
         if acks == 0:
             return None
         return Reply(m.ProduceResponse(responses=tuple(responses), throttle_time=NO_THROTTLE))
@@ -378,7 +422,9 @@ class KafkaApis:
         base_offset: int,
         append_time: int,
         log_start: int,
+        rejected: tuple[tuple[int, str | None], ...] = (),
     ) -> Any:
+        """One partition's answer; from v8 the records a refused batch names (KIP-467)."""
         fields: dict[str, Any] = {
             "index": index,
             "error_code": kio_code(code),
@@ -393,7 +439,10 @@ class KafkaApis:
         if version >= 5:
             fields["log_start_offset"] = log_start
         if version >= 8:
-            fields["record_errors"] = ()
+            fields["record_errors"] = tuple(
+                m.BatchIndexAndErrorMessage(batch_index=i, batch_index_error_message=why)
+                for i, why in rejected
+            )
             fields["error_message"] = message
         return m.PartitionProduceResponse(**fields)
 
@@ -424,9 +473,20 @@ class KafkaApis:
         """
         body = req.body
         version = req.api_version
+        # v13+ names topics by id (KIP-516); ids no topic has are answered UNKNOWN_TOPIC_ID
+        ids = self._names_by_id() if version >= 13 else None
+
+        def name_of(t: Any) -> str | None:
+            return t.topic if ids is None else ids.get(t.topic_id)
+
+        unknown = [
+            (t.topic_id, [p.partition for p in t.partitions])
+            for t in body.topics
+            if name_of(t) is None
+        ]
         named = [
             (
-                t.topic,
+                name_of(t),
                 [
                     (
                         p.partition,
@@ -439,6 +499,7 @@ class KafkaApis:
                 ],
             )
             for t in body.topics
+            if name_of(t) is not None
         ]
         max_wait_ms = max(0, min(int(body.max_wait.total_seconds() * 1000), self.max_fetch_wait_ms))
         max_bytes = body.max_bytes if version >= 3 else 0x7FFFFFFF
@@ -464,7 +525,12 @@ class KafkaApis:
             full = False
         if session is not None:
             forgotten = (
-                [(t.topic, p) for t in body.forgotten_topics_data for p in t.partitions]
+                [
+                    (name, p)
+                    for t in body.forgotten_topics_data
+                    if (name := name_of(t)) is not None
+                    for p in t.partitions
+                ]
                 if not full
                 else []
             )
@@ -477,10 +543,14 @@ class KafkaApis:
             topics, regions = await self.replicas.fetch_for_consumer(
                 wanted, max_wait_ms, body.min_bytes, max_bytes
             )
-        head, rest = encode_fetch_response(
-            version, _fetched(topics, regions), session_id=session_id
-        )
+        answer: list = _fetched(topics, regions)
+        if ids is not None:
+            answer = _by_topic_id(answer, {n: i for i, n in ids.items()}, unknown)
+        head, rest = encode_fetch_response(version, answer, session_id=session_id)
         return Reply(head, rest)
+
+    def _names_by_id(self) -> dict[uuid.UUID | None, str]:
+        return {_topic_uuid(t.topic_id): n for n, t in self.image().topics.items()}
 
     # -- ListOffsets -------------------------------------------------------------------
     async def list_offsets(self, req: Request) -> Reply:
@@ -494,7 +564,10 @@ class KafkaApis:
                 epoch = getattr(p, "current_leader_epoch", -1)
                 try:
                     plog = self.replicas.leader_log(t.name, p.partition_index, epoch)
-                    offset, found = offset_for(plog, ts)
+                    if ts == LATEST_TIERED:  # v9 (KIP-1005): nothing is tiered, as on Kafka
+                        offset, found = -1, -1
+                    else:  # v8's earliest local (KIP-405) is the log start: all is local
+                        offset, found = offset_for(plog, EARLIEST if ts == EARLIEST_LOCAL else ts)
                     code = ErrorCode.NONE
                     leader_epoch = plog.leader_epochs.latest_epoch if offset >= 0 else -1
                 except LogMQError as e:
@@ -507,7 +580,9 @@ class KafkaApis:
                 }
                 if req.api_version >= 4:
                     pf["leader_epoch"] = max(leader_epoch, -1)
-                parts.append(m.ListOffsetsPartitionResponse(**pf))
+                if req.api_version == 0:  # a list (the one offset v1+ answers), as Kafka's
+                    pf["old_style_offsets"] = (offset,) if offset >= 0 else ()
+                parts.append(build(m.ListOffsetsPartitionResponse, **pf))
             topics.append(m.ListOffsetsTopicResponse(name=t.name, partitions=tuple(parts)))
         fields: dict[str, Any] = {"topics": tuple(topics)}
         if req.api_version >= 2:
@@ -525,10 +600,11 @@ class KafkaApis:
             parts = []
             for p in t.partitions:
                 error, epoch, end = self.replicas.epoch_end_offset(
-                    t.topic, p.partition, p.current_leader_epoch, p.leader_epoch
+                    t.topic, p.partition, getattr(p, "current_leader_epoch", -1), p.leader_epoch
                 )
                 parts.append(
-                    m.EpochEndOffset(
+                    build(
+                        m.EpochEndOffset,
                         error_code=kio_code(error),
                         partition=p.partition,
                         leader_epoch=epoch,
@@ -537,7 +613,7 @@ class KafkaApis:
                 )
             topics.append(m.OffsetForLeaderTopicResult(topic=t.topic, partitions=tuple(parts)))
         return Reply(
-            m.OffsetForLeaderEpochResponse(throttle_time=NO_THROTTLE, topics=tuple(topics))
+            build(m.OffsetForLeaderEpochResponse, throttle_time=NO_THROTTLE, topics=tuple(topics))
         )
 
     # -- InitProducerId ----------------------------------------------------------------

@@ -27,9 +27,10 @@ from typing import Any
 
 from kio.index import KioIndexError, load_request_schema, load_response_schema
 from kio.serial import entity_reader, entity_writer
-from kio.serial.errors import SerialError
 
 from logmq.errors import ErrorCode, InvalidFrameError
+from logmq.kafka.frame_check import FrameShapeError, check_request
+from logmq.kafka.legacy import legacy_request, legacy_response
 from logmq.kafka.versions import API_VERSIONS_KEY, REFUSED, SUPPORTED, api_versions_response
 from logmq.net.codec import Request
 from logmq.net.connection import ProtocolError
@@ -55,6 +56,13 @@ class KafkaWire:
     """The ``WireCodec`` (net/wire.py) of the Kafka listener."""
 
     def decode_request(self, frame: memoryview) -> Request:
+        try:
+            return self._decode(frame)
+        except InvalidFrameError as e:
+            e.client_id = peek_client_id(frame)  # type: ignore[attr-defined]  # for the log
+            raise
+
+    def _decode(self, frame: memoryview) -> Request:
         if len(frame) < _HEADER.size + 2:
             raise InvalidFrameError(f"request frame too short: {len(frame)} bytes")
         api_key, api_version, corr = _HEADER.unpack_from(frame, 0)
@@ -70,10 +78,19 @@ class KafkaWire:
             )
         request_cls = _request_class(api_key, api_version)
         data = frame.toreadonly() if not frame.readonly else frame
+        header_cls = request_cls.__header_schema__
         try:
-            header, pos = _reader(request_cls.__header_schema__)(data, 0)
+            # kio's native reader trusts counts (a huge one aborts the process): every
+            # length and count is bounded by the bytes left before it reads anything.
+            end = len(data)
+            check_request(request_cls, data, check_request(header_cls, data, 0, end), end)
+            header, pos = _reader(header_cls)(data, 0)
             body, _ = _reader(request_cls)(data, pos)
-        except (SerialError, KeyError, ValueError, TypeError, OverflowError) as e:
+        except FrameShapeError as e:
+            raise _Malformed(
+                f"malformed {request_cls.__name__} v{api_version}: {e}", api_key, api_version
+            ) from None
+        except Exception as e:  # kio refusing a value: an ordinary exception of any type
             raise _Malformed(
                 f"malformed {request_cls.__name__} v{api_version}: {e!r}", api_key, api_version
             ) from None
@@ -101,6 +118,15 @@ class KafkaWire:
         return encode_error_response(
             error.api_key, error.api_version, error.correlation_id, error.code
         )
+
+
+def peek_client_id(frame: memoryview) -> str:
+    """The header's client id, as far as the frame holds one (for logs only)."""
+    if len(frame) < _HEADER.size + 2:
+        return ""
+    (n,) = struct.unpack_from(">h", frame, _HEADER.size)
+    start = _HEADER.size + 2
+    return bytes(frame[start : start + min(max(n, 0), 100)]).decode("utf-8", "replace")
 
 
 class _Malformed(InvalidFrameError):
@@ -169,12 +195,13 @@ def _empty(f: dataclasses.Field, code: ErrorCode) -> Any:
 
 @cache
 def _request_class(api_key: int, api_version: int) -> type:
-    return load_request_schema(api_key, api_version)
+    """kio's type, or ours for a version kio no longer has (legacy.py)."""
+    return legacy_request(api_key, api_version) or load_request_schema(api_key, api_version)
 
 
 @cache
 def response_class(api_key: int, api_version: int) -> type:
-    return load_response_schema(api_key, api_version)
+    return legacy_response(api_key, api_version) or load_response_schema(api_key, api_version)
 
 
 @cache

@@ -5,8 +5,10 @@ describe them through broker/config_view.py and change them through the native
 controller request, which takes the keys to set and the keys to delete. Kafka's
 AlterConfigs *replaces* a topic's overrides: every override it does not name is
 deleted. IncrementalAlterConfigs changes only what it names (SET, DELETE, and APPEND or
-SUBTRACT on list values such as ``cleanup.policy``). Broker settings are static
-(command line or file) and described read-only.
+SUBTRACT on list values such as ``cleanup.policy``). Every Kafka topic config name is
+accepted (storage/config.py keeps the ones logmq does not act on); any other name is
+INVALID_CONFIG, as on Kafka. Broker settings are static (command line or file) and
+described read-only.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from logmq.kafka.messages import NO_THROTTLE, build, kio_code, response_module
 from logmq.kafka.topics import RunOnController
 from logmq.net.codec import ApiKey, Request
 from logmq.net.reply import Reply
+from logmq.storage.config import is_list_config
 
 if TYPE_CHECKING:
     from logmq.broker.config import BrokerConfig
@@ -124,6 +127,12 @@ class KafkaConfigApis:
                 elif op == DELETE:
                     out[c.name] = None
                 elif op in (APPEND, SUBTRACT):
+                    if not is_list_config(c.name):  # Kafka: only LIST-typed configs
+                        verb = "APPEND to" if op == APPEND else "SUBTRACT from"
+                        raise LogMQError(
+                            f"cannot {verb} {c.name!r}: it is not a list config",
+                            ErrorCode.INVALID_CONFIG,
+                        )
                     now = [x for x in (effective.get(c.name) or "").split(",") if x]
                     items = [x for x in (c.value or "").split(",") if x]
                     if op == APPEND:

@@ -1,4 +1,4 @@
-"""Kafka Fetch responses (v4-v12) encoded by hand, so record bytes stay file regions.
+"""Kafka Fetch responses (v4-v17) encoded by hand, so record bytes stay file regions.
 
 A generic encoder would need every partition's records in memory. Here the response is
 a list of parts: struct bytes, then the partition's file region (sent with sendfile, as
@@ -8,12 +8,14 @@ records field is only a length prefix before its region. Sans-IO.
 Layout, per Kafka's FetchResponse schema: v7+ adds the top-level error code and session
 id; v11+ the preferred read replica (always -1: read from the leader); v12+ is flexible
 (compact arrays, strings and bytes, whose lengths are unsigned varints of n + 1, and an
-empty tagged-field section closing every struct).
+empty tagged-field section closing every struct); v13+ names each topic by its id (16
+bytes) instead of its name; v14-v17 change only requests and tagged fields.
 """
 
 from __future__ import annotations
 
 import struct
+import uuid
 from collections.abc import Sequence
 
 from logmq.net.reply import FileRegion, TailPart
@@ -56,13 +58,15 @@ class FetchedPartition:
 
 def encode_fetch_response(
     version: int,
-    topics: Sequence[tuple[str, Sequence[FetchedPartition]]],
+    topics: Sequence[tuple[str | uuid.UUID, Sequence[FetchedPartition]]],
     *,
     error: int = 0,
     session_id: int = 0,
     throttle_ms: int = 0,
 ) -> tuple[bytes, list[TailPart]]:
-    """(the body up to the first records, the parts after it) for ``version`` 4..12.
+    """(the body up to the first records, the parts after it) for ``version`` 4..17.
+
+    Topics are named by name before v13 and by id (a UUID) from v13.
 
     The first part is returned apart so the server can put the response header in front
     of it; joining them gives the whole body.
@@ -74,9 +78,12 @@ def encode_fetch_response(
         buf += _I16.pack(error) + _I32.pack(session_id)
     buf += _count(len(topics), flexible)
     for name, partitions in topics:
-        encoded = name.encode()
-        buf += uvarint(len(encoded) + 1) if flexible else _I16.pack(len(encoded))
-        buf += encoded
+        if isinstance(name, uuid.UUID):
+            buf += name.bytes
+        else:
+            encoded = name.encode()
+            buf += uvarint(len(encoded) + 1) if flexible else _I16.pack(len(encoded))
+            buf += encoded
         buf += _count(len(partitions), flexible)
         for p in partitions:
             lso = p.high_watermark  # no transactions: everything below the HW is stable

@@ -39,4 +39,7 @@ def kio_code(code: ErrorCode | int) -> KioErrorCode:
 def response_module(entity: Any) -> Any:
     """The kio module of the response that answers request ``entity`` (same version)."""
     cls = entity if isinstance(entity, type) else type(entity)
+    legacy = getattr(cls, "__response_module__", None)  # a version kio lacks (legacy.py)
+    if legacy is not None:
+        return legacy
     return sys.modules[cls.__module__.replace(".request", ".response")]

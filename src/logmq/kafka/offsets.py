@@ -103,8 +103,10 @@ class KafkaOffsetApis:
         body = req.body
         m = response_module(body)
         group_id = body.group_id
-        member_id = body.member_id or None
-        generation = body.generation_id_or_member_epoch
+        # v0 has no membership (a simple commit); v1's per-partition commit_timestamp is
+        # ignored: the broker times every commit (Sarama sends -1, "now", anyway).
+        member_id = getattr(body, "member_id", "") or None
+        generation = getattr(body, "generation_id_or_member_epoch", -1)
         offsets = {
             (t.name, p.partition_index): (p.committed_offset, p.committed_metadata or "")
             for t in body.topics

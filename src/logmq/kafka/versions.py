@@ -20,30 +20,32 @@ from logmq.kafka.messages import NO_THROTTLE
 
 API_VERSIONS_KEY = 18
 
-# api key -> (min, max) advertised
+# api key -> (min, max) advertised: every version Kafka 3.9 serves, except Fetch 0-3 (and
+# Produce 0-2, see REFUSED), which carry the pre-v2 message formats; versions kio 0.6.5 no
+# longer generates (Kafka 4.0 dropped them, KIP-896) are defined in legacy.py.
 SUPPORTED: dict[int, tuple[int, int]] = {
-    0: (0, 9),  # Produce (0-2: old message formats, refused)
-    1: (4, 12),  # Fetch
-    2: (1, 7),  # ListOffsets
+    0: (0, 11),  # Produce (0-2: old message formats, refused)
+    1: (4, 17),  # Fetch (0-3: old message formats, not served; 13+: topic ids)
+    2: (0, 9),  # ListOffsets (v0: a list of offsets)
     3: (0, 12),  # Metadata
-    8: (2, 8),  # OffsetCommit
-    9: (1, 8),  # OffsetFetch
-    10: (0, 4),  # FindCoordinator
+    8: (0, 9),  # OffsetCommit (v0/v1: legacy.py; Sarama 1.2x commits with v1)
+    9: (0, 9),  # OffsetFetch
+    10: (0, 6),  # FindCoordinator (v4+: batched keys)
     11: (0, 9),  # JoinGroup (v4+: KIP-394 member ids; v5+ static members)
     12: (0, 4),  # Heartbeat
     13: (0, 5),  # LeaveGroup
     14: (0, 5),  # SyncGroup
     15: (0, 5),  # DescribeGroups
     16: (0, 5),  # ListGroups (v5: group types)
-    18: (0, 3),  # ApiVersions
-    19: (2, 4),  # CreateTopics
-    20: (1, 4),  # DeleteTopics
+    18: (0, 4),  # ApiVersions
+    19: (0, 7),  # CreateTopics (v5+: configs in the answer; v7: topic ids)
+    20: (0, 6),  # DeleteTopics (v6: by name or topic id)
     21: (0, 2),  # DeleteRecords
-    22: (0, 4),  # InitProducerId
-    23: (2, 4),  # OffsetForLeaderEpoch (librdkafka validates positions with v2)
-    32: (1, 4),  # DescribeConfigs
+    22: (0, 5),  # InitProducerId
+    23: (0, 4),  # OffsetForLeaderEpoch (librdkafka validates positions with v2)
+    32: (0, 4),  # DescribeConfigs (v0: is_default, no synonyms)
     33: (0, 2),  # AlterConfigs (replaces a topic's overrides)
-    35: (1, 4),  # DescribeLogDirs
+    35: (0, 4),  # DescribeLogDirs
     37: (0, 3),  # CreatePartitions
     42: (0, 2),  # DeleteGroups
     43: (0, 2),  # ElectLeaders

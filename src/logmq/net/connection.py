@@ -41,6 +41,7 @@ class ProtocolError:
     fatal: bool
     api_key: int = -1
     api_version: int = -1
+    client_id: str = ""  # when the header could be read that far (logs)
 
 
 Event = RequestReceived | ProtocolError
@@ -126,6 +127,7 @@ class ServerConnection:
                         fatal,
                         getattr(e, "api_key", -1),
                         getattr(e, "api_version", -1),
+                        getattr(e, "client_id", ""),
                     )
                 )
                 if fatal:

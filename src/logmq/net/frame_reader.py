@@ -4,7 +4,10 @@ FrameReader serves ``readinto``-style receiving (asyncio.BufferedProtocol): it l
 loop its own memory to read into, so small frames land in a reusable scratch buffer and
 are copied out once, and a frame too big for the scratch gets a buffer of its exact size,
 allocated after the size check, which the socket reads the rest of it straight into — a
-1 MB produce is never copied in Python. FrameReader is sans-IO: it never sees a socket.
+1 MB produce is never copied in Python. A size prefix is a claim, not bytes: above
+``eager_size`` (1 MiB) the buffer starts at that and doubles as the bytes arrive, so four
+bytes announcing 100 MB cost 1 MiB, not 100 MB (the doubling copies at most the frame's
+size once more). FrameReader is sans-IO: it never sees a socket.
 ``read_frame`` is the same framing for code on asyncio streams (the Raft transport), so
 the format, the limit check and its error exist once.
 """
@@ -20,6 +23,7 @@ if TYPE_CHECKING:
     import asyncio
 
 SCRATCH_SIZE = 64 * 1024  # per connection: 1,000 connections cost 64 MiB
+EAGER_SIZE = 1 << 20  # a frame up to this gets its whole buffer at once
 
 
 def frame_too_large(size: int, max_frame_size: int) -> FrameTooLargeError:
@@ -46,19 +50,32 @@ class FrameReader:
     is allocated for it.
     """
 
-    __slots__ = ("_big", "_big_filled", "_big_size", "_end", "_scratch", "_start", "max_frame_size")
+    __slots__ = (
+        "_big",
+        "_big_filled",
+        "_big_size",
+        "_end",
+        "_scratch",
+        "_start",
+        "eager_size",
+        "max_frame_size",
+    )
 
     def __init__(
-        self, max_frame_size: int = DEFAULT_MAX_FRAME_SIZE, scratch_size: int = SCRATCH_SIZE
+        self,
+        max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
+        scratch_size: int = SCRATCH_SIZE,
+        eager_size: int = EAGER_SIZE,
     ):
         if scratch_size < 64:
             raise ValueError("scratch_size must be at least 64 bytes")
         self.max_frame_size = max_frame_size
+        self.eager_size = max(eager_size, scratch_size)
         self._scratch = bytearray(scratch_size)
         self._start = 0  # first unparsed byte in the scratch
         self._end = 0  # end of received bytes in the scratch
         self._big: bytearray | None = None  # the buffer a large frame is received into
-        self._big_size = 0  # that frame's size (the buffer may be larger: see _take_big)
+        self._big_size = 0  # that frame's size (the buffer may be smaller: see _grow_big)
         self._big_filled = 0
 
     @property
@@ -68,6 +85,8 @@ class FrameReader:
 
     def get_buffer(self) -> memoryview:
         if self._big is not None:
+            if self._big_filled == len(self._big):
+                self._grow_big()
             return memoryview(self._big)[self._big_filled : self._big_size]
         if self._end == len(self._scratch):
             # compact: move the partial frame to the front (at most one small frame)
@@ -125,5 +144,17 @@ class FrameReader:
         return frames
 
     def _take_big(self, size: int) -> bytearray:
-        """A buffer for one frame too big for the scratch (at least ``size`` bytes)."""
-        return bytearray(size)
+        """The buffer a frame too big for the scratch starts in: ``size`` bytes up to
+        ``eager_size``, else ``eager_size`` bytes that ``_grow_big`` doubles as the bytes
+        arrive. (A subclass may return a larger buffer, even one over ``size``.)"""
+        return bytearray(min(size, self.eager_size))
+
+    def _grow_big(self) -> None:
+        """The large frame's buffer is full but the frame is not: a new one twice as big
+        (at most the frame), so memory follows the bytes received, not the size claimed.
+        A new buffer, not a resize: the loop may still hold a view of the old one."""
+        old = self._big
+        assert old is not None
+        big = bytearray(min(self._big_size, 2 * len(old)))
+        big[: len(old)] = old
+        self._big = big

@@ -48,6 +48,7 @@ SENDFILE_MIN_BYTES = 64 * 1024
 # more than copying them (the bulk of a big region still never enters Python).
 SENDFILE_MIN_REGION = 16 * 1024
 LINGER_S = 5.0  # how long a connection closing after a fatal error waits for the peer
+MAX_LOGGED_REASONS = 8  # distinct bad-frame reasons logged per connection
 
 
 Handler = Callable[[Request], Awaitable[Reply | None]]
@@ -69,6 +70,8 @@ class _NullMetrics:
     def bytes_in(self, n: int) -> None: ...
     def bytes_out(self, n: int) -> None: ...
     def request_done(self, api_key: int, seconds: float) -> None: ...
+    def bad_frame(self, listener: str, reason: str) -> None: ...
+    def handler_failed(self, listener: str, api_key: int) -> None: ...
 
 
 class _Signal:
@@ -138,6 +141,7 @@ class ClientConnection(asyncio.BufferedProtocol):
         self._last_active = 0.0
         self.peer = "?"
         self.peer_host = ""  # the client's address, given to handlers as request.client_host
+        self._logged: set[tuple[str, int, int]] = set()  # bad-frame reasons logged
 
     # -- asyncio.Protocol callbacks ---------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -185,9 +189,7 @@ class ClientConnection(asyncio.BufferedProtocol):
     def _handle_events(self, events: list) -> None:
         for ev in events:
             if isinstance(ev, ProtocolError):
-                # A newer client's ApiVersions is the KIP-511 handshake, not a fault.
-                level = logging.DEBUG if ev.api_key == 18 else logging.WARNING
-                log.log(level, "bad frame from %s: %s (%s)", self.peer, ev.message, ev.code.name)
+                self._bad_frame(ev)
         self._queue.extend(events)
         if events:
             self._wakeup.set()
@@ -220,6 +222,29 @@ class ClientConnection(asyncio.BufferedProtocol):
             fut.set_result(None)
 
     # -- helpers ---------------------------------------------------------------------
+    def _bad_frame(self, ev: ProtocolError) -> None:
+        """A client's fault: counted always, logged at INFO once per connection and reason
+        (one misbehaving client must not flood the log; the broker's own faults are
+        logged at ERROR with a traceback where they happen)."""
+        reason = ev.code.name
+        self._server.metrics.bad_frame(self._server.name, reason)
+        # A newer client's ApiVersions is the KIP-511 handshake, not a fault.
+        key = (reason, ev.api_key, ev.api_version)
+        if ev.api_key == 18 or key in self._logged:
+            return
+        if len(self._logged) < MAX_LOGGED_REASONS:
+            self._logged.add(key)
+            client = f" (client id {ev.client_id!r})" if ev.client_id else ""
+            log.info(
+                "bad request from %s%s on the %s listener: %s (%s); further ones of this "
+                "kind on this connection are only counted",
+                self.peer,
+                client,
+                self._server.name,
+                ev.message,
+                reason,
+            )
+
     def _touch(self) -> None:
         """Note activity; the idle timer re-arms itself instead of being reset per read."""
         self._last_active = self._loop.time()
@@ -375,8 +400,20 @@ class ClientConnection(asyncio.BufferedProtocol):
                 if not task.cancelled():
                     raise  # this writer itself is being cancelled
                 reply = None  # the connection closed and its handlers were cancelled
+            except Exception:
+                # A handler's fault is the broker's: answered, and the connection kept.
+                self._handler_failed(ev.request, "failed")
+                reply = None
+                await self._answer_failure(ev.request)
             if reply is not None and not self._closed.is_set():
-                await self._write(ev.request, reply)
+                try:
+                    await self._write(ev.request, reply)
+                except (OSError, asyncio.CancelledError):
+                    raise
+                except Exception:
+                    # Encoding the answer failed before any byte of it was written.
+                    self._handler_failed(ev.request, "answer could not be encoded")
+                    await self._answer_failure(ev.request)
             self._server.metrics.request_done(ev.request.api_key, time.perf_counter() - start)
             self._conn.request_done()
             self._update_reading()
@@ -398,6 +435,30 @@ class ClientConnection(asyncio.BufferedProtocol):
                 await self._closed.wait()
         except TimeoutError:
             pass
+
+    def _handler_failed(self, request: Request, what: str) -> None:
+        log.exception(
+            "%s API %d v%d from %s: %s",
+            self._server.name,
+            request.api_key,
+            request.api_version,
+            self.peer,
+            what,
+        )
+        self._server.metrics.handler_failed(self._server.name, request.api_key)
+
+    async def _answer_failure(self, request: Request) -> None:
+        """UNKNOWN_SERVER_ERROR in the request's own response type, in its place."""
+        await self._answer_error(
+            ProtocolError(
+                request.correlation_id,
+                ErrorCode.UNKNOWN_SERVER_ERROR,
+                "handler failed",
+                False,
+                request.api_key,
+                request.api_version,
+            )
+        )
 
     async def _answer_error(self, ev: ProtocolError) -> None:
         head = self._wire.encode_error(ev)
@@ -534,8 +595,10 @@ class TcpServer:
         is_concurrent: Callable[[Request], bool] | None = None,
         is_read_only: Callable[[Request], bool] | None = None,
         wire: WireCodec | None = None,
+        name: str = "native",
     ):
         self.handler = handler
+        self.name = name  # the listener, in logs and metrics
         self.wire = wire if wire is not None else NativeWire()  # the front door's codec
         # requests whose handlers may run while earlier ones of the connection still run
         self.is_concurrent = is_concurrent or (lambda _req: False)

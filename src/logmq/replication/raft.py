@@ -170,8 +170,13 @@ class RaftNode:
     def step(self, msg: Message) -> None:
         """Feed one message from a peer. Malformed messages raise ValueError untouched."""
         validate_message(msg, self.node_id)
-        if isinstance(msg, VoteRequest) and msg.src not in self.voters:
-            return  # a misconfigured node must not bump our term or collect our vote
+        if msg.src not in self.voters and (
+            isinstance(msg, (VoteRequest, *LEADER_MESSAGES)) or msg.term > self.term
+        ):
+            # Only voters campaign, lead or move the term: a misconfigured node (or anyone
+            # reaching the quorum port as a non-voter) must not bump our term, collect our
+            # vote, or get an append or a snapshot into the log.
+            return
         if msg.term > self.term:
             if isinstance(msg, VoteRequest):
                 if self._in_lease() and not msg.transfer:

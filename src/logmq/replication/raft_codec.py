@@ -124,9 +124,14 @@ def _names(cls: type) -> tuple[str, ...]:
     return tuple(f.name for f in fields(cls))[3:]  # after src, dst, term
 
 
+# Ids, terms and indexes are stored as int64 and only ever grow by one: a bigger value is
+# hostile, and one at the int64 edge would overflow the hard state at the next election.
+_MAX_INT = 1 << 62
+
+
 def _int(value: Any) -> int:
-    if type(value) is not int:
-        raise RaftCodecError(f"expected an integer, got {value!r:.40}")
+    if type(value) is not int or not 0 <= value <= _MAX_INT:
+        raise RaftCodecError(f"expected an integer in [0, 2**62], got {value!r:.40}")
     return value
 
 

@@ -253,8 +253,11 @@ class TcpTransport(RaftTransport):
         """Why this peer must not join our quorum traffic, or None."""
         try:
             hello = msgpack.unpackb(data, raw=False)
-        except (ValueError, msgpack.UnpackException):
+            return self._check_hello(hello, expect)
+        except (ValueError, TypeError, msgpack.UnpackException):  # e.g. voters [1, "x"]
             return "the peer does not speak the logmq quorum protocol"
+
+    def _check_hello(self, hello: Any, expect: int | None) -> str | None:
         if not isinstance(hello, dict) or hello.get("magic") != MAGIC:
             return "the peer does not speak the logmq quorum protocol"
         if "error" in hello:
@@ -291,6 +294,7 @@ class TcpTransport(RaftTransport):
             and len(listen) == 2
             and isinstance(listen[0], str)
             and type(listen[1]) is int
+            and 0 < listen[1] < 65536
             and type(node_id) is int
         ):
             self.on_peer_hello(node_id, (listen[0], listen[1]))

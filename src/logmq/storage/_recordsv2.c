@@ -544,6 +544,16 @@ static void read_hdr(const unsigned char *p, hdr_t *h)
     h->record_count = (int32_t)be32(p + 57);
 }
 
+/* The offset after a batch, base_offset + last_offset_delta + 1, in *out. Both come from
+ * untrusted bytes: returns 0, or 1 (-1) when the sum is above (below) int64 and *out
+ * is not set; batch_scan.py's Python versions make the same test. */
+static int next_offset(int64_t base, int32_t last_delta, int64_t *out)
+{
+    int64_t step = (int64_t)last_delta + 1;
+    if (__builtin_add_overflow(base, step, out)) return step > 0 ? 1 : -1;
+    return 0;
+}
+
 /* batch.validate() in C, with the same messages: checks the batch at p (avail bytes
  * left) and fills *h. Returns 0, or -1 with the reason in msg. */
 static int check_batch(const unsigned char *p, Py_ssize_t avail, int contiguous, hdr_t *h,
@@ -626,6 +636,12 @@ static PyObject *scan_batches(PyObject *self, PyObject *args)
             if (want > rem && size <= MAX_BATCH) need = (Py_ssize_t)want;  /* may be a refill */
             break;
         }
+        int64_t nxt;
+        if (next_offset(h.base_offset, h.last_offset_delta, &nxt)) {
+            snprintf(msg, sizeof msg, "offsets overflow: base offset %lld, last offset delta %d",
+                     (long long)h.base_offset, h.last_offset_delta);
+            break;
+        }
         if (expect >= 0 && (allow_gaps ? h.base_offset < expect : h.base_offset != expect)) {
             snprintf(msg, sizeof msg, "batch base offset %lld does not follow %lld",
                      (long long)h.base_offset, expect);
@@ -641,7 +657,7 @@ static PyObject *scan_batches(PyObject *self, PyObject *args)
             goto fail;
         }
         Py_DECREF(t);
-        expect = h.base_offset + h.last_offset_delta + 1;
+        expect = nxt;
         epoch = h.leader_epoch;
         pos += (Py_ssize_t)size;
     }
@@ -683,9 +699,10 @@ static PyObject *batches_end(PyObject *self, PyObject *args)
     while (pos >= 0 && view.len - pos >= HDR) {
         int32_t length = (int32_t)be32(buf + pos + 8);
         if (length < HDR - OVERHEAD || (int64_t)length + OVERHEAD > view.len - pos) break;
-        long long n = (long long)be64(buf + pos) + (int32_t)be32(buf + pos + 23) + 1;
+        int64_t n;
+        if (next_offset((int64_t)be64(buf + pos), (int32_t)be32(buf + pos + 23), &n)) break;
         if (n > nxt) nxt = n;
-        pos += length + OVERHEAD;
+        pos += (Py_ssize_t)length + OVERHEAD;
     }
     PyBuffer_Release(&view);
     return PyLong_FromLongLong(nxt);
@@ -713,7 +730,10 @@ static int take_batch(const unsigned char *p, const hdr_t *h, PyObject *out, Py_
         if (vget(&p, rend, 10, &td, i, "timestamp delta") < 0
             || vget(&p, rend, 5, &od, i, "offset delta") < 0)
             return -1;
-        long long offset = h->base_offset + od;
+        int64_t offset, ts;
+        if (__builtin_add_overflow(h->base_offset, od, &offset))
+            return BAD("record %zd: offset delta %lld overflows the base offset", i,
+                       (long long)od);
         if (offset < *position) {  /* before the fetch position: skipped, not built */
             p = rend;
             continue;
@@ -730,7 +750,13 @@ static int take_batch(const unsigned char *p, const hdr_t *h, PyObject *out, Py_
                       (Py_ssize_t)(p - (rend - len)));
             goto bad;
         }
-        long long ts = (h->attributes & ATTR_LOG_APPEND_TIME) ? h->max_ts : h->first_ts + td;
+        if (h->attributes & ATTR_LOG_APPEND_TIME) {
+            ts = h->max_ts;
+        } else if (__builtin_add_overflow(h->first_ts, td, &ts)) {
+            (void)BAD("record %zd: timestamp delta %lld overflows the first timestamp", i,
+                      (long long)td);
+            goto bad;
+        }
         PyObject *rec = rtype->tp_alloc(rtype, 7);
         PyObject *ooff = PyLong_FromLongLong(offset), *ots = PyLong_FromLongLong(ts);
         if (!rec || !ooff || !ots) {
@@ -763,7 +789,7 @@ static int take_batch(const unsigned char *p, const hdr_t *h, PyObject *out, Py_
     }
     if (p != end)
         return BAD("%zd trailing bytes after %d records", (Py_ssize_t)(end - p), h->record_count);
-    *position = h->base_offset + h->last_offset_delta + 1;
+    *position = h->base_offset + h->last_offset_delta + 1;  /* take_records checked it */
     return 1;
 }
 
@@ -793,13 +819,19 @@ static PyObject *take_records(PyObject *self, PyObject *args)
         }
         Py_ssize_t size = (Py_ssize_t)length + OVERHEAD;
         if (size > view.len - pos) break;  /* a trailing partial batch: the next fetch has it */
-        long long nxt = (long long)be64(buf + pos) + (int32_t)be32(buf + pos + 23) + 1;
-        if (nxt <= position) {  /* wholly before the position: skipped unread */
+        int64_t nxt;
+        int over = next_offset((int64_t)be64(buf + pos), (int32_t)be32(buf + pos + 23), &nxt);
+        if (over < 0 || (!over && nxt <= position)) {  /* wholly before: skipped unread */
             pos += size;
             continue;
         }
         hdr_t h;
         if (check_batch(buf + pos, view.len - pos, 0, &h, msg, sizeof msg) < 0) break;
+        if (over) {
+            snprintf(msg, sizeof msg, "offsets overflow: base offset %lld, last offset delta %d",
+                     (long long)h.base_offset, h.last_offset_delta);
+            break;
+        }
         if (h.attributes & 0x07) {
             snprintf(msg, sizeof msg, "compressed");
             break;

@@ -13,7 +13,6 @@ another codec (``recompress``). The records section itself is encoded and decode
 from __future__ import annotations
 
 import struct
-import zlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from operator import itemgetter
@@ -23,6 +22,13 @@ from crc32c import crc32c
 
 from logmq.errors import CorruptRecordError, LogMQError
 from logmq.storage import records_codec
+from logmq.storage.compression import (  # noqa: F401 - re-exported: batch owns the format
+    MAX_INFLATED_SIZE,
+    Compression,
+    compress,
+    decompress,
+    inflate_budget,
+)
 
 #   base_offset q, batch_length i, partition_leader_epoch i, magic b, crc I, attributes h,
 #   last_offset_delta i, base_timestamp q, max_timestamp q, producer_id q,
@@ -40,7 +46,6 @@ ATTRIBUTES_POS = 21
 MAX_TIMESTAMP_POS = 35
 MAGIC = 2
 MAX_BATCH_SIZE = 1 << 30  # a header announcing more than this is corrupt, not big
-MAX_INFLATED_SIZE = 64 << 20  # the broker decompresses a batch to at most this (or 64x)
 
 _Q = struct.Struct(">q")
 _I = struct.Struct(">i")
@@ -52,149 +57,12 @@ NO_PRODUCER_EPOCH = -1
 NO_SEQUENCE = -1
 
 
-class Compression:
-    """Kafka's codec ids, stored in attribute bits 0-2."""
-
-    NONE = 0
-    GZIP = 1
-    SNAPPY = 2
-    LZ4 = 3
-    ZSTD = 4
-    MASK = 0x07
-    LAST = ZSTD
-
-    NAMES = {"none": NONE, "gzip": GZIP, "snappy": SNAPPY, "lz4": LZ4, "zstd": ZSTD}
-
-    @classmethod
-    def parse(cls, value: str | int | None) -> int:
-        if value is None:
-            return cls.NONE
-        if isinstance(value, int):
-            if value not in cls.NAMES.values():
-                raise ValueError(f"unknown compression codec id {value}")
-            return value
-        try:
-            return cls.NAMES[value.lower()]
-        except KeyError:
-            raise ValueError(f"unknown compression codec {value!r}") from None
-
-
 ATTR_LOG_APPEND_TIME = 0x08
 ATTR_TRANSACTIONAL = 0x10
 ATTR_CONTROL = 0x20
 # Set by the log cleaner: ``first_timestamp`` holds the time after which the batch's
 # tombstones may be removed (record timestamp deltas stay relative to it).
 ATTR_DELETE_HORIZON = 0x40
-
-
-def _zstd():
-    try:
-        import zstandard
-    except ImportError:  # pragma: no cover - depends on extras
-        raise LogMQError("zstd compression needs the 'zstandard' package") from None
-    return zstandard
-
-
-def _lz4():
-    try:
-        import lz4.frame
-    except ImportError:  # pragma: no cover - depends on extras
-        raise LogMQError("lz4 compression needs the 'lz4' package") from None
-    return lz4.frame
-
-
-def _snappy():
-    try:
-        import cramjam
-    except ImportError:  # pragma: no cover - depends on extras
-        raise LogMQError("snappy compression needs the 'cramjam' package") from None
-    return cramjam.snappy
-
-
-# Kafka's Java client writes snappy in xerial's stream framing: this magic, a version and
-# a compatible version (i32 each), then blocks of [i32 length][raw snappy]. librdkafka
-# writes raw snappy; readers take both.
-_XERIAL_MAGIC = b"\x82SNAPPY\x00"
-_XERIAL_HEADER = _XERIAL_MAGIC + struct.pack(">ii", 1, 1)
-_XERIAL_BLOCK = 32 * 1024
-
-
-def _snappy_compress(data: Any) -> bytes:
-    raw = _snappy().compress_raw
-    mv = memoryview(data)
-    out = [_XERIAL_HEADER]
-    for i in range(0, len(mv), _XERIAL_BLOCK):
-        block = bytes(raw(mv[i : i + _XERIAL_BLOCK]))
-        out.append(_I.pack(len(block)))
-        out.append(block)
-    return b"".join(out)
-
-
-def _snappy_decompress(data: Any, max_size: int | None) -> bytes:
-    s = _snappy()
-    mv = memoryview(data)
-    if bytes(mv[:8]) != _XERIAL_MAGIC:
-        blocks = [mv]
-    else:
-        blocks, pos = [], 16
-        while pos < len(mv):
-            if len(mv) - pos < 4:
-                raise CorruptRecordError("truncated snappy block length")
-            (n,) = _I.unpack_from(mv, pos)
-            if n < 0 or pos + 4 + n > len(mv):
-                raise CorruptRecordError("snappy block runs past the batch")
-            blocks.append(mv[pos + 4 : pos + 4 + n])
-            pos += 4 + n
-    if max_size is not None:
-        total = sum(s.decompress_raw_len(bytes(blk)) for blk in blocks)
-        if total > max_size:
-            raise CorruptRecordError(f"records decompress to more than {max_size} bytes")
-    return b"".join(bytes(s.decompress_raw(bytes(blk))) for blk in blocks)
-
-
-def compress(codec: int, data: Any) -> Any:
-    if codec == Compression.NONE:
-        return data
-    if codec == Compression.GZIP:
-        c = zlib.compressobj(6, zlib.DEFLATED, 31)
-        return c.compress(data) + c.flush()
-    if codec == Compression.SNAPPY:
-        return _snappy_compress(data)
-    if codec == Compression.LZ4:
-        return _lz4().compress(data)
-    if codec == Compression.ZSTD:
-        return _zstd().ZstdCompressor(level=3).compress(data)
-    raise CorruptRecordError(f"unknown compression codec {codec}")
-
-
-def decompress(codec: int, data: Any, max_size: int | None = None) -> Any:
-    """The records of a compressed batch; with ``max_size``, refuse to inflate beyond it
-    (a small batch that decompresses to gigabytes must not take the broker's memory)."""
-    if codec == Compression.NONE:
-        return data
-    if codec == Compression.SNAPPY:
-        return _snappy_decompress(data, max_size)
-    if max_size is None:
-        if codec == Compression.GZIP:
-            return zlib.decompress(data, 47)
-        if codec == Compression.ZSTD:
-            return _zstd().ZstdDecompressor().decompressobj().decompress(bytes(data))
-        if codec == Compression.LZ4:
-            return _lz4().decompress(bytes(data))
-        raise CorruptRecordError(f"unknown compression codec {codec}")
-    if codec == Compression.GZIP:
-        d = zlib.decompressobj(47)
-        out = d.decompress(data, max_size + 1)
-    elif codec == Compression.ZSTD:
-        reader = _zstd().ZstdDecompressor().stream_reader(bytes(data))
-        out = reader.read(max_size + 1)
-    elif codec == Compression.LZ4:
-        out = _lz4().LZ4FrameDecompressor().decompress(bytes(data), max_length=max_size + 1)
-    else:
-        raise CorruptRecordError(f"unknown compression codec {codec}")
-    if len(out) > max_size:
-        raise CorruptRecordError(f"records decompress to more than {max_size} bytes")
-    return out
 
 
 @dataclass(slots=True, frozen=True)
@@ -465,31 +333,36 @@ def decode_rows(
 
     Each row is ``(offset_delta, timestamp_delta, key, value, headers or None)``; this
     is the batch-wise path: one compiled call per batch, no per-record Python.
-    ``max_size`` bounds decompression (the broker passes it; clients trust their broker).
+    ``max_size`` bounds decompression (compression.py); the broker passes
+    ``inflate_budget(size, max.message.bytes)``, the default is that for 64 MiB.
     """
     h = header or read_header(buf, pos)
     mv = memoryview(buf)[pos + HEADER_SIZE : pos + h.size]
+    budget = inflate_budget(h.size) if max_size is None else max_size
     try:
-        return records_codec.decode_rows(decompress(h.compression, mv, max_size), h.record_count)
+        return records_codec.decode_rows(decompress(h.compression, mv, budget), h.record_count)
     except LogMQError:
         raise
     except Exception as e:  # ValueError from the codec, zlib.error, lz4/zstd errors
         raise CorruptRecordError(f"cannot decode records: {e}") from None
 
 
-def recompress(buf: Any, pos: int, header: BatchHeader, codec: int) -> bytes:
+def recompress(
+    buf: Any, pos: int, header: BatchHeader, codec: int, budget: int | None = None
+) -> bytes:
     """The batch at ``pos`` re-encoded in ``codec`` (a topic's compression.type).
 
     In v2 the codec wraps the records section as a whole, so only that wrapping
     changes: the records stay the same bytes, which keeps every record field by
     construction and costs no Python per record. The header keeps every field but the
     codec bits, the length and the CRC. ``header`` must come from a validated batch; a
-    payload that does not decompress raises CorruptRecordError.
+    payload that does not decompress raises CorruptRecordError, one that inflates past
+    ``budget`` (default ``inflate_budget(size)``) InflateLimitError.
     """
     h = header
     mv = memoryview(buf)[pos + HEADER_SIZE : pos + h.size]
     try:
-        records = decompress(h.compression, mv, max(MAX_INFLATED_SIZE, 64 * h.size))
+        records = decompress(h.compression, mv, budget or inflate_budget(h.size))
     except LogMQError:
         raise  # too large, or a codec package missing on this broker
     except Exception as e:  # zlib.error, lz4's RuntimeError, zstandard.ZstdError
@@ -510,11 +383,11 @@ def recompress(buf: Any, pos: int, header: BatchHeader, codec: int) -> bytes:
 
 
 def decode_records(
-    buf: Any, pos: int = 0, *, verify: bool = True
+    buf: Any, pos: int = 0, *, verify: bool = True, max_size: int | None = None
 ) -> list[tuple[int, int, bytes | None, bytes | None, list[Header]]]:
     """Decode one batch into ``(offset, timestamp, key, value, headers)`` tuples."""
     h = validate(buf, pos, contiguous=False) if verify else read_header(buf, pos)
-    rows = decode_rows(buf, pos, h)
+    rows = decode_rows(buf, pos, h, max_size)
     base, ts0 = h.base_offset, h.first_timestamp
     if h.attributes & ATTR_LOG_APPEND_TIME:  # as in Kafka, every record has the append time
         return [(base + r[0], h.max_timestamp, r[2], r[3], list(r[4] or ())) for r in rows]

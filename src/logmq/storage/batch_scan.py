@@ -20,6 +20,10 @@ themselves, so the C extension ``_recordsv2`` walks a whole buffer of batches pe
   batch (the caller decodes it), else why the batch at ``pos`` is bad (nothing of it is
   returned).
 
+Offsets and timestamps are int64 and the sums that make them come from untrusted bytes:
+a batch whose next offset, or a record whose offset or timestamp, leaves int64 is bad
+(``batches_end`` stops before such a batch), in C without a signed overflow.
+
 When the extension did not build, the pure-Python versions below stand in with the same
 results (tests compare the two).
 """
@@ -37,6 +41,14 @@ HeaderRow = tuple[int, ...]  # (position, *BatchHeader fields)
 R_POS, R_BASE_OFFSET, R_LENGTH, R_LEADER_EPOCH = 0, 1, 2, 3
 R_ATTRIBUTES, R_LAST_OFFSET_DELTA, R_MAX_TIMESTAMP = 6, 7, 9
 R_PRODUCER_ID, R_PRODUCER_EPOCH, R_BASE_SEQUENCE = 10, 11, 12
+# Offsets and timestamps are int64: a batch or record whose sum leaves that range is bad
+# (the C versions test the same sums for overflow).
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+
+
+def _overflow(h: b.BatchHeader) -> str:
+    lod = h.last_offset_delta
+    return f"offsets overflow: base offset {h.base_offset}, last offset delta {lod}"
 
 
 def header_of(row: HeaderRow) -> b.BatchHeader:
@@ -73,6 +85,8 @@ def py_scan_batches(
         except CorruptRecordError as e:
             want = max(size, b.HEADER_SIZE)
             return out, pos, want if want > rem and size <= b.MAX_BATCH_SIZE else 0, str(e)
+        if h.next_offset > INT64_MAX:
+            return out, pos, 0, _overflow(h)
         if expect >= 0 and (h.base_offset < expect if allow_gaps else h.base_offset != expect):
             return out, pos, 0, f"batch base offset {h.base_offset} does not follow {expect}"
         if h.leader_epoch < epoch:
@@ -86,6 +100,8 @@ def py_scan_batches(
 def py_batches_end(buf: Any, pos: int) -> int:
     nxt = -1
     for _, h in b.iter_headers(buf, pos):
+        if not INT64_MIN <= h.next_offset <= INT64_MAX:
+            break
         nxt = max(nxt, h.next_offset)
     return nxt
 
@@ -115,6 +131,8 @@ def py_take_records(
             h = b.validate(buf, pos, contiguous=False)
         except CorruptRecordError as e:
             return out, pos, position, str(e)
+        if h.next_offset > INT64_MAX:
+            return out, pos, position, _overflow(h)
         if h.compression:
             return out, pos, position, "compressed"
         try:
@@ -122,13 +140,22 @@ def py_take_records(
         except ValueError as e:
             return out, pos, position, f"cannot decode records: {e}"
         append_time = h.attributes & b.ATTR_LOG_APPEND_TIME
-        for od, td, key, value, headers in rows:
+        before = len(out)
+        for i, (od, td, key, value, headers) in enumerate(rows):
             offset = h.base_offset + od
+            if offset > INT64_MAX or offset < INT64_MIN:
+                del out[before:]
+                why = f"record {i}: offset delta {od} overflows the base offset"
+                return out, pos, position, f"cannot decode records: {why}"
             if offset < position:
                 continue
             if len(out) >= max_records:
                 return out, pos, offset, ""
             ts = h.max_timestamp if append_time else h.first_timestamp + td
+            if ts > INT64_MAX or ts < INT64_MIN:
+                del out[before:]
+                why = f"record {i}: timestamp delta {td} overflows the first timestamp"
+                return out, pos, position, f"cannot decode records: {why}"
             hs = [tuple(x) for x in headers] if headers else None
             out.append(new(record_type, (topic, partition, offset, ts, key, value, hs)))
         position = h.next_offset

@@ -39,6 +39,7 @@ from logmq.errors import CorruptRecordError, InvalidRecordError, StorageError
 from logmq.storage import batch as b
 from logmq.storage import checkpoint as ckpt
 from logmq.storage import records_codec
+from logmq.storage.compression import InflateLimitError
 from logmq.storage.offset_map import NO_KEY, OffsetMap, key_hashes
 
 CLEANER_CHECKPOINT = "cleaner-offset-checkpoint"
@@ -60,18 +61,31 @@ def check_record_keys(data: Any, max_batch_bytes: int | None = None) -> None:
     Validates each batch (header and checksum) first, so damaged bytes still get
     CORRUPT_MESSAGE; then decodes the records, which only compacted topics pay for.
     A batch over ``max_batch_bytes`` is left for the append to refuse, undecoded.
-    Raises InvalidRecordError (INVALID_RECORD), like Kafka.
+    Raises InvalidRecordError (INVALID_RECORD), like Kafka, naming every keyless
+    record by its index among the data's records (in its batch, for the one batch a
+    Kafka producer sends per partition); only a refused append walks the keys in Python.
     """
     mv = memoryview(data)
     pos, end = 0, len(mv)
+    first = 0  # index of the batch's first record among the data's
+    keyless: list[int] = []
     while pos < end:
         h = b.validate(mv, pos, end=end)
         if max_batch_bytes is not None and h.size > max_batch_bytes:
-            return
-        rows = b.decode_rows(mv, pos, h, max(b.MAX_INFLATED_SIZE, 64 * h.size))
+            break
+        budget = b.inflate_budget(h.size, max_batch_bytes or b.MAX_INFLATED_SIZE)
+        rows = b.decode_rows(mv, pos, h, budget)  # a bomb: InflateLimitError
         if None in map(_KEY, rows):
-            raise InvalidRecordError("a compacted topic cannot accept a record without a key")
+            keyless += [first + i for i, row in enumerate(rows) if row[2] is None]
+        first += len(rows)
         pos += h.size
+    if keyless:
+        why = "record without a key in a compacted topic"
+        raise InvalidRecordError(
+            f"{len(keyless)} record(s) without a key, the first at index {keyless[0]}: "
+            "a compacted topic takes only records with a key",
+            record_errors=tuple((i, why) for i in keyless),
+        )
 
 
 # -- cleaner checkpoint ---------------------------------------------------------------------
@@ -143,6 +157,7 @@ class CleaningPlan:
     producer_last_offsets: dict[int, int]  # producer id -> last offset of its last batch
     dirty_ratio: float
     reason: str  # "dirty ratio", "max.compaction.lag.ms", "tombstones", "forced"
+    max_message_bytes: int = b.MAX_INFLATED_SIZE  # sets the budget to inflate a batch
 
     @property
     def dirty_segments(self) -> list[SegmentRef]:
@@ -202,6 +217,7 @@ def plan_cleaning(plog: Any, now_ms: int | None, *, force: bool = False) -> Clea
         producers,
         ratio,
         reason,
+        cfg.max_message_bytes,
     )
 
 
@@ -258,6 +274,7 @@ class CleanStats:
     records_out: int = 0
     tombstones_removed: int = 0
     keyless_removed: int = 0
+    oversized_kept: int = 0  # batches kept whole: they inflate past their budget
     first_dirty_offset: int = -1  # where the next dirty section starts
     next_delete_horizon: int = NO_HORIZON
     seconds: float = 0.0
@@ -274,6 +291,7 @@ class CleanStats:
             "records_out",
             "tombstones_removed",
             "keyless_removed",
+            "oversized_kept",
         ):
             setattr(self, name, getattr(self, name) + getattr(other, name))
         self.note_horizon(other.next_delete_horizon)
@@ -294,6 +312,7 @@ class RecordFilter:
     delete_retention_ms: int
     producer_last_offsets: dict[int, int]
     stats: CleanStats = field(default_factory=CleanStats)
+    max_message_bytes: int = b.MAX_INFLATED_SIZE
 
     def clean_batch(self, buf: Any, pos: int, h: b.BatchHeader) -> Any:
         """The batch to write for the (validated) batch at ``pos``: a slice of ``buf``
@@ -304,7 +323,11 @@ class RecordFilter:
         whole = memoryview(buf)[pos : pos + h.size]
         if h.attributes & _KEEP_WHOLE:
             return self._kept(whole, h.record_count)
-        rows = b.decode_rows(buf, pos, h)
+        try:
+            rows = b.decode_rows(buf, pos, h, b.inflate_budget(h.size, self.max_message_bytes))
+        except InflateLimitError:  # a bomb (stored before the topic was compacted): keep it
+            st.oversized_kept += 1
+            return self._kept(whole, h.record_count)
         if len(rows) != h.record_count:
             raise CorruptRecordError(f"batch says {h.record_count} records, holds {len(rows)}")
         base = h.base_offset

@@ -3,10 +3,15 @@
 Operators already know ``segment.bytes`` and ``retention.ms``; keeping the names means
 DescribeConfigs output and docs read the same as Kafka's. Values arrive as strings (from
 the wire, the CLI or the on-disk override file) and are validated here, once.
+
+Every other Kafka 3.9 topic config (``STORED_CONFIG_KEYS``: tiered storage, compression
+levels, timestamp bounds, ...) is accepted, type-checked as Kafka does, kept and
+described, but changes nothing here: provisioning tools send them and must not fail.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
@@ -52,6 +57,8 @@ class LogConfig:
     min_cleanable_dirty_ratio: float = 0.5
     min_compaction_lag_ms: int = 0
     max_compaction_lag_ms: int | None = None
+    # Kafka configs kept with no effect: (name, normalised value), sorted, defaults left out
+    stored: tuple[tuple[str, str], ...] = ()
 
     @property
     def compact(self) -> bool:
@@ -71,18 +78,31 @@ class LogConfig:
     @classmethod
     def from_dict(cls, d: dict[str, str], base: LogConfig | None = None) -> LogConfig:
         """Build from dotted Kafka keys; unknown keys and bad values raise InvalidConfigError."""
+        base = base or cls()
         changes: dict[str, Any] = {}
+        stored = dict(base.stored)
         for key, raw in d.items():
             spec = _BY_NAME.get(key)
-            if spec is None:
+            if spec is not None:
+                changes[spec.field] = _parse(spec, raw)
+                continue
+            kept = _STORED_BY_NAME.get(key)
+            if kept is None:
                 raise InvalidConfigError(f"unknown topic config {key!r}")
-            changes[spec.field] = _parse(spec, raw)
-        cfg = replace(base or cls(), **changes)
+            stored[key] = _parse_stored(kept, raw)
+        changes["stored"] = tuple(
+            sorted((k, v) for k, v in stored.items() if v != _STORED_BY_NAME[k].default)
+        )
+        cfg = replace(base, **changes)
         cfg._check()
         return cfg
 
     def to_dict(self) -> dict[str, str]:
-        return {k.name: _format(getattr(self, k.field)) for k in TOPIC_CONFIG_KEYS}
+        """Every topic config by name: the ones acted on, then the stored ones."""
+        out = {k.name: _format(getattr(self, k.field)) for k in TOPIC_CONFIG_KEYS}
+        out.update((k.name, k.default) for k in STORED_CONFIG_KEYS)
+        out.update(self.stored)
+        return out
 
     def merged(self, overrides: dict[str, str]) -> LogConfig:
         return LogConfig.from_dict(overrides, base=self)
@@ -312,13 +332,182 @@ TOPIC_CONFIG_KEYS: tuple[ConfigKey, ...] = (
 )
 
 _BY_NAME: dict[str, ConfigKey] = {k.name: k for k in TOPIC_CONFIG_KEYS}
-assert {k.field for k in TOPIC_CONFIG_KEYS} == {f.name for f in fields(LogConfig)}
+assert {k.field for k in TOPIC_CONFIG_KEYS} | {"stored"} == {f.name for f in fields(LogConfig)}
+
+
+@dataclass(frozen=True, slots=True)
+class StoredKey:
+    """A Kafka topic config logmq keeps and describes but does not act on.
+
+    ``kind`` is Kafka's type ("bool", "int" (32-bit), "long", "replicas" (a throttled
+    replica list), "version" (a Kafka release)); ``minimum``/``maximum`` its range and
+    ``also`` a value allowed outside it (gzip's -1).
+    """
+
+    name: str
+    kind: str
+    default: str
+    doc: str
+    minimum: int | None = None
+    maximum: int | None = None
+    also: int | None = None
+
+
+_INT32 = (-(1 << 31), (1 << 31) - 1)
+_INT64 = (-(1 << 63), (1 << 63) - 1)
+_LONG_MAX = str(_INT64[1])
+
+STORED_CONFIG_KEYS: tuple[StoredKey, ...] = (
+    StoredKey("compression.gzip.level", "int", "-1", "Level of broker-side gzip.", 1, 9, also=-1),
+    StoredKey("compression.lz4.level", "int", "9", "Level of broker-side lz4.", 1, 17),
+    StoredKey("compression.zstd.level", "int", "3", "Level of broker-side zstd.", -131072, 22),
+    StoredKey(
+        "follower.replication.throttled.replicas",
+        "replicas",
+        "",
+        "Replicas ('partition:broker' or '*') throttled on the follower side.",
+    ),
+    StoredKey(
+        "leader.replication.throttled.replicas",
+        "replicas",
+        "",
+        "Replicas ('partition:broker' or '*') throttled on the leader side.",
+    ),
+    StoredKey("local.retention.bytes", "long", "-2", "Local retention with tiered storage.", -2),
+    StoredKey("local.retention.ms", "long", "-2", "Local retention with tiered storage.", -2),
+    StoredKey(
+        "message.downconversion.enable",
+        "bool",
+        "true",
+        "Down-convert to old formats for old consumers.",
+    ),
+    StoredKey(
+        "message.format.version",
+        "version",
+        "3.0-IV1",
+        "Deprecated in Kafka 3.x and ignored there too: batches are always v2.",
+    ),
+    StoredKey(
+        "message.timestamp.after.max.ms",
+        "long",
+        _LONG_MAX,
+        "Refuse records this far ahead of the broker's clock.",
+        0,
+    ),
+    StoredKey(
+        "message.timestamp.before.max.ms",
+        "long",
+        _LONG_MAX,
+        "Refuse records this far behind the broker's clock.",
+        0,
+    ),
+    StoredKey(
+        "message.timestamp.difference.max.ms",
+        "long",
+        _LONG_MAX,
+        "Deprecated form of the two bounds above.",
+        0,
+    ),
+    StoredKey("preallocate", "bool", "false", "Preallocate segment files."),
+    StoredKey(
+        "remote.log.copy.disable", "bool", "false", "Stop copying segments to tiered storage."
+    ),
+    StoredKey(
+        "remote.log.delete.on.disable",
+        "bool",
+        "false",
+        "Delete tiered data when tiered storage is turned off.",
+    ),
+    StoredKey(
+        "remote.storage.enable",
+        "bool",
+        "false",
+        "Tiered storage; logmq has none, so only false is accepted (as a Kafka broker "
+        "without remote storage refuses true).",
+    ),
+    StoredKey("segment.jitter.ms", "long", "0", "Random jitter on segment.ms rolls.", 0),
+)
+_STORED_BY_NAME: dict[str, StoredKey] = {k.name: k for k in STORED_CONFIG_KEYS}
+assert not set(_STORED_BY_NAME) & set(_BY_NAME)
+
+# Kafka releases message.format.version names: 0.8.0-0.11.0 (three parts), 1.0-3.9,
+# each optionally with a patch number or an "-IVn" inter-broker-protocol suffix.
+_KAFKA_VERSION = re.compile(
+    r"(0\.8\.[0-2]|0\.9\.0|0\.10\.[0-2]|0\.11\.0|1\.[01]|2\.[0-8]|3\.[0-9])"
+    r"(-IV\d+|\.\d+)?"
+)
+_THROTTLED_REPLICA = re.compile(r"[0-9]+:[0-9]+")
+
+
+def _parse_stored(spec: StoredKey, raw: Any) -> str:
+    """Check a stored config as Kafka's ConfigDef would; return its normalised text."""
+    text = str(raw).strip()
+    if spec.kind == "bool":
+        low = text.lower()
+        if low not in ("true", "false"):
+            raise InvalidConfigError(f"{spec.name} must be true or false, got {raw!r}")
+        if spec.name == "remote.storage.enable" and low == "true":
+            raise InvalidConfigError(
+                "remote.storage.enable=true: logmq has no tiered storage (a Kafka broker "
+                "without remote log storage refuses it too)"
+            )
+        return low
+    if spec.kind == "replicas":
+        items = [x.strip() for x in text.split(",")] if text else []
+        if items != ["*"] and not all(_THROTTLED_REPLICA.fullmatch(x) for x in items):
+            raise InvalidConfigError(
+                f"{spec.name} must be '*' or a list of partition:broker pairs, got {raw!r}"
+            )
+        return ",".join(items)
+    if spec.kind == "version":
+        if not _KAFKA_VERSION.fullmatch(text):
+            raise InvalidConfigError(
+                f"{spec.name} must be a Kafka version such as 3.0, got {raw!r}"
+            )
+        return text
+    low, high = _INT32 if spec.kind == "int" else _INT64
+    try:
+        value = int(text)
+    except ValueError:
+        raise InvalidConfigError(f"{spec.name} must be an integer, got {raw!r}") from None
+    if not low <= value <= high:
+        raise InvalidConfigError(f"{spec.name} is out of range: {raw!r}")
+    if value != spec.also and (
+        (spec.minimum is not None and value < spec.minimum)
+        or (spec.maximum is not None and value > spec.maximum)
+    ):
+        bounds = (
+            f">= {spec.minimum}"
+            if spec.maximum is None
+            else (f"between {spec.minimum} and {spec.maximum}")
+        )
+        extra = "" if spec.also is None else f" (or {spec.also})"
+        raise InvalidConfigError(f"{spec.name} must be {bounds}{extra}, got {value}")
+    return str(value)
+
+
+def is_stored_only(key: str) -> bool:
+    """A Kafka topic config logmq accepts and describes but does not act on."""
+    return key in _STORED_BY_NAME
+
+
+def is_list_config(key: str) -> bool:
+    """Kafka's LIST-typed topic configs: the only ones APPEND and SUBTRACT apply to."""
+    spec = _BY_NAME.get(key)
+    if spec is not None:
+        return spec.kind == "policy"
+    kept = _STORED_BY_NAME.get(key)
+    return kept is not None and kept.kind == "replicas"
 
 
 def config_doc(key: str) -> str:
     """Documentation of one key (for DescribeConfigs and docs)."""
-    return _BY_NAME[key].doc
+    spec = _BY_NAME.get(key)
+    return spec.doc if spec is not None else _STORED_BY_NAME[key].doc
 
 
 def default_value(key: str) -> str:
-    return _format(getattr(LogConfig(), _BY_NAME[key].field))
+    spec = _BY_NAME.get(key)
+    if spec is None:
+        return _STORED_BY_NAME[key].default
+    return _format(getattr(LogConfig(), spec.field))

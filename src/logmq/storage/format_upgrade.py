@@ -54,6 +54,7 @@ from logmq.storage import batch as b
 from logmq.storage import checkpoint as ckpt
 from logmq.storage import records_codec, segment_swap
 from logmq.storage.compaction import CLEANER_CHECKPOINT
+from logmq.storage.compression import InflateLimitError
 from logmq.storage.partition_log import parse_dir_name
 from logmq.storage.segment import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, segment_name
 from logmq.storage.verify import RecoveryScan
@@ -194,8 +195,10 @@ def _convert(batch: Any, h: b.BatchHeader) -> tuple[bytes, int]:
     """The v2 bytes of one validated format-1 batch (``batch`` holds exactly it)."""
     codec = V1_CODECS[h.compression]
     try:
-        raw = b.decompress(codec, memoryview(batch)[V1_HEADER_SIZE:])
+        raw = b.decompress(codec, memoryview(batch)[V1_HEADER_SIZE:], b.inflate_budget(len(batch)))
         rows = msgpack.unpackb(raw, use_list=False, raw=False)
+    except InflateLimitError as e:  # a bomb is damage here: these are our own old files
+        raise CorruptRecordError(f"cannot decode format-1 records: {e}") from None
     except LogMQError:
         raise
     except Exception as e:  # zlib.error, lz4/zstd errors, msgpack errors, UnicodeDecodeError

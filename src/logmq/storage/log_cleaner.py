@@ -31,6 +31,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from itertools import repeat
 from operator import add, itemgetter
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from logmq.errors import CorruptRecordError, StorageError
@@ -46,6 +47,7 @@ from logmq.storage.compaction import (
     group_segments,
     segment_batches,
 )
+from logmq.storage.compression import InflateLimitError
 from logmq.storage.index import OffsetIndex, TimeIndex
 from logmq.storage.offset_map import OffsetMap, key_hashes
 
@@ -91,7 +93,11 @@ class LogCleaning:
         self.map_end = plan.segments[-1].end_offset
         self.groups: list[list[SegmentRef]] = []
         self.filter = RecordFilter(
-            self.offsets, plan.now_ms, plan.delete_retention_ms, plan.producer_last_offsets
+            self.offsets,
+            plan.now_ms,
+            plan.delete_retention_ms,
+            plan.producer_last_offsets,
+            max_message_bytes=plan.max_message_bytes,
         )
         self.stats = self.filter.stats
         self._writing: int | None = None  # base of the group being written
@@ -132,7 +138,11 @@ class LogCleaning:
                     self._next_batch()
                     if h.attributes & _KEEP_WHOLE:
                         continue
-                    rows = b.decode_rows(buf, pos, h)
+                    budget = b.inflate_budget(h.size, self.plan.max_message_bytes)
+                    try:
+                        rows = b.decode_rows(buf, pos, h, budget)
+                    except InflateLimitError:
+                        continue  # a bomb: its keys stay unmapped, the filter keeps it whole
                     offsets = map(add, repeat(h.base_offset), map(_DELTA, rows))
                     staged.update(zip(key_hashes(list(map(_KEY, rows))), offsets, strict=True))
             finally:
@@ -309,6 +319,7 @@ class LogCleaner:
         # Logs the cleaner skips until restart (a damaged batch), and why.
         self.uncleanable: weakref.WeakKeyDictionary[PartitionLog, str] = weakref.WeakKeyDictionary()
         self.total = CleanStats()
+        self._warned_oversized: set[Path] = set()  # logs whose bombs were reported
 
     def start(self) -> asyncio.Task[None]:
         """Start the periodic task (returned, so its owner can cancel it in a crash)."""
@@ -417,6 +428,13 @@ class LogCleaner:
         await asyncio.to_thread(job.write_checkpoint, first_dirty, horizon)
         job.stats.first_dirty_offset = first_dirty
         self.total.add(job.stats)
+        if job.stats.oversized_kept and plog.dir not in self._warned_oversized:
+            self._warned_oversized.add(plog.dir)  # once per log: it stays until retention
+            log.warning(
+                "cleaning %s kept %d batch(es) whole: their records inflate past the budget",
+                plog,
+                job.stats.oversized_kept,
+            )
         log.info(
             "cleaned %s (%s): %d -> %d bytes, %d -> %d records in %.3f s",
             plog,

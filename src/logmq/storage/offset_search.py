@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from logmq.errors import ErrorCode, LogMQError
 from logmq.storage import batch as b
+from logmq.storage.compression import InflateLimitError
 
 if TYPE_CHECKING:
     from logmq.storage.partition_log import PartitionLog
@@ -62,7 +63,12 @@ def first_record_at_or_after(plog: PartitionLog, ts: int) -> tuple[int, int]:
             if h.attributes & b.ATTR_LOG_APPEND_TIME:  # every record has the append time
                 first = max(h.base_offset, offset)
                 return (first, h.max_timestamp) if first < hw else (-1, -1)
-            for rec_offset, rec_ts, *_ in b.decode_records(data, pos):
+            try:
+                records = b.decode_records(data, pos, max_size=_budget(plog, h))
+            except InflateLimitError:  # a bomb stored as sent: answer for the batch
+                first = max(h.base_offset, offset)
+                return (first, h.max_timestamp) if first < hw else (-1, -1)
+            for rec_offset, rec_ts, *_ in records:
                 if rec_offset >= hw:
                     return -1, -1
                 if rec_offset >= offset and rec_ts >= ts:
@@ -100,8 +106,18 @@ def max_timestamp_record(plog: Any) -> tuple[int, int]:
         offset = nxt
     if best is None:
         return -1, -1
-    ts, _, data = best
-    for rec_offset, rec_ts, *_ in b.decode_records(data, 0):
+    ts, base, data = best
+    try:
+        records = b.decode_records(data, 0, max_size=_budget(plog, b.read_header(data)))
+    except InflateLimitError:  # a bomb stored as sent: answer for the batch
+        first = max(base, plog.log_start_offset)
+        return (first, ts) if first < hw else (-1, -1)
+    for rec_offset, rec_ts, *_ in records:
         if rec_ts == ts and rec_offset >= plog.log_start_offset and rec_offset < hw:
             return rec_offset, rec_ts
     return -1, -1
+
+
+def _budget(plog: Any, h: b.BatchHeader) -> int:
+    """How far a stored batch may inflate here: a bomb is answered for, never inflated."""
+    return b.inflate_budget(h.size, plog.config.max_message_bytes)

@@ -26,7 +26,8 @@ def to_codec(data: Any, codec: int, max_batch_bytes: int) -> Any:
     Returns ``data`` itself when every batch already is (or when the data is too
     malformed to tell: the append's validation then names the problem). Each batch to
     recompress is validated first, so damage is CORRUPT_MESSAGE and an oversized batch
-    MESSAGE_TOO_LARGE, both before anything is appended; the append validates the
+    MESSAGE_TOO_LARGE, both before anything is appended, as is one whose records
+    inflate past ``inflate_budget`` (a decompression bomb); the append validates the
     result again, so a batch that grew past max.message.bytes is refused too.
     """
     mv = memoryview(data)
@@ -42,7 +43,7 @@ def to_codec(data: Any, codec: int, max_batch_bytes: int) -> Any:
         if h.compression == codec:
             parts.append(mv[pos : pos + size])
         else:
-            parts.append(b.recompress(mv, pos, h, codec))
+            parts.append(b.recompress(mv, pos, h, codec, b.inflate_budget(size, max_batch_bytes)))
         pos += size
     return b"".join(parts)
 

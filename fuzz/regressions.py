@@ -1,0 +1,74 @@
+"""Inputs that once found a bug, replayed first by every sanitized run and by the tests
+(tests/fuzz/test_codec_sanitizers.py names what each must now give)."""
+
+from __future__ import annotations
+
+import struct
+
+from logmq.storage import batch as b
+from logmq.storage import records_codec
+
+INT64_MAX = 2**63 - 1
+
+
+def raw_batch(
+    rows: list[tuple], *, base_offset: int, last_offset_delta: int, first_timestamp: int = 0
+) -> bytes:
+    """A batch with a valid CRC around ``rows``, whatever offsets its header claims."""
+    return b.assemble(
+        records_codec.encode_rows(rows),
+        count=len(rows),
+        last_offset_delta=last_offset_delta,
+        first_timestamp=first_timestamp,
+        max_timestamp=first_timestamp,
+        attributes=0,
+        base_offset=base_offset,
+    )
+
+
+def _lying_delta() -> bytes:
+    """A batch whose header claims a huge base offset and delta (CRC left as is: the
+    header walk of batches_end trusts it without a check)."""
+    out = bytearray(raw_batch([(0, 0, b"k", b"v", None)], base_offset=0, last_offset_delta=0))
+    struct.pack_into(">q", out, 0, INT64_MAX - 1)
+    struct.pack_into(">i", out, 23, 3)
+    return bytes(out)
+
+
+CODEC: dict[str, bytes] = {
+    # batches_end: base offset + last offset delta + 1 overflowed int64 (UBSan: signed
+    # integer overflow), and a consumer took the wrapped, negative sum as its next offset
+    "next-offset-overflow": _lying_delta(),
+    # scan_batches and take_records: a checked batch whose offsets run past int64
+    "batch-offsets-overflow": raw_batch(
+        [(0, 0, b"k", b"v", None), (1, 0, None, b"w", None)],
+        base_offset=INT64_MAX - 1,
+        last_offset_delta=1,
+    ),
+    # take_records: a record's offset delta runs past int64 although the batch fits
+    "record-offset-overflow": raw_batch(
+        [(5, 0, b"k", b"v", None)], base_offset=INT64_MAX - 2, last_offset_delta=0
+    ),
+    # take_records: a record's timestamp delta runs past int64
+    "record-timestamp-overflow": raw_batch(
+        [(0, 2, b"k", b"v", None)],
+        base_offset=1,
+        last_offset_delta=0,
+        first_timestamp=INT64_MAX - 1,
+    ),
+    # take_records: a batch whose next offset is below int64 (negative base offset and a
+    # lying delta) is before any position, so it is skipped, not summed
+    "next-offset-underflow": bytes(
+        raw_batch([(0, 0, b"k", b"v", None)], base_offset=-(2**63), last_offset_delta=0)[:23]
+    )
+    + struct.pack(">i", -5)
+    + raw_batch([(0, 0, b"k", b"v", None)], base_offset=-(2**63), last_offset_delta=0)[27:],
+}
+
+KAFKA: dict[str, bytes] = {
+    # ListGroups v5 whose states_filter array claims 31,461,408,760 elements (a compact
+    # array's count is a varint): kio's native reader allocated for it before reading and
+    # the allocation failure aborted the process. Found by the kafka target in about 35 s
+    # (4.2 million runs) on the decoder before it checked counts.
+    "huge-array-count": bytes.fromhex("00100005000000010000" + "00f9fffb9975" + "7a7a"),
+}

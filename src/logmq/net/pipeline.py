@@ -1,0 +1,132 @@
+"""The one path every request of either front door takes from its codec to its handler.
+
+A front door is a codec (net/wire.py) plus a ``FrontDoor``: its handler table, the
+versions it serves, and how it answers an error in its own protocol. ``RequestPipeline``
+runs every request of a door through the same steps, so a rule that must hold for every
+request is written once, here, never in a handler:
+
+1. the connection's context (peer, listener, principal) is on the request;
+2. an API the door does not serve, or a version outside its range, is answered
+   UNSUPPORTED_VERSION (the Kafka codec already refuses them before decoding; the native
+   one decodes any version, so this is where it is refused);
+3. the door's guards run in order: each may answer the request itself (a forward to the
+   controller) or prepare for it (the offsets topic before a group request); the next
+   issue's authentication, ACLs and quotas are guards here;
+4. the handler;
+5. errors: a LogMQError becomes the door's answer with its code, anything else is the
+   broker's fault (logged at ERROR with its traceback, UNKNOWN_SERVER_ERROR) and the
+   connection carries on; both are counted per listener, API and code.
+
+Per-API requests, latency and bytes are recorded by the connection (net/server.py), which
+alone knows when the answer left and how many bytes it took.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from logmq.errors import ErrorCode, LogMQError
+from logmq.net.codec import Request
+from logmq.net.reply import Reply
+
+log = logging.getLogger("logmq.net")
+
+Handler = Callable[[Request], Awaitable[Reply | None]]
+ANONYMOUS = "User:ANONYMOUS"
+
+
+@dataclass(slots=True)
+class ConnectionContext:
+    """Who is on the other end of one connection; every request of it carries this."""
+
+    peer: str  # host:port
+    host: str
+    listener: str  # "native" or "kafka"
+    principal: str = ANONYMOUS  # the authenticated identity (set by authentication)
+
+
+class Guard(Protocol):
+    """A step before the handler: answer the request (a Reply) or let it through (None)."""
+
+    def __call__(self, request: Request) -> Awaitable[Reply | None]: ...
+
+
+@dataclass(frozen=True, slots=True)
+class GuardStep:
+    guard: Guard
+    api_keys: frozenset[int] | None = None  # None: every request of the door
+
+
+class ErrorMetrics(Protocol):
+    def error(self, api_key: int, code: int, listener: str = ...) -> None: ...
+
+
+@dataclass(slots=True)
+class FrontDoor:
+    """What a door gives the pipeline: handlers, served versions, its error answer."""
+
+    name: str
+    handlers: dict[int, Handler]
+    versions: dict[int, tuple[int, int]]
+    error_reply: Callable[[Request, ErrorCode, str], Reply]
+    api_name: Callable[[int], str] = str
+    guards: list[GuardStep] = field(default_factory=list)
+
+
+class RequestPipeline:
+    """The handler a door's TcpServer calls for each request (see the module's steps)."""
+
+    __slots__ = ("door", "metrics")
+
+    def __init__(self, door: FrontDoor, metrics: Any) -> None:
+        self.door = door
+        self.metrics = metrics
+
+    def add_guard(self, guard: Guard, api_keys: Sequence[int] | None = None) -> None:
+        """Run ``guard`` before the handlers of ``api_keys`` (every API when None)."""
+        keys = None if api_keys is None else frozenset(api_keys)
+        self.door.guards.append(GuardStep(guard, keys))
+
+    async def __call__(self, request: Request) -> Reply | None:
+        door = self.door
+        key = request.api_key
+        handler = door.handlers.get(key)
+        versions = door.versions.get(key)
+        if handler is None or versions is None:
+            return self._refuse(request, ErrorCode.UNSUPPORTED_VERSION, f"API key {key} is not served")
+        lo, hi = versions
+        if not lo <= request.api_version <= hi:
+            message = (
+                f"{door.api_name(key)} version {request.api_version} is not served "
+                f"(versions {lo}..{hi})"
+            )
+            return self._refuse(request, ErrorCode.UNSUPPORTED_VERSION, message)
+        try:
+            for step in door.guards:
+                if step.api_keys is None or key in step.api_keys:
+                    answer = await step.guard(request)
+                    if answer is not None:
+                        return answer
+            return await handler(request)
+        except LogMQError as e:
+            return self._refuse(request, e.code, str(e))
+        except Exception as e:
+            log.exception(
+                "%s %s v%d from %s (client id %r) failed",
+                door.name,
+                door.api_name(key),
+                request.api_version,
+                request.client_host or "?",
+                request.client_id,
+            )
+            self.metrics.handler_failed(door.name, key)
+            return self._refuse(
+                request, ErrorCode.UNKNOWN_SERVER_ERROR, f"{type(e).__name__}: {e}"
+            )
+
+    def _refuse(self, request: Request, code: ErrorCode, message: str) -> Reply:
+        self.metrics.error(request.api_key, code, self.door.name)
+        return self.door.error_reply(request, code, message)
