@@ -34,10 +34,10 @@ from typing import Any
 import click
 import uvloop
 
-from logmq.broker.broker import Broker
 from logmq.broker.config import BrokerConfig
 from logmq.cluster.meta_properties import ClusterIdentityError
 from logmq.errors import LogMQError
+from logmq.server import Broker
 from logmq.storage.dir_lock import DataDirLockedError
 
 READY_PREFIX = "logmq-server ready"

@@ -251,8 +251,8 @@ async def inprocess_broker(data_dir: str | os.PathLike, **settings: Any) -> Asyn
 
     Faster than a subprocess and lets tests patch internals (the zero-copy proof does).
     """
-    from logmq.broker.broker import Broker
     from logmq.broker.config import BrokerConfig
+    from logmq.server import Broker
 
     settings.setdefault("port", 0)
     broker = Broker(BrokerConfig(data_dir=Path(data_dir), **settings))

@@ -26,7 +26,7 @@ from tests.net.raw_client import RawClient, produce_body
 
 class HandlerTimer:
     def __init__(self, broker):
-        self.inner = broker.handle
+        self.inner = broker.server.handler
         self.total = 0.0
         self.calls = 0
         broker.server.handler = self

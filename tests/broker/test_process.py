@@ -110,10 +110,26 @@ async def test_metrics_endpoint(broker_factory):
         await c.create_topic("m", 2)
         await c.produce("m", 1, b.encode_values([b"x"] * 5, timestamp=1))
         await c.fetch("m", 1, 0)
+    # the Kafka door's requests go through the same pipeline and metrics: one good
+    # Metadata and one malformed one
+    from tests.kafka.kafka_frames import encode_frame, request_class
+
+    metadata = request_class(3, 12)(topics=None, include_topic_authorized_operations=False)
+    good = encode_frame(3, 12, metadata)
+    bad = encode_frame(3, 12, metadata)[:-2] + b"\xff\xff\xff\xff\x0f"
+    reader, writer = await asyncio.open_connection("127.0.0.1", br.kafka_port)
+    for frame in (good, bad):
+        writer.write(len(frame).to_bytes(4, "big") + frame)
+    for _ in range(2):
+        await reader.readexactly(int.from_bytes(await reader.readexactly(4), "big"))
+    writer.close()
 
     text = await asyncio.get_running_loop().run_in_executor(None, scrape, mport)
-    assert 'logmq_requests_total{api="produce"} 1.0' in text
-    assert 'logmq_request_latency_seconds_count{api="fetch"} 1.0' in text
+    assert 'logmq_requests_total{api="produce",listener="native"} 1.0' in text
+    assert 'logmq_request_latency_seconds_count{api="fetch",listener="native"} 1.0' in text
+    assert 'logmq_requests_total{api="metadata",listener="kafka"} 1.0' in text
+    assert 'logmq_request_bytes_in_total{api="metadata",listener="kafka"}' in text
+    assert 'logmq_bad_requests_total{listener="kafka",reason="INVALID_REQUEST"} 1.0' in text
     assert 'logmq_log_end_offset{partition="1",topic="m"} 5.0' in text
     assert "logmq_partitions 2.0" in text
     assert "logmq_bytes_in_total" in text and "logmq_bytes_out_total" in text

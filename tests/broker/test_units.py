@@ -8,7 +8,6 @@ import pytest
 
 from logmq.broker.config import BrokerConfig
 from logmq.broker.fetch_waiter import FetchWaiters
-from logmq.broker.metadata_store import topic_name_error
 from logmq.broker.producer_ids import ProducerIdManager
 from logmq.cluster.meta_properties import (
     MetaProperties,
@@ -17,6 +16,7 @@ from logmq.cluster.meta_properties import (
     check_node_id,
     parse_properties,
 )
+from logmq.cluster.topic_names import topic_name_error
 from tests.harness import wait_until
 
 

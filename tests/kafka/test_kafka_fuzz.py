@@ -3,7 +3,8 @@ and version, mutated as an attacker would, and frames recorded from real clients
 (tests/kafka/corpus/, see record_corpus.py).
 
 Afterwards the broker must still serve a real round trip, its RSS must be back within
-a bound, and its log must hold no traceback. Bounded in CI; LOGMQ_FUZZ_FRAMES sends more.
+a bound, and its log must hold no traceback. Bounded in CI; LOGMQ_FUZZ_FRAMES sends more,
+LOGMQ_FUZZ_SECONDS sends for that long instead (docs/testing.md#fuzzing).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from tests.kafka.kafka_frames import example_frames, mutate
 
 CORPUS = pathlib.Path(__file__).parent / "corpus"
 FRAMES = int(os.environ.get("LOGMQ_FUZZ_FRAMES", "3000"))
+SECONDS = float(os.environ.get("LOGMQ_FUZZ_SECONDS", "0"))
 RSS_BOUND_KIB = 400 * 1024
 
 
@@ -115,7 +117,9 @@ def test_hostile_frames_leave_the_broker_serving(fuzzed_broker):
         warnings.simplefilter("ignore")
         seeds = example_frames(rnd, 1) + corpus_frames()
     sent = answered = 0
-    while sent < FRAMES:
+    peak = rss_before
+    deadline = time.monotonic() + SECONDS
+    while (time.monotonic() < deadline) if SECONDS else (sent < FRAMES):
         batch = []
         for _ in range(20):
             frame = rnd.choice(seeds)
@@ -125,9 +129,15 @@ def test_hostile_frames_leave_the_broker_serving(fuzzed_broker):
         answered += _send_batch(broker.kafka_port, batch)
         sent += len(batch)
         assert broker.running, broker.log_tail(80)
+        if sent % 2000 == 0:
+            peak = max(peak, rss_kib(broker.pid))
 
     log = broker.log_path.read_text(errors="replace")
     assert "Traceback" not in log, log[log.index("Traceback") - 2000 :][:6000]
     _round_trip(broker, "fuzz-canary")
     assert rss_kib(broker.pid) < max(RSS_BOUND_KIB, rss_before * 3)
-    print(f"kafka fuzz: {sent} frames sent, {answered} answered")
+    print(
+        f"kafka fuzz: {sent} frames sent, {answered} answered; broker RSS "
+        f"{rss_before // 1024} MB before, peak {peak // 1024} MB, "
+        f"{rss_kib(broker.pid) // 1024} MB after"
+    )

@@ -17,7 +17,6 @@ from types import SimpleNamespace
 from typing import Any
 
 from logmq.broker.config import BrokerConfig
-from logmq.broker.data_api import DataApi
 from logmq.broker.fetch_waiter import FetchWaiters
 from logmq.broker.metrics import BrokerMetrics
 from logmq.broker.produce_path import ProducePath
@@ -26,6 +25,7 @@ from logmq.broker.replica_manager import PartitionChange, ReplicaManager, Replic
 from logmq.client.connection import BrokerConnection
 from logmq.cluster.controller_api import AlterPartitionRequest, AlterPartitionResponse
 from logmq.errors import ErrorCode, LogMQError
+from logmq.native.data_api import DataApi
 from logmq.net.codec import ApiKey, Request
 from logmq.net.reply import Reply
 from logmq.net.server import ServerOptions, TcpServer

@@ -1,4 +1,5 @@
-"""Topics as the broker's handlers see them: names, limits, and the metadata image's view.
+"""Topics as the broker's handlers see them: the metadata image's view (the naming rules
+and limits are cluster/topic_names.py).
 
 Topics live in the metadata log (cluster/metadata_image.py); :class:`ImageTopics` reads
 them from the current image. The data dir's identity file is cluster/meta_properties.py.
@@ -6,38 +7,15 @@ them from the current image. The data dir's identity file is cluster/meta_proper
 
 from __future__ import annotations
 
-import re
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from logmq.cluster.topic_names import is_internal
+
 if TYPE_CHECKING:
     from logmq.cluster.metadata_image import MetadataImage
-
-MAX_TOPIC_NAME = 249
-# Every partition is a directory with open files: a client asking for millions must get
-# an error, not a broker busy creating them.
-MAX_PARTITIONS_PER_TOPIC = 10_000
-INTERNAL_PREFIX = "__"
-_TOPIC_NAME = re.compile(r"^[a-zA-Z0-9._-]+$")
-
-
-def topic_name_error(name: object) -> str | None:
-    """Why ``name`` is not a valid topic name, or None."""
-    if not isinstance(name, str) or not name:
-        return "topic name must be a non-empty string"
-    if len(name) > MAX_TOPIC_NAME:
-        return f"topic name longer than {MAX_TOPIC_NAME} characters"
-    if name in (".", ".."):
-        return "topic name cannot be '.' or '..'"
-    if not _TOPIC_NAME.match(name):
-        return "topic name may only contain ASCII letters, digits, '.', '_' and '-'"
-    return None
-
-
-def is_internal(name: str) -> bool:
-    return name.startswith(INTERNAL_PREFIX)
 
 
 @dataclass(slots=True)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
@@ -141,18 +141,27 @@ class BrokerMetrics:
         r = self.registry
         self._bytes_in = Counter("logmq_bytes_in", "Bytes received from clients", registry=r)
         self._bytes_out = Counter("logmq_bytes_out", "Bytes sent to clients", registry=r)
-        self._requests = Counter("logmq_requests", "Requests answered", ["api"], registry=r)
+        per_api = ["listener", "api"]
+        self._requests = Counter("logmq_requests", "Requests answered", per_api, registry=r)
         self._latency = Histogram(
             "logmq_request_latency_seconds",
             "Time from request read to response written",
-            ["api"],
+            per_api,
             buckets=_LATENCY_BUCKETS,
             registry=r,
         )
+        self._request_bytes_in = Counter(
+            "logmq_request_bytes_in", "Request bytes received, per API", per_api, registry=r
+        )
+        self._request_bytes_out = Counter(
+            "logmq_request_bytes_out", "Response bytes sent, per API", per_api, registry=r
+        )
         self._connections = Gauge("logmq_connections", "Open client connections", registry=r)
         self._errors = Counter(
-            "logmq_request_errors", "Error codes returned", ["api", "error"], registry=r
+            "logmq_request_errors", "Error codes returned", [*per_api, "error"], registry=r
         )
+        # How each listener names its API keys (the doors number them differently).
+        self._api_names: dict[str, Callable[[int], str]] = {"native": _api_name}
         self._bad_frames = Counter(
             "logmq_bad_requests",
             "Requests refused before a handler saw them (malformed, unsupported version, "
@@ -166,8 +175,8 @@ class BrokerMetrics:
             ["listener", "api"],
             registry=r,
         )
-        # Child lookups cost a dict access + lock; cache them per api key.
-        self._req_children: dict[int, tuple[Counter, Histogram]] = {}
+        # Child lookups cost a dict access + lock; cache them per listener and api key.
+        self._req_children: dict[tuple[str, int], tuple[Any, ...]] = {}
         self._fetch_sessions: _FetchSessionCollector | None = None
         if partition_stats is not None:
             r.register(_PartitionCollector(partition_stats))
@@ -246,23 +255,42 @@ class BrokerMetrics:
     def bytes_out(self, n: int) -> None:
         self._bytes_out.inc(n)
 
-    def request_done(self, api_key: int, seconds: float) -> None:
-        children = self._req_children.get(api_key)
+    def register_listener(self, listener: str, api_name: Callable[[int], str]) -> None:
+        """How ``listener``'s API keys are named in the per-API metrics."""
+        self._api_names[listener] = api_name
+
+    def _name(self, listener: str, api_key: int) -> str:
+        return self._api_names.get(listener, str)(api_key)
+
+    def request_done(
+        self, listener: str, api_key: int, seconds: float, bytes_in: int, bytes_out: int
+    ) -> None:
+        children = self._req_children.get((listener, api_key))
         if children is None:
-            name = _api_name(api_key)
-            children = (self._requests.labels(name), self._latency.labels(name))
-            self._req_children[api_key] = children
+            name = self._name(listener, api_key)
+            children = tuple(
+                m.labels(listener, name)
+                for m in (
+                    self._requests,
+                    self._latency,
+                    self._request_bytes_in,
+                    self._request_bytes_out,
+                )
+            )
+            self._req_children[(listener, api_key)] = children
         children[0].inc()
         children[1].observe(seconds)
+        children[2].inc(bytes_in)
+        children[3].inc(bytes_out)
 
     def bad_frame(self, listener: str, reason: str) -> None:
         self._bad_frames.labels(listener, reason).inc()
 
     def handler_failed(self, listener: str, api_key: int) -> None:
-        self._handler_failures.labels(listener, str(api_key)).inc()
+        self._handler_failures.labels(listener, self._name(listener, api_key)).inc()
 
-    def error(self, api_key: int, code: int) -> None:
-        self._errors.labels(_api_name(api_key), str(code)).inc()
+    def error(self, api_key: int, code: int, listener: str = "native") -> None:
+        self._errors.labels(listener, self._name(listener, api_key), str(code)).inc()
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

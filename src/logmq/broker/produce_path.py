@@ -15,8 +15,8 @@ import logging
 from collections.abc import Awaitable, Callable, Coroutine, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
-from logmq.broker.metadata_store import is_internal
 from logmq.broker.topic_creation import PendingTopics
+from logmq.cluster.topic_names import is_internal
 from logmq.errors import ErrorCode, LogMQError
 
 if TYPE_CHECKING:

@@ -15,7 +15,8 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
-from logmq.broker.metadata_store import TopicInfo, topic_name_error
+from logmq.broker.metadata_store import TopicInfo
+from logmq.cluster.topic_names import topic_name_error
 from logmq.errors import ErrorCode, LogMQError
 from logmq.net.codec import ApiKey
 from logmq.storage.config import LogConfig

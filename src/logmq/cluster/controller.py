@@ -41,7 +41,6 @@ import itertools
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
-from logmq.broker.metadata_store import topic_name_error
 from logmq.cluster import reassignment
 from logmq.cluster.controller_api import (
     OK,
@@ -81,6 +80,7 @@ from logmq.cluster.metadata_records import (
     TopicRecord,
 )
 from logmq.cluster.replica_placement import place_replicas
+from logmq.cluster.topic_names import topic_name_error
 from logmq.errors import ErrorCode, InvalidConfigError
 from logmq.storage.config import LogConfig
 

@@ -28,8 +28,8 @@ from logmq.broker.fetch_sessions import (
     FetchSessionCache,
     FetchSessionError,
 )
-from logmq.broker.metadata_store import is_internal, topic_name_error
 from logmq.broker.produce_path import produce_result, record_errors
+from logmq.cluster.topic_names import is_internal, topic_name_error
 from logmq.errors import ErrorCode, LogMQError
 from logmq.kafka.codec import error_entity, response_class
 from logmq.kafka.fetch_response import FetchedPartition, encode_fetch_response
@@ -63,12 +63,20 @@ KafkaHandler = Callable[[Request], Awaitable[Reply | None]]
 # once their client is gone (net/server.py)
 KAFKA_CONCURRENT_APIS = frozenset({0})
 KAFKA_READ_ONLY_APIS = frozenset({1, 2, 3, 9, 10, 15, 16, 18, 23, 32, 35, 46, 60, 69})
+# group requests need __consumer_offsets: the first one creates it (net/pipeline.py guard)
+KAFKA_GROUP_APIS = frozenset({8, 9, 10, 11, 12, 13, 14, 15, 16, 42, 47, 68, 69})
 log = logging.getLogger("logmq.kafka")
 
 MAX_PRODUCER_EPOCH = 32767
 ZERO_UUID = uuid.UUID(int=0)  # Kafka's topic id of a topic it does not know
 EARLIEST_LOCAL, LATEST_TIERED = -4, -5  # ListOffsets v8 and v9 special timestamps
 CONSUMER = -1  # the replica id of a consumer's fetch session (followers use the native door)
+
+
+def kafka_error_reply(req: Request, code: ErrorCode, message: str) -> Reply:
+    """The request's own response type with every field empty and ``code`` in every
+    error field (the pipeline's answer to a refused or failed request)."""
+    return Reply(error_entity(response_class(req.api_key, req.api_version), code))
 
 
 def _topic_uuid(topic_id: str) -> uuid.UUID | None:
@@ -191,22 +199,6 @@ class KafkaApis:
             68: self.consumer_groups.heartbeat,
             69: self.consumer_groups.describe,
         }
-
-    async def handle(self, req: Request) -> Reply | None:
-        """The Kafka listener's request handler: the table, and Kafka errors for failures.
-
-        The codec only lets through APIs and versions the table serves. A handler's
-        LogMQError becomes that response with the error in every error field; anything
-        unexpected is logged and answered UNKNOWN_SERVER_ERROR, and the broker goes on.
-        """
-        try:
-            return await self._table[req.api_key](req)
-        except LogMQError as e:
-            code = e.code
-        except Exception:
-            log.exception("Kafka API %d v%d failed", req.api_key, req.api_version)
-            code = ErrorCode.UNKNOWN_SERVER_ERROR
-        return Reply(error_entity(response_class(req.api_key, req.api_version), code))
 
     # -- ApiVersions -------------------------------------------------------------------
     async def api_versions(self, req: Request) -> Reply:

@@ -3,7 +3,7 @@ AlterPartitionReassignments, ListPartitionReassignments.
 
 Translations onto what the native protocol already runs: the replica manager's
 ``delete_records`` (leader, ISR low watermark), the native reassignment handlers
-(broker/reassignment_api.py) for what this broker answers itself, and the controller
+(native/reassignment_api.py) for what this broker answers itself, and the controller
 (``run_on_controller``) for elections and moves, so both front doors share one set of
 rules and errors.
 """
@@ -21,9 +21,9 @@ from logmq.net.codec import ApiKey, Request
 from logmq.net.reply import Reply
 
 if TYPE_CHECKING:
-    from logmq.broker.reassignment_api import ReassignmentApi
     from logmq.broker.replica_manager import ReplicaManager
     from logmq.cluster.metadata_image import MetadataImage
+    from logmq.native.reassignment_api import ReassignmentApi
 
 RunOnController = Callable[[int, dict[str, Any]], Awaitable[dict[str, Any]]]
 TopicPartition = tuple[str, int]

@@ -12,8 +12,9 @@ takes the highest version inside each range it knows.
 from __future__ import annotations
 
 import sys
+from functools import cache
 
-from kio.index import load_response_schema
+from kio.index import load_request_schema, load_response_schema
 
 from logmq.errors import ErrorCode
 from logmq.kafka.messages import NO_THROTTLE
@@ -61,6 +62,17 @@ SUPPORTED: dict[int, tuple[int, int]] = {
 # Versions inside the advertised range that are refused anyway (the message format
 # they carry is not Kafka's RecordBatch v2).
 REFUSED: dict[int, int] = {0: 3}  # api key -> oldest version served
+
+
+@cache
+def kafka_api_name(api_key: int) -> str:
+    """Kafka's name of an API in snake case (metrics and logs): ``produce``, ``fetch``…"""
+    for version in range(20):
+        try:
+            return load_request_schema(api_key, version).__module__.split(".")[2]
+        except Exception:  # kio has no such version (or no such API)
+            continue
+    return str(api_key)
 
 
 def api_versions_response(version: int, error: ErrorCode = ErrorCode.NONE):

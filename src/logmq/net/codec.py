@@ -53,11 +53,11 @@ class ApiKey(IntEnum):
     OFFSET_FOR_LEADER_EPOCH = 23
     DESCRIBE_CONFIGS = 32
     ALTER_CONFIGS = 33
-    DESCRIBE_LOG_DIRS = 35  # a broker about its own logs (broker/reassignment_api.py)
+    DESCRIBE_LOG_DIRS = 35  # a broker about its own logs (native/reassignment_api.py)
     CREATE_PARTITIONS = 37
     DELETE_GROUPS = 42
-    ELECT_LEADERS = 43  # controller API (broker/reassignment_api.py)
-    ALTER_PARTITION_REASSIGNMENTS = 45  # controller API (broker/reassignment_api.py)
+    ELECT_LEADERS = 43  # controller API (native/reassignment_api.py)
+    ALTER_PARTITION_REASSIGNMENTS = 45  # controller API (native/reassignment_api.py)
     LIST_PARTITION_REASSIGNMENTS = 46
     OFFSET_DELETE = 47
     DESCRIBE_QUORUM = 55
@@ -79,6 +79,7 @@ class Request:
     body: dict[str, Any]
     tail: memoryview  # raw bytes after the body (record batches), possibly empty
     client_host: str = ""  # the peer's address, filled in by the server (not on the wire)
+    context: Any = None  # the connection's ConnectionContext (net/pipeline.py), likewise
 
 
 @dataclass(slots=True)

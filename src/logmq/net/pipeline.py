@@ -73,6 +73,7 @@ class FrontDoor:
     versions: dict[int, tuple[int, int]]
     error_reply: Callable[[Request, ErrorCode, str], Reply]
     api_name: Callable[[int], str] = str
+    unknown_api: ErrorCode = ErrorCode.UNSUPPORTED_VERSION  # Kafka's answer to an unknown key
     guards: list[GuardStep] = field(default_factory=list)
 
 
@@ -96,7 +97,7 @@ class RequestPipeline:
         handler = door.handlers.get(key)
         versions = door.versions.get(key)
         if handler is None or versions is None:
-            return self._refuse(request, ErrorCode.UNSUPPORTED_VERSION, f"API key {key} is not served")
+            return self._refuse(request, door.unknown_api, f"API key {key} is not served")
         lo, hi = versions
         if not lo <= request.api_version <= hi:
             message = (
@@ -123,9 +124,7 @@ class RequestPipeline:
                 request.client_id,
             )
             self.metrics.handler_failed(door.name, key)
-            return self._refuse(
-                request, ErrorCode.UNKNOWN_SERVER_ERROR, f"{type(e).__name__}: {e}"
-            )
+            return self._refuse(request, ErrorCode.UNKNOWN_SERVER_ERROR, f"{type(e).__name__}: {e}")
 
     def _refuse(self, request: Request, code: ErrorCode, message: str) -> Reply:
         self.metrics.error(request.api_key, code, self.door.name)

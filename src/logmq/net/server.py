@@ -32,6 +32,7 @@ from logmq.net.connection import (
     RequestReceived,
     ServerConnection,
 )
+from logmq.net.pipeline import ConnectionContext
 from logmq.net.reply import Bytes, Reply, Tail, is_region, tail_size
 from logmq.net.wire import NativeWire, WireCodec
 from logmq.net.zero_copy import sendfile_all
@@ -69,7 +70,9 @@ class _NullMetrics:
     def connection_closed(self) -> None: ...
     def bytes_in(self, n: int) -> None: ...
     def bytes_out(self, n: int) -> None: ...
-    def request_done(self, api_key: int, seconds: float) -> None: ...
+    def request_done(
+        self, listener: str, api_key: int, seconds: float, bytes_in: int, bytes_out: int
+    ) -> None: ...
     def bad_frame(self, listener: str, reason: str) -> None: ...
     def handler_failed(self, listener: str, api_key: int) -> None: ...
 
@@ -141,6 +144,7 @@ class ClientConnection(asyncio.BufferedProtocol):
         self._last_active = 0.0
         self.peer = "?"
         self.peer_host = ""  # the client's address, given to handlers as request.client_host
+        self.context = ConnectionContext("?", "", server.name)  # on every request
         self._logged: set[tuple[str, int, int]] = set()  # bad-frame reasons logged
 
     # -- asyncio.Protocol callbacks ---------------------------------------------------
@@ -149,6 +153,7 @@ class ClientConnection(asyncio.BufferedProtocol):
         peer = transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
         self.peer_host = str(peer[0]) if peer else ""
+        self.context = ConnectionContext(self.peer, self.peer_host, self._server.name)
         transport.set_write_buffer_limits(high=WRITE_HIGH_WATER, low=0)
         sock = transport.get_extra_info("socket")
         if sock is not None:
@@ -358,6 +363,7 @@ class ClientConnection(asyncio.BufferedProtocol):
                 self._reply((ev, skipped, time.perf_counter()))
                 continue
             ev.request.client_host = self.peer_host
+            ev.request.context = self.context
             concurrent = self._server.is_concurrent(ev.request)
             if self._running and not (concurrent and self._running_concurrent):
                 await asyncio.wait(list(self._running))
@@ -405,16 +411,19 @@ class ClientConnection(asyncio.BufferedProtocol):
                 self._handler_failed(ev.request, "failed")
                 reply = None
                 await self._answer_failure(ev.request)
+            sent = 0
             if reply is not None and not self._closed.is_set():
                 try:
-                    await self._write(ev.request, reply)
+                    sent = await self._write(ev.request, reply)
                 except (OSError, asyncio.CancelledError):
                     raise
                 except Exception:
                     # Encoding the answer failed before any byte of it was written.
                     self._handler_failed(ev.request, "answer could not be encoded")
                     await self._answer_failure(ev.request)
-            self._server.metrics.request_done(ev.request.api_key, time.perf_counter() - start)
+            self._server.metrics.request_done(
+                self._server.name, ev.request.api_key, time.perf_counter() - start, ev.size, sent
+            )
             self._conn.request_done()
             self._update_reading()
 
@@ -467,15 +476,17 @@ class ClientConnection(asyncio.BufferedProtocol):
             self._server.metrics.bytes_out(len(head))
             t.write(head)
 
-    async def _write(self, request: Request, reply: Reply) -> None:
+    async def _write(self, request: Request, reply: Reply) -> int:
+        """Send one answer; returns its size in bytes."""
         t = self.transport
         assert t is not None
         if self._closed.is_set():
-            return
+            return 0
         tail = reply.tail
         tail_len, has_region = tail_size(tail)
         head = self._wire.encode_head(request, reply, tail_len)
-        self._server.metrics.bytes_out(len(head) + tail_len)
+        sent = len(head) + tail_len
+        self._server.metrics.bytes_out(sent)
         if not has_region:
             t.writelines([head, *tail]) if tail else t.write(head)
         elif self._dup_fd is None or tail_len < SENDFILE_MIN_BYTES:
@@ -484,6 +495,7 @@ class ClientConnection(asyncio.BufferedProtocol):
             await self._write_zero_copy(head, tail)
         if self._write_resumed is not None:
             await self._write_resumed  # the client is slow: do not queue more for it
+        return sent
 
     def _write_buffered(self, head: bytes, tail: Tail) -> None:
         """Read file regions into memory and write everything through the transport.

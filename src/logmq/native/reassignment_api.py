@@ -15,16 +15,16 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from logmq.broker.request_fields import (
+from logmq.cluster.controller_api import ApiResult
+from logmq.cluster.metadata_image import PartitionRegistration
+from logmq.errors import ErrorCode, LogMQError
+from logmq.native.request_fields import (
     InvalidRequestError,
     req_field,
     req_int,
     req_list,
     req_str,
 )
-from logmq.cluster.controller_api import ApiResult
-from logmq.cluster.metadata_image import PartitionRegistration
-from logmq.errors import ErrorCode, LogMQError
 from logmq.net.codec import Request
 from logmq.net.reply import Reply
 

@@ -15,11 +15,11 @@ from logmq.net.codec import ApiKey, Request
 from logmq.net.reply import Reply
 
 if TYPE_CHECKING:
-    from logmq.broker.admin_api import AdminApi
-    from logmq.broker.cluster_api import ClusterApi
-    from logmq.broker.data_api import DataApi
-    from logmq.broker.group_api import GroupApi
-    from logmq.broker.reassignment_api import ReassignmentApi
+    from logmq.native.admin_api import AdminApi
+    from logmq.native.cluster_api import ClusterApi
+    from logmq.native.data_api import DataApi
+    from logmq.native.group_api import GroupApi
+    from logmq.native.reassignment_api import ReassignmentApi
 
 Handler = Callable[[Request], Awaitable[Reply | None]]
 

@@ -14,11 +14,11 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-from logmq.broker.api_table import Handler
-from logmq.broker.cluster_api import alter_partition_response
 from logmq.broker.controller_service import MetadataQuorum
 from logmq.cluster.controller_api import AlterPartitionRequest, AlterPartitionResponse
 from logmq.errors import ErrorCode, LogMQError
+from logmq.native.api_table import Handler
+from logmq.native.cluster_api import alter_partition_response
 from logmq.net.codec import ApiKey, Request
 from logmq.net.reply import Reply
 

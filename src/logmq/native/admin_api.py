@@ -16,13 +16,12 @@ from typing import TYPE_CHECKING, Any
 
 from logmq.broker.config_view import ConfigView, broker_configs, topic_configs
 from logmq.broker.group_coordinator import PROTECTED_OFFSETS_CONFIGS
-from logmq.broker.metadata_store import (
-    MAX_PARTITIONS_PER_TOPIC,
-    TopicInfo,
-    is_internal,
-    topic_name_error,
-)
-from logmq.broker.request_fields import (
+from logmq.broker.metadata_store import TopicInfo
+from logmq.cluster.controller_api import NewTopic
+from logmq.cluster.topic_names import MAX_PARTITIONS_PER_TOPIC, is_internal, topic_name_error
+from logmq.errors import ErrorCode, InvalidConfigError, LogMQError
+from logmq.group import OFFSETS_TOPIC
+from logmq.native.request_fields import (
     InvalidRequestError,
     req_field,
     req_int,
@@ -30,9 +29,6 @@ from logmq.broker.request_fields import (
     req_str,
     req_str_map,
 )
-from logmq.cluster.controller_api import NewTopic
-from logmq.errors import ErrorCode, InvalidConfigError, LogMQError
-from logmq.group import OFFSETS_TOPIC
 from logmq.net.codec import Request
 from logmq.net.reply import Reply
 from logmq.storage.config import LogConfig
@@ -79,7 +75,7 @@ class AdminApi:
         self._metadata_built: tuple[object, dict[str, dict[str, Any]]] = (None, {})
 
     def api_list(self) -> list[list[int]]:
-        from logmq.broker.api_table import SUPPORTED_APIS
+        from logmq.native.api_table import SUPPORTED_APIS
 
         return [[int(k), lo, hi] for k, (lo, hi) in sorted(SUPPORTED_APIS.items())]
 

@@ -18,14 +18,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from logmq.broker.group_shard import CoordinatorError
-from logmq.broker.metadata_store import topic_name_error
-from logmq.broker.request_fields import (
-    InvalidRequestError,
-    req_field,
-    req_int,
-    req_list,
-    req_str,
-)
+from logmq.cluster.topic_names import topic_name_error
 from logmq.errors import ErrorCode, LogMQError
 from logmq.group import (
     JOIN_EPOCH,
@@ -39,6 +32,13 @@ from logmq.group import (
     group_id_error,
 )
 from logmq.group.assignors import ASSIGNORS
+from logmq.native.request_fields import (
+    InvalidRequestError,
+    req_field,
+    req_int,
+    req_list,
+    req_str,
+)
 from logmq.net.codec import Request
 from logmq.net.reply import Reply
 

@@ -27,9 +27,9 @@ from logmq.broker.fetch_sessions import (
     FetchSessionError,
 )
 from logmq.broker.produce_path import produce_result
-from logmq.broker.request_fields import InvalidRequestError, req_int, req_list, req_str
 from logmq.errors import ErrorCode, LogMQError
 from logmq.gcpause import gc_paused
+from logmq.native.request_fields import InvalidRequestError, req_int, req_list, req_str
 from logmq.net.codec import Request
 from logmq.net.reply import Reply
 from logmq.storage.offset_search import offset_for

@@ -15,16 +15,16 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from logmq.broker.controller_service import now_ms
-from logmq.broker.request_fields import (
+from logmq.cluster.controller_api import AlterPartitionRequest, AlterPartitionResponse
+from logmq.cluster.metadata_image import PartitionRegistration
+from logmq.errors import ErrorCode
+from logmq.native.request_fields import (
     InvalidRequestError,
     req_field,
     req_int,
     req_list,
     req_str,
 )
-from logmq.cluster.controller_api import AlterPartitionRequest, AlterPartitionResponse
-from logmq.cluster.metadata_image import PartitionRegistration
-from logmq.errors import ErrorCode
 from logmq.net.codec import Request
 from logmq.net.reply import Reply
 from logmq.replication.raft_service import NotLeaderError

@@ -19,29 +19,17 @@ from __future__ import annotations
 
 import logging
 import resource
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
-from logmq.broker.admin_api import AdminApi
-from logmq.broker.api_table import (
-    CONCURRENT_APIS,
-    CONTROLLER_APIS,
-    GROUP_APIS,
-    READ_ONLY_APIS,
-    SUPPORTED_APIS,
-    Handler,
-    handler_table,
-)
-from logmq.broker.cluster_api import ClusterApi
 from logmq.broker.config import BrokerConfig
-from logmq.broker.controller_forwarding import ControllerForwarder
 from logmq.broker.controller_service import (
     MetadataQuorum,
     parse_node_addresses,
     parse_voters,
 )
-from logmq.broker.data_api import DataApi
 from logmq.broker.fetch_waiter import FetchWaiters
-from logmq.broker.group_api import GroupApi
 from logmq.broker.group_coordinator import GroupCoordinatorService
 from logmq.broker.local_logs import LocalLogs, RemovedLogs
 from logmq.broker.metadata_publisher import MetadataPublisher
@@ -49,14 +37,19 @@ from logmq.broker.metadata_store import ImageTopics
 from logmq.broker.metrics import BrokerMetrics, MetricsServer
 from logmq.broker.produce_path import ProducePath
 from logmq.broker.producer_ids import ProducerIdManager
-from logmq.broker.reassignment_api import ReassignmentApi
 from logmq.broker.replica_manager import ReplicaManager, ReplicationConfig
 from logmq.broker.topic_creation import TopicCreator
 from logmq.cluster.controller_api import ControllerConfig
 from logmq.cluster.meta_properties import check_node_id
 from logmq.cluster.metadata_image import MetadataImage
-from logmq.errors import ErrorCode, LogMQError
-from logmq.kafka.apis import KAFKA_CONCURRENT_APIS, KAFKA_READ_ONLY_APIS, KafkaApis
+from logmq.errors import ErrorCode
+from logmq.kafka.apis import (
+    KAFKA_CONCURRENT_APIS,
+    KAFKA_GROUP_APIS,
+    KAFKA_READ_ONLY_APIS,
+    KafkaApis,
+    kafka_error_reply,
+)
 from logmq.kafka.codec import KafkaWire
 from logmq.kafka.configs import KafkaConfigApis
 from logmq.kafka.consumer_groups import KafkaConsumerGroupApis
@@ -65,7 +58,25 @@ from logmq.kafka.groups import KafkaGroupApis
 from logmq.kafka.offsets import KafkaOffsetApis
 from logmq.kafka.partition_admin import KafkaPartitionAdminApis
 from logmq.kafka.topics import KafkaTopicApis
+from logmq.kafka.versions import SUPPORTED as KAFKA_SUPPORTED
+from logmq.kafka.versions import kafka_api_name
+from logmq.native.admin_api import AdminApi
+from logmq.native.api_table import (
+    CONCURRENT_APIS,
+    CONTROLLER_APIS,
+    GROUP_APIS,
+    READ_ONLY_APIS,
+    SUPPORTED_APIS,
+    Handler,
+    handler_table,
+)
+from logmq.native.cluster_api import ClusterApi
+from logmq.native.controller_forwarding import ControllerForwarder
+from logmq.native.data_api import DataApi
+from logmq.native.group_api import GroupApi
+from logmq.native.reassignment_api import ReassignmentApi
 from logmq.net.codec import ApiKey, Request
+from logmq.net.pipeline import FrontDoor, RequestPipeline
 from logmq.net.reply import Reply
 from logmq.net.server import ServerOptions, TcpServer
 from logmq.storage.config import LogConfig
@@ -75,8 +86,23 @@ from logmq.storage.log_manager import LogManager
 log = logging.getLogger("logmq.broker")
 
 
-def error_body(code: ErrorCode, message: str) -> dict:
-    return {"error": int(code), "message": message}
+def native_api_name(api_key: int) -> str:
+    try:
+        return ApiKey(api_key).name.lower()
+    except ValueError:
+        return str(api_key)
+
+
+def native_error_reply(api_list: Callable[[], Any]) -> Callable[[Request, ErrorCode, str], Reply]:
+    """The native door's error answer; an unserved ApiVersions also lists what is served."""
+
+    def reply(request: Request, code: ErrorCode, message: str) -> Reply:
+        body: dict[str, Any] = {"error": int(code), "message": message}
+        if request.api_key == ApiKey.API_VERSIONS and code == ErrorCode.UNSUPPORTED_VERSION:
+            body["apis"] = api_list()
+        return Reply(body)
+
+    return reply
 
 
 class Broker:
@@ -132,18 +158,37 @@ class Broker:
             socket_buffer_bytes=config.socket_buffer_bytes,
             zero_copy=config.zero_copy,
         )
+        # Both front doors: one server shell each, with the door's codec, and one request
+        # pipeline (net/pipeline.py) in front of each door's handler table, which
+        # start() fills once the services exist.
+        self._handlers: dict[int, Handler] = {}  # the forwarder shares it
+        self.native_pipeline = RequestPipeline(
+            FrontDoor(
+                "native",
+                self._handlers,
+                SUPPORTED_APIS,
+                native_error_reply(lambda: self.admin.api_list()),
+                api_name=native_api_name,
+                unknown_api=ErrorCode.UNKNOWN_API,
+            ),
+            self.metrics,
+        )
         self.server = TcpServer(
-            self.handle,
+            self.native_pipeline,
             options,
             self.metrics,
             is_concurrent=lambda req: req.api_key in CONCURRENT_APIS,
             is_read_only=lambda req: req.api_key in READ_ONLY_APIS,
+            name="native",
         )
-        # The Kafka front door: same server shell, Kafka's codec, handlers set by start().
+        self.kafka_pipeline = RequestPipeline(
+            FrontDoor("kafka", {}, KAFKA_SUPPORTED, kafka_error_reply, api_name=kafka_api_name),
+            self.metrics,
+        )
         self.kafka_server: TcpServer | None = None
         if config.kafka_port is not None:
             self.kafka_server = TcpServer(
-                self._handle_kafka,
+                self.kafka_pipeline,
                 options,
                 self.metrics,
                 is_concurrent=lambda req: req.api_key in KAFKA_CONCURRENT_APIS,
@@ -151,10 +196,18 @@ class Broker:
                 wire=KafkaWire(),
                 name="kafka",
             )
+        self.metrics.register_listener("native", native_api_name)
+        self.metrics.register_listener("kafka", kafka_api_name)
         self.kafka: KafkaApis | None = None
         self.metrics_server: MetricsServer | None = None
-        self._handlers: dict[int, Handler] = {}  # filled by start(); the forwarder shares it
         self.forwarder = ControllerForwarder(config.node_id, self.quorum, self._handlers)
+        # Steps before the handlers, for every request of the APIs named: the offsets
+        # topic before the first group request (either door), and metadata changes run
+        # on the controller (the native door; the Kafka door's handlers ask the
+        # controller through the forwarder themselves).
+        self.native_pipeline.add_guard(self._ensure_offsets_topic, GROUP_APIS)
+        self.native_pipeline.add_guard(self._forward_to_controller, CONTROLLER_APIS)
+        self.kafka_pipeline.add_guard(self._ensure_offsets_topic, KAFKA_GROUP_APIS)
         self.topics = ImageTopics(lambda: self.quorum.image)
         self.producer_ids = ProducerIdManager(
             self.forwarder.allocate_producer_ids,
@@ -213,11 +266,16 @@ class Broker:
             return None
         return (reg.kafka_host, reg.kafka_port)
 
-    async def _handle_kafka(self, request: Request) -> Reply | None:
-        kafka = self.kafka
-        if kafka is None:  # pragma: no cover - the listener opens after the services
-            raise LogMQError("the broker is starting", ErrorCode.COORDINATOR_NOT_AVAILABLE)
-        return await kafka.handle(request)
+    async def _ensure_offsets_topic(self, request: Request) -> None:
+        """__consumer_offsets is made by the first group request that needs it."""
+        if not self.groups.partition_count:
+            await self.groups.create_offsets_topic()
+
+    async def _forward_to_controller(self, request: Request) -> Reply | None:
+        """Metadata changes run on the controller: another broker forwards them."""
+        if self.quorum.is_controller:
+            return None
+        return await self.forwarder.controller_request(request)
 
     async def start(self) -> None:
         self.data_dir.mkdir(parents=True, exist_ok=True)
@@ -351,6 +409,7 @@ class Broker:
             ),
             max_fetch_wait_ms=cfg.max_fetch_wait_ms,
         )
+        self.kafka_pipeline.door.handlers.update(self.kafka.table())
         self.metrics.register_fetch_sessions("native", self.data.sessions)
         self.metrics.register_fetch_sessions("kafka", self.kafka.sessions)
         self._handlers.update(
@@ -411,33 +470,6 @@ class Broker:
         ]
 
     # -- dispatch ---------------------------------------------------------------------
-    async def handle(self, request: Request) -> Reply | None:
-        key = request.api_key
-        handler = self._handlers.get(key)
-        if handler is None:
-            self.metrics.error(key, ErrorCode.UNKNOWN_API)
-            return Reply(error_body(ErrorCode.UNKNOWN_API, f"unknown api key {key}"))
-        lo, hi = SUPPORTED_APIS[key]
-        if not lo <= request.api_version <= hi:
-            body = error_body(
-                ErrorCode.UNSUPPORTED_VERSION,
-                f"{ApiKey(key).name} version {request.api_version} not in [{lo}, {hi}]",
-            )
-            if key == ApiKey.API_VERSIONS:
-                body["apis"] = self.admin.api_list()
-            return Reply(body)
-        try:
-            if key in GROUP_APIS and not self.groups.partition_count:
-                await self.groups.create_offsets_topic()  # first use: create it
-            if key in CONTROLLER_APIS and not self.quorum.is_controller:
-                return await self.forwarder.controller_request(request)
-            return await handler(request)
-        except LogMQError as e:
-            self.metrics.error(key, e.code)
-            return Reply(error_body(e.code, str(e)))
-        except Exception as e:
-            log.exception("%s request from %r failed", ApiKey(key).name, request.client_id)
-            return Reply(error_body(ErrorCode.UNKNOWN_SERVER_ERROR, f"{type(e).__name__}: {e}"))
 
 
 def open_segment_budget(wanted: int = 20_000) -> int:
