@@ -20,6 +20,7 @@ from logmq.errors import ErrorCode, InvalidFrameError
 from logmq.kafka.codec import KafkaWire, encode_error_response
 from logmq.kafka.fetch_response import FetchedPartition, encode_fetch_response
 from logmq.kafka.versions import SUPPORTED, api_versions_response
+from logmq.net.codec import Request
 from logmq.net.connection import ProtocolError
 from logmq.net.reply import Reply
 
@@ -184,3 +185,18 @@ def test_produce_request_records_arrive_as_sent():
     )
     req = wire.decode_request(request_frame(0, 9, body))
     assert req.body.topic_data[0].partition_data[0].records == b"xyz"
+
+
+def test_the_pipelines_error_answer_encodes_for_every_served_version():
+    """A refused or failed request is answered in its own response type at its version,
+    with the message where that type has a top-level one (ConsumerGroupHeartbeat)."""
+    from logmq.kafka.apis import kafka_error_reply
+    from logmq.kafka.codec import encode_entity
+    from tests.kafka.kafka_frames import served
+
+    for api_key, version, _cls in served():
+        req = Request(api_key, version, 1, "c", None, memoryview(b""))
+        reply = kafka_error_reply(req, ErrorCode.INVALID_REQUEST, "a reason")
+        assert encode_entity(reply.body)
+        if hasattr(reply.body, "error_message"):
+            assert reply.body.error_message == "a reason", (api_key, version)

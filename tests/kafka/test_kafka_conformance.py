@@ -63,6 +63,18 @@ def metadata(broker: BrokerProcess, version: int, names, *, auto_create: bool = 
 
 
 # -- Metadata ----------------------------------------------------------------------------
+def test_a_topic_named_twice_is_answered_once(kbroker):
+    create(kbroker, "md-twice", 1)
+    m = module_of(3, 12)
+    topics = tuple(
+        build(m.MetadataRequestTopic, name=n, topic_id=None)
+        for n in ("md-twice", "md-missing-twice", "md-twice", "md-missing-twice")
+    )
+    answer, _ = call(kbroker, 3, 12, topics=topics, allow_auto_topic_creation=False,
+                     include_topic_authorized_operations=False)  # fmt: skip
+    assert sorted(t.name for t in answer.topics) == ["md-missing-twice", "md-twice"]
+
+
 def test_metadata_answers_good_missing_and_invalid_topics_at_every_version(kbroker):
     create(kbroker, "md-good", 2)
     lo, hi = SUPPORTED[3]

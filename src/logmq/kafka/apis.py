@@ -13,10 +13,11 @@ regions, sent with sendfile (fetch_response.py).
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import logging
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode as KioErrorCode
@@ -74,16 +75,14 @@ CONSUMER = -1  # the replica id of a consumer's fetch session (followers use the
 
 
 def kafka_error_reply(req: Request, code: ErrorCode, message: str) -> Reply:
-    """The request's own response type with every field empty and ``code`` in every
-    error field (the pipeline's answer to a refused or failed request)."""
-    return Reply(error_entity(response_class(req.api_key, req.api_version), code))
-
-
-def _topic_uuid(topic_id: str) -> uuid.UUID | None:
-    try:
-        return uuid.UUID(topic_id)
-    except (ValueError, TypeError, AttributeError):
-        return None
+    """The request's own response type with every field empty, ``code`` in every error
+    field and ``message`` where it has one (the pipeline's answer to a refused or failed
+    request)."""
+    cls = response_class(req.api_key, req.api_version)
+    entity = error_entity(cls, code)
+    if "error_message" in cls.__dataclass_fields__:
+        entity = dataclasses.replace(entity, error_message=message)
+    return Reply(entity)
 
 
 def _fetched(topics: list[dict], regions: list) -> list[tuple[str, list[FetchedPartition]]]:
@@ -109,7 +108,7 @@ def _fetched(topics: list[dict], regions: list) -> list[tuple[str, list[FetchedP
 
 def _by_topic_id(
     answer: list[tuple[str, list[FetchedPartition]]],
-    ids: dict[str, uuid.UUID | None],
+    ids: Mapping[str, uuid.UUID],
     unknown: list[tuple[uuid.UUID, list[int]]],
 ) -> list[tuple[uuid.UUID, list[FetchedPartition]]]:
     """A Fetch v13+ answer: topics by id, then the ids nobody has (UNKNOWN_TOPIC_ID)."""
@@ -225,7 +224,7 @@ class KafkaApis:
             # assignments so); an id nobody has is UNKNOWN_TOPIC_ID, never auto-created.
             by_id = {}
             if req.api_version >= 10:
-                by_id = {_topic_uuid(t.topic_id): n for n, t in image.topics.items()}
+                by_id = image.topics_by_uuid
             names = []
             for t in wanted:
                 if t.name is not None:
@@ -234,6 +233,9 @@ class KafkaApis:
                     names.append(name)
                 else:
                     unknown_ids.append(t.topic_id)
+            # a topic named twice (or by name and id) is answered once, as Kafka does
+            names = list(dict.fromkeys(names))
+            unknown_ids = list(dict.fromkeys(unknown_ids))
             allow = getattr(body, "allow_auto_topic_creation", True)
             for t in wanted:
                 name = t.name
@@ -321,7 +323,7 @@ class KafkaApis:
             m.MetadataResponseTopic,
             error_code=KioErrorCode.none,
             name=name,
-            topic_id=_topic_uuid(topic.topic_id) or ZERO_UUID,
+            topic_id=image.topic_uuids.get(name, ZERO_UUID),
             is_internal=is_internal(name),
             partitions=tuple(parts),
             topic_authorized_operations=UNKNOWN_OPERATIONS,
@@ -466,7 +468,8 @@ class KafkaApis:
         body = req.body
         version = req.api_version
         # v13+ names topics by id (KIP-516); ids no topic has are answered UNKNOWN_TOPIC_ID
-        ids = self._names_by_id() if version >= 13 else None
+        image = self.image()
+        ids = image.topics_by_uuid if version >= 13 else None
 
         def name_of(t: Any) -> str | None:
             return t.topic if ids is None else ids.get(t.topic_id)
@@ -537,12 +540,9 @@ class KafkaApis:
             )
         answer: list = _fetched(topics, regions)
         if ids is not None:
-            answer = _by_topic_id(answer, {n: i for i, n in ids.items()}, unknown)
+            answer = _by_topic_id(answer, image.topic_uuids, unknown)
         head, rest = encode_fetch_response(version, answer, session_id=session_id)
         return Reply(head, rest)
-
-    def _names_by_id(self) -> dict[uuid.UUID | None, str]:
-        return {_topic_uuid(t.topic_id): n for n, t in self.image().topics.items()}
 
     # -- ListOffsets -------------------------------------------------------------------
     async def list_offsets(self, req: Request) -> Reply:

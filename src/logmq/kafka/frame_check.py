@@ -266,6 +266,15 @@ class _Source:
             f"{ind}    p += 1",
         ]
 
+    def compact(self, ind: str, var: str, then: list[str], nullable: bool, what: str) -> None:
+        """A compact length or count (a varint of the value + 1, 0 for null) into
+        ``var``; the lines ``then`` run when it is not null."""
+        self.uvarint(ind, var)
+        self.lines.append(f"{ind}if {var}:")
+        self.lines += [f"{ind}    {line}" for line in then]
+        if not nullable:
+            self.lines += [f"{ind}else:", f"{ind}    raise _null({what!r})"]
+
 
 def _emit_entity(src: _Source, cls: type, ind: str) -> None:
     """Inline checks of one ``cls`` entity starting at ``p``."""
@@ -296,14 +305,12 @@ def _emit_count(
     if not flexible:
         src.lines.append(f"{ind}{var}, p = _larr(b, p, e, {nullable}, {what!r}, {least})")
         return
-    src.uvarint(ind, var)
-    src.lines.append(f"{ind}if {var}:")
-    src.lines.append(f"{ind}    {var} -= 1")
-    src.lines.append(f"{ind}    if {var} * {least} > e - p:")
-    src.lines.append(f"{ind}        raise _too_many({what!r}, {var}, e - p)")
-    if not nullable:
-        src.lines.append(f"{ind}else:")
-        src.lines.append(f"{ind}    raise _null({what!r})")
+    then = [
+        f"{var} -= 1",
+        f"if {var} * {least} > e - p:",
+        f"    raise _too_many({what!r}, {var}, e - p)",
+    ]
+    src.compact(ind, var, then, nullable, what)
 
 
 def _emit_field(src: _Source, cls: type, f: dataclasses.Field, flexible: bool, ind: str) -> None:
@@ -353,14 +360,8 @@ def _emit_field(src: _Source, cls: type, f: dataclasses.Field, flexible: bool, i
     if not flexible or _legacy_string_field(cls, f):
         src.lines.append(f"{ind}{_variable_call(kafka_type, False, nullable, what)}")
         return
-    src.uvarint(ind, "c")
-    src.lines.append(f"{ind}if c:")
-    src.lines.append(f"{ind}    p += c - 1")
-    src.lines.append(f"{ind}    if p > e:")
-    src.lines.append(f"{ind}        raise _short({what!r}, p - e, 0)")
-    if not nullable:
-        src.lines.append(f"{ind}else:")
-        src.lines.append(f"{ind}    raise _null({what!r})")
+    then = ["p += c - 1", "if p > e:", f"    raise _short({what!r}, p - e, 0)"]
+    src.compact(ind, "c", then, nullable, what)
 
 
 def _variable_call(kafka_type: str, compact: bool, nullable: bool, what: str) -> str:
