@@ -35,6 +35,7 @@ from logmq.broker.local_logs import LocalLogs, RemovedLogs
 from logmq.broker.metadata_publisher import MetadataPublisher
 from logmq.broker.metadata_store import ImageTopics
 from logmq.broker.metrics import BrokerMetrics, MetricsServer
+from logmq.broker.partition_views import PartitionViews
 from logmq.broker.produce_path import ProducePath
 from logmq.broker.producer_ids import ProducerIdManager
 from logmq.broker.replica_manager import ReplicaManager, ReplicationConfig
@@ -381,7 +382,8 @@ class Broker:
             cfg, self.quorum, self.topics, self.topic_creator, self.producer_ids, self.metrics
         )
         self.group_api = GroupApi(self.groups, self.metrics)
-        self.reassignment_api = ReassignmentApi(cfg.node_id, self.quorum, logs, self.metrics)
+        views = PartitionViews(cfg.node_id, lambda: self.quorum.image, logs)
+        self.reassignment_api = ReassignmentApi(self.quorum, views, self.metrics)
         self.kafka = KafkaApis(
             node_id=cfg.node_id,
             image=lambda: self.quorum.image,
@@ -403,7 +405,7 @@ class Broker:
             ),
             partitions=KafkaPartitionAdminApis(
                 self.replicas,
-                self.reassignment_api,
+                views,
                 self.forwarder.run_on_controller,
                 lambda: self.quorum.image,
             ),

@@ -48,9 +48,7 @@ class Reassignments:
 class PartitionViews:
     """What this broker holds and what its metadata image says is moving."""
 
-    def __init__(
-        self, node_id: int, image: Callable[[], MetadataImage], logs: LogManager
-    ) -> None:
+    def __init__(self, node_id: int, image: Callable[[], MetadataImage], logs: LogManager) -> None:
         self.node_id = node_id
         self.image = image
         self.logs = logs

@@ -1,11 +1,10 @@
 """Kafka's partition admin APIs: DeleteRecords, DescribeLogDirs, ElectLeaders,
 AlterPartitionReassignments, ListPartitionReassignments.
 
-Translations onto what the native protocol already runs: the replica manager's
-``delete_records`` (leader, ISR low watermark), the native reassignment handlers
-(native/reassignment_api.py) for what this broker answers itself, and the controller
-(``run_on_controller``) for elections and moves, so both front doors share one set of
-rules and errors.
+Calls on the services both doors share: the replica manager's ``delete_records``
+(leader, ISR low watermark), the partition views (broker/partition_views.py) for what
+this broker answers itself, and the controller (``run_on_controller``) for elections and
+moves, so both front doors share one set of rules and errors.
 """
 
 from __future__ import annotations
@@ -21,9 +20,9 @@ from logmq.net.codec import ApiKey, Request
 from logmq.net.reply import Reply
 
 if TYPE_CHECKING:
+    from logmq.broker.partition_views import PartitionViews
     from logmq.broker.replica_manager import ReplicaManager
     from logmq.cluster.metadata_image import MetadataImage
-    from logmq.native.reassignment_api import ReassignmentApi
 
 RunOnController = Callable[[int, dict[str, Any]], Awaitable[dict[str, Any]]]
 TopicPartition = tuple[str, int]
@@ -34,10 +33,6 @@ def _code(value: Any) -> ErrorCode:
         return ErrorCode(int(value or 0))
     except ValueError:
         return ErrorCode.UNKNOWN_SERVER_ERROR
-
-
-def _native_request(api_key: int, body: dict[str, Any]) -> Request:
-    return Request(api_key, 0, 0, "kafka", body, memoryview(b""))
 
 
 def _per_topic(
@@ -56,12 +51,12 @@ class KafkaPartitionAdminApis:
     def __init__(
         self,
         replicas: ReplicaManager,
-        reassignments: ReassignmentApi,
+        views: PartitionViews,
         run_on_controller: RunOnController,
         image: Callable[[], MetadataImage],
     ) -> None:
         self.replicas = replicas
-        self.reassignments = reassignments
+        self.views = views
         self.run_on_controller = run_on_controller
         self.image = image
 
@@ -89,18 +84,15 @@ class KafkaPartitionAdminApis:
         m = response_module(body)
         wanted = None
         if body.topics is not None:
-            wanted = [{"topic": t.topic, "partition": p} for t in body.topics for p in t.partitions]
-        reply = await self.reassignments.describe_log_dirs(
-            _native_request(ApiKey.DESCRIBE_LOG_DIRS, {"partitions": wanted})
-        )
-        native = reply.body
+            wanted = [(t.topic, p) for t in body.topics for p in t.partitions]
+        report = self.views.log_dirs(wanted)
         by_topic: dict[str, list[Any]] = {}
-        for p in native["partitions"]:
-            lag = max(p["high_watermark"] - p["log_end_offset"], 0)  # Kafka: HW - LEO, >= 0
-            by_topic.setdefault(p["topic"], []).append(
+        for c in report.copies:
+            lag = max(c.high_watermark - c.log_end_offset, 0)  # Kafka: HW - LEO, >= 0
+            by_topic.setdefault(c.topic, []).append(
                 m.DescribeLogDirsPartition(
-                    partition_index=p["partition"],
-                    partition_size=p["size"],
+                    partition_index=c.partition,
+                    partition_size=c.size,
                     offset_lag=lag,
                     is_future_key=False,
                 )
@@ -108,13 +100,13 @@ class KafkaPartitionAdminApis:
         result = build(
             m.DescribeLogDirsResult,
             error_code=KioErrorCode.none,
-            log_dir=native["log_dir"],
+            log_dir=report.log_dir,
             topics=tuple(
                 m.DescribeLogDirsTopic(name=name, partitions=tuple(parts))
                 for name, parts in sorted(by_topic.items())
             ),
-            total_bytes=native["total_bytes"],
-            usable_bytes=native["usable_bytes"],
+            total_bytes=report.total_bytes,
+            usable_bytes=report.usable_bytes,
         )
         return Reply(
             build(
@@ -236,20 +228,15 @@ class KafkaPartitionAdminApis:
         m = response_module(body)
         wanted = None
         if body.topics is not None:
-            wanted = [
-                {"topic": t.name, "partition": p} for t in body.topics for p in t.partition_indexes
-            ]
-        reply = await self.reassignments.list_partition_reassignments(
-            _native_request(ApiKey.LIST_PARTITION_REASSIGNMENTS, {"partitions": wanted})
-        )
+            wanted = [(t.name, p) for t in body.topics for p in t.partition_indexes]
         by_topic: dict[str, list[Any]] = {}
-        for p in reply.body["partitions"]:
-            by_topic.setdefault(p["topic"], []).append(
+        for p in self.views.reassignments(wanted).moving:
+            by_topic.setdefault(p.topic, []).append(
                 m.OngoingPartitionReassignment(
-                    partition_index=p["partition"],
-                    replicas=tuple(p["replicas"]),
-                    adding_replicas=tuple(p["adding_replicas"]),
-                    removing_replicas=tuple(p["removing_replicas"]),
+                    partition_index=p.partition,
+                    replicas=tuple(p.replicas),
+                    adding_replicas=tuple(p.adding_replicas),
+                    removing_replicas=tuple(p.removing_replicas),
                 )
             )
         return Reply(

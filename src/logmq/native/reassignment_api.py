@@ -31,8 +31,7 @@ from logmq.net.reply import Reply
 if TYPE_CHECKING:
     from logmq.broker.controller_service import MetadataQuorum
     from logmq.broker.metrics import BrokerMetrics
-    from logmq.storage.log_manager import LogManager
-    from logmq.storage.partition_log import PartitionLog
+    from logmq.broker.partition_views import LocalCopy, PartitionViews
 
 TopicPartition = tuple[str, int]
 PREFERRED, UNCLEAN = 0, 1  # ElectLeaders election types, as in Kafka
@@ -81,14 +80,14 @@ def _reassignment_entry(part: PartitionRegistration) -> dict[str, Any]:
     }
 
 
-def _log_dir_entry(plog: PartitionLog) -> dict[str, Any]:
+def _log_dir_entry(c: LocalCopy) -> dict[str, Any]:
     return {
-        "topic": plog.topic,
-        "partition": plog.partition,
-        "size": plog.size_bytes(),
-        "log_start_offset": plog.log_start_offset,
-        "log_end_offset": plog.log_end_offset,
-        "high_watermark": plog.high_watermark,
+        "topic": c.topic,
+        "partition": c.partition,
+        "size": c.size,
+        "log_start_offset": c.log_start_offset,
+        "log_end_offset": c.log_end_offset,
+        "high_watermark": c.high_watermark,
     }
 
 
@@ -96,11 +95,10 @@ class ReassignmentApi:
     """Reassignment, leader election and log-dir APIs."""
 
     def __init__(
-        self, node_id: int, quorum: MetadataQuorum, logs: LogManager, metrics: BrokerMetrics
+        self, quorum: MetadataQuorum, views: PartitionViews, metrics: BrokerMetrics
     ) -> None:
-        self.node_id = node_id
         self.quorum = quorum
-        self.logs = logs
+        self.views = views
         self.metrics = metrics
 
     def _done(self, req: Request, body: dict[str, Any]) -> Reply:
@@ -157,41 +155,25 @@ class ReassignmentApi:
 
     # -- ListPartitionReassignments -------------------------------------------------------
     async def list_partition_reassignments(self, req: Request) -> Reply:
-        keys = _partition_keys(req.body)
-        image = self.quorum.image
-        if keys is None:
-            moving = sorted(image.reassignments(), key=lambda p: p.key)
-        else:
-            parts = (image.partition(*key) for key in dict.fromkeys(keys))
-            moving = [p for p in parts if p is not None and p.reassigning]
+        found = self.views.reassignments(_partition_keys(req.body))
         return Reply(
             {
                 "error": 0,
-                "throttle_bytes_per_sec": image.reassignment_throttle,
-                "partitions": [_reassignment_entry(p) for p in moving],
+                "throttle_bytes_per_sec": found.throttle_bytes_per_sec,
+                "partitions": [_reassignment_entry(p) for p in found.moving],
             }
         )
 
     # -- DescribeLogDirs (this broker's own logs) -------------------------------------------
     async def describe_log_dirs(self, req: Request) -> Reply:
-        keys = _partition_keys(req.body)
-        logs, image = self.logs, self.quorum.image
-        if keys is None:
-            found = sorted(logs.logs(), key=lambda plog: (plog.topic, plog.partition))
-        else:
-            found = [
-                plog
-                for plog in (logs.get_log(*key) for key in dict.fromkeys(keys))
-                if plog is not None and image.partition(plog.topic, plog.partition) is not None
-            ]
-        disk = logs.disk
+        report = self.views.log_dirs(_partition_keys(req.body))
         return Reply(
             {
-                "broker_id": self.node_id,
-                "log_dir": str(logs.data_dir.resolve()),
-                "total_bytes": disk.total_bytes,
-                "usable_bytes": disk.free_bytes,
-                "partitions": [_log_dir_entry(p) for p in found],
+                "broker_id": report.broker_id,
+                "log_dir": report.log_dir,
+                "total_bytes": report.total_bytes,
+                "usable_bytes": report.usable_bytes,
+                "partitions": [_log_dir_entry(c) for c in report.copies],
             }
         )
 
