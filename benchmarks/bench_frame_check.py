@@ -19,7 +19,7 @@ from logmq.kafka.frame_check import check_request
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-from tests.kafka.kafka_frames import encode_frame  # noqa: E402
+from tests.kafka.kafka_frames import encode_frame, produce_v9  # noqa: E402
 
 
 def _fetch(version: int, partitions: int):
@@ -53,20 +53,6 @@ def _fetch(version: int, partitions: int):
     )
 
 
-def _produce(records: bytes):
-    cls = load_request_schema(0, 9)
-    mod = __import__(cls.__module__, fromlist=["x"])
-    part = mod.PartitionProduceData(index=0, records=records)
-    return cls(
-        transactional_id=None,
-        acks=1,
-        timeout=mod.ProduceRequest.__dataclass_fields__["timeout"].type.parse(
-            __import__("datetime").timedelta(seconds=30)
-        ),
-        topic_data=(mod.TopicProduceData(name="t", partition_data=(part,)),),
-    )
-
-
 def _metadata():
     cls = load_request_schema(3, 12)
     mod = __import__(cls.__module__, fromlist=["x"])
@@ -88,7 +74,7 @@ def _best(fn, n: int) -> float:
 
 def main() -> None:
     cases = [
-        ("Produce v9, 1 partition, 16 KB batch", 0, 9, _produce(b"\x00" * 16384)),
+        ("Produce v9, 1 partition, 16 KB batch", 0, 9, produce_v9("t", b"\x00" * 16384, acks=1)),
         ("Fetch v12, 1 partition", 1, 12, _fetch(12, 1)),
         ("Fetch v12, 100 partitions", 1, 12, _fetch(12, 100)),
         ("Fetch v12, 10,000 partitions", 1, 12, _fetch(12, 10_000)),

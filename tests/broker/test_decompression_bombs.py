@@ -9,15 +9,14 @@ answers for it. Afterwards the broker serves a normal round trip and logged no t
 
 from __future__ import annotations
 
-import datetime
-
 import pytest
-from kio.index import load_request_schema, load_response_schema
+from kio.index import load_response_schema
 from kio.serial import entity_reader
 
 from logmq.errors import ErrorCode
 from logmq.storage import batch as b
 from tests.harness import BrokerProcess
+from tests.kafka.kafka_frames import produce_v9
 from tests.kafka.test_kafka_clients import create, native_read
 from tests.kafka.test_kafka_listener import connect, read_frame, request
 from tests.net.raw_client import RawClient
@@ -72,18 +71,7 @@ def topic_configs(kind: str, codec: int) -> dict[str, str]:
 
 def kafka_produce(broker: BrokerProcess, topic: str, records: bytes) -> int:
     """The partition error of a raw Produce v9 on the Kafka listener."""
-    cls = load_request_schema(0, 9)
-    m = __import__(cls.__module__, fromlist=["x"])
-    body = cls(
-        transactional_id=None,
-        acks=-1,
-        timeout=datetime.timedelta(seconds=10),
-        topic_data=(
-            m.TopicProduceData(
-                name=topic, partition_data=(m.PartitionProduceData(index=0, records=records),)
-            ),
-        ),
-    )
+    body = produce_v9(topic, records)
     with connect(broker) as s:
         s.settimeout(30)
         s.sendall(request(0, 9, body, 77))

@@ -7,6 +7,7 @@ Shared by the in-process decoder fuzz (test_frame_check.py), its subprocess driv
 
 from __future__ import annotations
 
+import datetime
 import io
 import random
 import struct
@@ -65,6 +66,19 @@ def encode_frame(api_key: int, version: int, body, corr: int = 7, client: str = 
     entity_writer(type(header))(out, header)
     entity_writer(cls)(out, body)
     return out.getvalue()
+
+
+def produce_v9(topic: str, records: bytes, acks: int = -1, timeout_s: float = 10.0):
+    """A Produce v9 request of ``records`` to partition 0 of ``topic``."""
+    cls = request_class(0, 9)
+    m = __import__(cls.__module__, fromlist=["x"])
+    part = m.PartitionProduceData(index=0, records=records)
+    return cls(
+        transactional_id=None,
+        acks=acks,
+        timeout=datetime.timedelta(seconds=timeout_s),
+        topic_data=(m.TopicProduceData(name=topic, partition_data=(part,)),),
+    )
 
 
 def mutate(frame: bytes, rnd: random.Random, keep_header: int = 8) -> bytes:

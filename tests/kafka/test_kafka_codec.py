@@ -6,7 +6,6 @@ the hand-encoded Fetch response is checked against Kafka's layout for every vers
 
 from __future__ import annotations
 
-import datetime
 import io
 import struct
 
@@ -23,6 +22,7 @@ from logmq.kafka.versions import SUPPORTED, api_versions_response
 from logmq.net.codec import Request
 from logmq.net.connection import ProtocolError
 from logmq.net.reply import Reply
+from tests.kafka.kafka_frames import produce_v9
 
 wire = KafkaWire()
 
@@ -171,18 +171,7 @@ def test_fetch_response_matches_kafka_layout_in_every_version(version):
 
 
 def test_produce_request_records_arrive_as_sent():
-    cls = load_request_schema(0, 9)
-    m = __import__(cls.__module__, fromlist=["x"])
-    body = cls(
-        transactional_id=None,
-        acks=-1,
-        timeout=datetime.timedelta(seconds=5),
-        topic_data=(
-            m.TopicProduceData(
-                name="t", partition_data=(m.PartitionProduceData(index=0, records=b"xyz"),)
-            ),
-        ),
-    )
+    body = produce_v9("t", b"xyz", timeout_s=5)
     req = wire.decode_request(request_frame(0, 9, body))
     assert req.body.topic_data[0].partition_data[0].records == b"xyz"
 

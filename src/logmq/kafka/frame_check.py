@@ -380,7 +380,8 @@ def _fixed_size(cls: type) -> int | None:
     for f in dataclasses.fields(cls):
         if not f.init:
             continue
-        if classify_field(f).is_array or isinstance(classify_field(f), EntityField):
+        kind = classify_field(f)
+        if kind.is_array or isinstance(kind, EntityField):
             return None
         kafka_type = _kafka_type(f)
         if kafka_type not in FIXED_SIZE:

@@ -60,10 +60,6 @@ class GuardStep:
     api_keys: frozenset[int] | None = None  # None: every request of the door
 
 
-class ErrorMetrics(Protocol):
-    def error(self, api_key: int, code: int, listener: str = ...) -> None: ...
-
-
 @dataclass(slots=True)
 class FrontDoor:
     """What a door gives the pipeline: handlers, served versions, its error answer."""
