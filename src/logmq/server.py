@@ -39,6 +39,7 @@ from logmq.broker.partition_views import PartitionViews
 from logmq.broker.produce_path import ProducePath
 from logmq.broker.producer_ids import ProducerIdManager
 from logmq.broker.replica_manager import ReplicaManager, ReplicationConfig
+from logmq.broker.topic_admin import TopicAdmin
 from logmq.broker.topic_creation import TopicCreator
 from logmq.cluster.controller_api import ControllerConfig
 from logmq.cluster.meta_properties import check_node_id
@@ -395,7 +396,9 @@ class Broker:
             auto_create=self.topic_creator.auto_create,
             offsets=KafkaOffsetApis(self.groups, self._kafka_endpoint),
             topics=KafkaTopicApis(
-                self.forwarder.run_on_controller, lambda: self.quorum.image, cfg.topic_defaults
+                TopicAdmin(self.forwarder.run_on_controller),
+                lambda: self.quorum.image,
+                cfg.topic_defaults,
             ),
             groups=KafkaGroupApis(self.groups),
             membership=KafkaGroupMembershipApis(self.groups),

@@ -14,27 +14,22 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from logmq.broker.fetch_results import PartitionRead, TopicRead
 from logmq.broker.fetch_sessions import FetchSessionCache, FetchSessionError
 from logmq.broker.fetch_waiter import FetchWaiters
 from logmq.errors import ErrorCode
 
 
-def answer(topic: str, *parts: tuple[int, int, int, int, int]) -> list[dict]:
-    """The replica manager's shape: (partition, error, hw, log start, size)."""
+def answer(topic: str, *parts: tuple[int, int, int, int, int]) -> list[TopicRead]:
+    """The replica manager's shape from (partition, error, hw, log start, size)."""
     return [
-        {
-            "topic": topic,
-            "partitions": [
-                {
-                    "partition": p,
-                    "error": e,
-                    "high_watermark": hw,
-                    "log_start_offset": ls,
-                    "size": size,
-                }
+        (
+            topic,
+            [
+                PartitionRead(p, ErrorCode(e), hw, ls, b"R" * size if size else None)
                 for p, e, hw, ls, size in parts
             ],
-        }
+        )
     ]
 
 
@@ -82,13 +77,13 @@ def test_only_ready_partitions_are_read_and_only_news_is_sent():
     assert [p[0] for p in s.to_read()[0][1]] == [0, 1, 2, 3]
     # The full answer carries everything; all four are caught up: none stays ready.
     full = s.answered(answer("t", *[(p, 0, 0, 0, 0) for p in range(4)]), True, never)
-    assert len(full[0]["partitions"]) == 4
+    assert len(full[0][1]) == 4
     assert s.to_read() == [] and not s.ready
     # An append to 2 makes it ready (through the waiters); only it is read.
     waiters.notify(("t", 2))
     assert s.to_read() == [("t", [(2, 0, 1000, 0)])]
     sent = s.answered(answer("t", (2, 0, 5, 0, 70)), False, lambda tp, sp: True)
-    assert [p["partition"] for p in sent[0]["partitions"]] == [2]
+    assert [p.partition for p in sent[0][1]] == [2]
     assert ("t", 2) in s.ready  # data left at its session position until it moves on
     cache.update(s, [("t", [(2, 5, 1000, 0, -1)])], [])
     # caught up, same HW as sent: an incremental answer leaves it out
@@ -96,12 +91,7 @@ def test_only_ready_partitions_are_read_and_only_news_is_sent():
     assert not s.ready
     # An HW or log start change alone is news; an error is news and stays ready.
     waiters.notify(("t", 1))
-    assert (
-        s.answered(answer("t", (1, 0, 0, 3, 0)), False, never)[0]["partitions"][0][
-            "log_start_offset"
-        ]
-        == 3
-    )
+    assert s.answered(answer("t", (1, 0, 0, 3, 0)), False, never)[0][1][0].log_start_offset == 3
     waiters.notify(("t", 0))
     assert s.answered(answer("t", (0, 6, -1, -1, 0)), False, never)
     assert ("t", 0) in s.ready
@@ -197,6 +187,6 @@ def test_reads_follow_the_data_model(steps):
         sent = s.answered(topics, first, more)
         first = False
         named_first = set()
-        for t in sent:
-            for p in t["partitions"]:
-                pos[p["partition"]] += p["size"]
+        for _, parts in sent:
+            for p in parts:
+                pos[p.partition] += p.size

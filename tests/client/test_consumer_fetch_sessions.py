@@ -158,12 +158,12 @@ async def test_a_spent_budget_ends_an_incremental_read_and_every_partition_gets_
     visited: list[tuple[bool, int, int, int]] = []
 
     def counting(wanted, max_bytes, *, partial=False):
-        topics, tail, total, any_error = original(wanted, max_bytes, partial=partial)
+        topics, total, any_error = original(wanted, max_bytes, partial=partial)
         offsets = {(name, p[0]): p[1] for name, parts in wanted for p in parts}
-        answered = [(t["topic"], p) for t in topics for p in t["partitions"]]
-        behind = sum(offsets[(name, p["partition"])] < p["high_watermark"] for name, p in answered)
+        answered = [(name, p) for name, parts in topics for p in parts]
+        behind = sum(offsets[(name, p.partition)] < p.high_watermark for name, p in answered)
         visited.append((partial, len(answered), behind, total))
-        return topics, tail, total, any_error
+        return topics, total, any_error
 
     replicas._read_for_consumer = counting
     got: list[tuple[int, int]] = []

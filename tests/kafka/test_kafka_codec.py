@@ -15,9 +15,10 @@ from hypothesis import strategies as st
 from kio.index import load_request_schema, load_response_schema
 from kio.serial import entity_reader, entity_writer
 
+from logmq.broker.fetch_results import PartitionRead
 from logmq.errors import ErrorCode, InvalidFrameError
 from logmq.kafka.codec import KafkaWire, encode_error_response
-from logmq.kafka.fetch_response import FetchedPartition, encode_fetch_response
+from logmq.kafka.fetch_response import encode_fetch_response
 from logmq.kafka.versions import SUPPORTED, api_versions_response
 from logmq.net.codec import Request
 from logmq.net.connection import ProtocolError
@@ -137,12 +138,12 @@ def test_fetch_response_matches_kafka_layout_in_every_version(version):
         (
             "orders",
             [
-                FetchedPartition(0, 0, 10, 2, _Region(b"A" * 70)),
-                FetchedPartition(1, 0, 5, 0, None),
-                FetchedPartition(2, 6, -1, -1, None),
+                PartitionRead(0, 0, 10, 2, _Region(b"A" * 70)),
+                PartitionRead(1, 0, 5, 0, None),
+                PartitionRead(2, 6, -1, -1, None),
             ],
         ),
-        ("clicks", [FetchedPartition(3, 0, 9, 0, b"B" * 30)]),
+        ("clicks", [PartitionRead(3, 0, 9, 0, b"B" * 30)]),
     ]
     head, rest = encode_fetch_response(version, topics)
     body = head + b"".join(p.read() if hasattr(p, "read") else bytes(p) for p in rest)

@@ -271,14 +271,15 @@ def test_fetch_by_topic_id_reads_what_the_newest_produce_wrote(vbroker):
 
 @pytest.mark.parametrize("version", range(13, 18))
 def test_fetch_responses_by_topic_id_match_kafkas_layout(version):
-    from logmq.kafka.fetch_response import FetchedPartition, encode_fetch_response
+    from logmq.broker.fetch_results import PartitionRead
+    from logmq.kafka.fetch_response import encode_fetch_response
 
     known, unknown = uuid.uuid4(), uuid.uuid4()
     head, rest = encode_fetch_response(
         version,
         [
-            (known, [FetchedPartition(0, 0, 7, 1, b"R" * 40), FetchedPartition(1, 0, 3, 0, None)]),
-            (unknown, [FetchedPartition(0, UNKNOWN_TOPIC_ID, -1, -1, None)]),
+            (known, [PartitionRead(0, 0, 7, 1, b"R" * 40), PartitionRead(1, 0, 3, 0, None)]),
+            (unknown, [PartitionRead(0, UNKNOWN_TOPIC_ID, -1, -1, None)]),
         ],
         session_id=5,
     )

@@ -34,6 +34,7 @@ from logmq.errors import ErrorCode, LogMQError
 from logmq.gcpause import gc_paused
 
 if TYPE_CHECKING:
+    from logmq.broker.fetch_results import TopicRead
     from logmq.broker.fetch_waiter import FetchWaiters
 
 TopicPartition = tuple[str, int]
@@ -130,37 +131,35 @@ class FetchSession:
                 lst.append(entry)
         return list(by_topic.items())
 
-    def has_news(self, topics: list[dict]) -> bool:
+    def has_news(self, topics: list[TopicRead]) -> bool:
         """Does a read hold an error, or an HW or log start the fetcher has not heard?"""
         parts = self.partitions
-        for t in topics:
-            topic = t["topic"]
-            for p in t["partitions"]:
-                sp = parts.get((topic, p["partition"]))
+        for topic, reads in topics:
+            for p in reads:
+                sp = parts.get((topic, p.partition))
                 if sp is None:
                     continue
                 if (
-                    p["error"]
-                    or p["high_watermark"] != sp.high_watermark
-                    or p["log_start_offset"] != sp.sent_log_start
+                    p.error
+                    or p.high_watermark != sp.high_watermark
+                    or p.log_start_offset != sp.sent_log_start
                 ):
                     return True
         return False
 
-    def settle(self, topics: list[dict], more: More) -> None:
+    def settle(self, topics: list[TopicRead], more: More) -> None:
         """A read that will not be sent: unready the partitions with nothing to send."""
         parts = self.partitions
         ready = self.ready
-        for t in topics:
-            topic = t["topic"]
-            for p in t["partitions"]:
-                tp = (topic, p["partition"])
+        for topic, reads in topics:
+            for p in reads:
+                tp = (topic, p.partition)
                 sp = parts.get(tp)
-                if sp is not None and not p["error"] and not p.get("size") and not more(tp, sp):
+                if sp is not None and not p.error and p.records is None and not more(tp, sp):
                     ready.pop(tp, None)
 
     @gc_paused()  # an entry per partition of a full answer: logmq/gcpause.py
-    def answered(self, topics: list[dict], full: bool, more: More) -> list[dict]:
+    def answered(self, topics: list[TopicRead], full: bool, more: More) -> list[TopicRead]:
         """Keep an answer's partitions to send and note what was sent.
 
         ``topics`` is the replica manager's answer for ``to_read()``. A partition stays
@@ -172,22 +171,21 @@ class FetchSession:
         parts = self.partitions
         ready = self.ready
         sent_data = []
-        for t in topics:
-            topic = t["topic"]
+        for topic, reads in topics:
             keep = []
-            for p in t["partitions"]:
-                tp = (topic, p["partition"])
+            for p in reads:
+                tp = (topic, p.partition)
                 sp = parts.get(tp)
                 if sp is None:
                     continue
-                error = p["error"]
-                hw = p["high_watermark"]
-                start = p["log_start_offset"]
+                error = p.error
+                hw = p.high_watermark
+                start = p.log_start_offset
                 changed = hw != sp.high_watermark or start != sp.sent_log_start
                 sp.high_watermark = hw
                 sp.sent_log_start = start
-                size = p.get("size", 0)
-                if size:
+                sent = p.records is not None
+                if sent:
                     ready.pop(tp, None)
                     sent_data.append(tp)
                 elif error or more(tp, sp):
@@ -196,10 +194,10 @@ class FetchSession:
                     ready.setdefault(tp, None)
                 else:
                     ready.pop(tp, None)
-                if full or size or error or changed:
+                if full or sent or error or changed:
                     keep.append(p)
             if keep:
-                out.append({"topic": topic, "partitions": keep})
+                out.append((topic, keep))
         for tp in sent_data:  # to the back of the line, behind those a budget left out
             ready[tp] = None
         return out

@@ -35,6 +35,7 @@ from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
+from logmq.broker.fetch_results import PartitionRead, TopicRead, failed
 from logmq.broker.replica_fetcher import FetcherConfig, ReplicaFetcher
 from logmq.cluster.controller_api import AlterPartitionRequest, AlterPartitionResponse
 from logmq.errors import DiskFullError, ErrorCode, LogMQError
@@ -57,10 +58,11 @@ if TYPE_CHECKING:
     from logmq.broker.fetch_sessions import FetchSession, SessionPartition
     from logmq.broker.fetch_waiter import FetchWaiters
     from logmq.cluster.metadata_image import LocalReplicaChanges, MetadataImage
-    from logmq.net.reply import FileRegion
     from logmq.storage.log_manager import LogManager
     from logmq.storage.partition_log import PartitionLog
     from logmq.storage.stamping import AppendInfo
+
+NO_ERROR = ErrorCode.NONE
 
 log = logging.getLogger("logmq.replication")
 
@@ -780,43 +782,40 @@ class ReplicaManager:
 
     async def fetch_for_consumer(
         self, wanted, max_wait_ms: int, min_bytes: int, max_bytes: int
-    ) -> tuple[list, list[FileRegion]]:
+    ) -> list[TopicRead]:
         """A consumer's fetch: read below the HW, long-polling on appends until
         ``min_bytes`` are there, an error is, or ``max_wait_ms`` has passed."""
         loop = self._loop()
         deadline = loop.time() + max_wait_ms / 1000
         tps = [(name, p[0]) for name, parts in wanted for p in parts]
         while True:
-            topics, tail, total, any_error = self._read_for_consumer(wanted, max_bytes)
+            topics, total, any_error = self._read_for_consumer(wanted, max_bytes)
             remaining = deadline - loop.time()
             if total >= min_bytes or any_error or remaining <= 0 or not tps:
-                return topics, tail
+                return topics
             if not await self.waiters.wait(tps, remaining):
                 # timed out; one last read so the answer is current
-                topics, tail, _, _ = self._read_for_consumer(wanted, max_bytes)
-                return topics, tail
+                return self._read_for_consumer(wanted, max_bytes)[0]
 
     async def fetch_session_for_consumer(
         self, session: FetchSession, full: bool, max_wait_ms: int, min_bytes: int, max_bytes: int
-    ) -> tuple[list, list[FileRegion]]:
+    ) -> list[TopicRead]:
         """A consumer's fetch in a session (fetch_sessions.py): reads only the session's
         ready partitions, and an incremental answer only those with something new."""
         loop = self._loop()
         deadline = loop.time() + max_wait_ms / 1000
         more = self._below_hw
         while True:
-            topics, tail, total, any_error = self._read_for_consumer(
+            topics, total, any_error = self._read_for_consumer(
                 session.to_read(), max_bytes, partial=not full
             )
             remaining = deadline - loop.time()
             if full or total >= min_bytes or any_error or remaining <= 0:
-                return session.answered(topics, full, more), tail
+                return session.answered(topics, full, more)
             session.settle(topics, more)
             if not await self.waiters.wait_session(session, remaining):
-                topics, tail, _, _ = self._read_for_consumer(
-                    session.to_read(), max_bytes, partial=not full
-                )
-                return session.answered(topics, full, more), tail
+                topics = self._read_for_consumer(session.to_read(), max_bytes, partial=not full)[0]
+                return session.answered(topics, full, more)
 
     async def new_logs_made(self, keys: Iterable[TopicPartition]) -> None:
         """Before a produce request's appends: new logs' files exist (LogManager)."""
@@ -833,13 +832,12 @@ class ReplicaManager:
     @gc_paused()  # an entry and a region per partition: logmq/gcpause.py
     def _read_for_consumer(
         self, wanted, max_bytes: int, *, partial: bool = False
-    ) -> tuple[list, list[FileRegion], int, bool]:
+    ) -> tuple[list[TopicRead], int, bool]:
         """Read ``wanted`` below each HW, within ``max_bytes``. ``partial`` (an
         incremental session answer) stops at the partition that finds the budget
         spent: the rest stay ready in the session for the next fetch, so a consumer
         catching up on 10,000 partitions pays per fetch for what fits, not for all."""
-        topics = []
-        tail: list[FileRegion] = []
+        topics: list[TopicRead] = []
         total = 0
         any_error = False
         budget = max_bytes
@@ -861,7 +859,7 @@ class ReplicaManager:
                             f"of {name}-{partition}",
                             ErrorCode.OFFSET_OUT_OF_RANGE,
                         )
-                    size = 0
+                    region = None
                     limit = min(pmax, budget)
                     if offset < hw and (limit > 0 or total == 0):
                         region = plog.read(offset, max(limit, 1), max_offset=hw)
@@ -873,37 +871,21 @@ class ReplicaManager:
                             if region.length > budget:
                                 budget = 0  # spent: the rest go to later fetches
                             region = None
-                        if region is not None and region.length > 0:
-                            size = region.length
-                            tail.append(region)
-                            total += size
-                            budget = max(0, budget - size)
-                    results.append(
-                        {
-                            "partition": partition,
-                            "error": 0,
-                            "high_watermark": hw,
-                            "log_start_offset": start,
-                            "size": size,
-                        }
-                    )
+                        if region is not None:
+                            if region.length > 0:
+                                total += region.length
+                                budget = max(0, budget - region.length)
+                            else:
+                                region = None
+                    results.append(PartitionRead(partition, NO_ERROR, hw, start, region))
                 except LogMQError as e:
                     any_error = True
-                    results.append(
-                        {
-                            "partition": partition,
-                            "error": int(e.code),
-                            "message": str(e),
-                            "high_watermark": -1,
-                            "log_start_offset": -1,
-                            "size": 0,
-                        }
-                    )
+                    results.append(failed(partition, e.code, str(e)))
             if results or not partial:
-                topics.append({"topic": name, "partitions": results})
+                topics.append((name, results))
             if partial and budget == 0 and total:
                 break
-        return topics, tail, total, any_error
+        return topics, total, any_error
 
     def _check_leader(self, topic: str, partition: int, epoch: int) -> None:
         """Consumers read from the leader only, fenced by their view of its epoch."""
@@ -939,7 +921,7 @@ class ReplicaManager:
         min_bytes: int,
         max_bytes: int,
         log_starts: dict[TopicPartition, int] | None = None,
-    ) -> tuple[list, list[FileRegion]]:
+    ) -> list[TopicRead]:
         """A follower's fetch: record its LEO once, then long-poll on appends and HW moves.
 
         It reads up to the leader's log end offset (not the HW) and learns the HW from the
@@ -972,23 +954,19 @@ class ReplicaManager:
         throttled = self._reassignment_reads(replica_id, wanted, loop.time())
         first_hws: dict[tuple[str, int], int] | None = None
         while True:
-            topics, tail, total, hws, held = self._read_for_follower(
-                wanted, max_bytes, errors, throttled
-            )
+            topics, total, hws, held = self._read_for_follower(wanted, max_bytes, errors, throttled)
             if first_hws is None:
                 first_hws = hws
             now = loop.time()
             remaining = deadline - now
             if total >= min_bytes or errors or moved or remaining <= 0 or hws != first_hws:
-                return self._follower_reply(topics, tail, throttled, held)
+                return self._follower_reply(topics, throttled, held)
             wait = remaining
             if held:  # the quota allows more before the deadline: read again then
                 wait = min(remaining, max(rm.outbound_throttle.wait_time(now), 0.001))
             if not await self.waiters.wait(tps, wait) and (not held or wait >= remaining):
-                topics, tail, _, _, held = self._read_for_follower(
-                    wanted, max_bytes, errors, throttled
-                )
-                return self._follower_reply(topics, tail, throttled, held)
+                topics, _, _, held = self._read_for_follower(wanted, max_bytes, errors, throttled)
+                return self._follower_reply(topics, throttled, held)
 
     async def fetch_session_for_follower(
         self,
@@ -998,7 +976,7 @@ class ReplicaManager:
         max_wait_ms: int,
         min_bytes: int,
         max_bytes: int,
-    ) -> tuple[list, list[FileRegion]]:
+    ) -> list[TopicRead]:
         """A follower's fetch in a session: its ready partitions only.
 
         The session position of a ready partition is the follower's LEO now (it named
@@ -1027,13 +1005,11 @@ class ReplicaManager:
         while True:
             wanted = session.to_read()
             throttled = self._reassignment_reads(replica_id, wanted, loop.time())
-            topics, tail, total, _, held = self._read_for_follower(
-                wanted, max_bytes, errors, throttled
-            )
+            topics, total, _, held = self._read_for_follower(wanted, max_bytes, errors, throttled)
             remaining = deadline - loop.time()
             if full or total >= min_bytes or errors or remaining <= 0 or session.has_news(topics):
-                topics, tail = self._follower_reply(topics, tail, throttled, held)
-                return session.answered(topics, full, more), tail
+                topics = self._follower_reply(topics, throttled, held)
+                return session.answered(topics, full, more)
             session.settle(topics, more)
             wait = remaining
             if held:  # the quota allows more before the deadline: read again then
@@ -1041,11 +1017,9 @@ class ReplicaManager:
             if not await self.waiters.wait_session(session, wait) and wait >= remaining:
                 wanted = session.to_read()
                 throttled = self._reassignment_reads(replica_id, wanted, loop.time())
-                topics, tail, _, _, held = self._read_for_follower(
-                    wanted, max_bytes, errors, throttled
-                )
-                topics, tail = self._follower_reply(topics, tail, throttled, held)
-                return session.answered(topics, full, more), tail
+                topics, _, _, held = self._read_for_follower(wanted, max_bytes, errors, throttled)
+                topics = self._follower_reply(topics, throttled, held)
+                return session.answered(topics, full, more)
 
     def _reassignment_reads(
         self, replica_id: int, wanted, now: float
@@ -1071,26 +1045,25 @@ class ReplicaManager:
         return throttled
 
     def _follower_reply(
-        self, topics: list, tail: list[FileRegion], throttled: dict[tuple[str, int], int], held: int
-    ) -> tuple[list, list[FileRegion]]:
+        self, topics: list[TopicRead], throttled: dict[tuple[str, int], int], held: int
+    ) -> list[TopicRead]:
         rm = self
         if throttled:
             quota = rm.outbound_throttle
             quota.charge(sum(throttled.values()), self._loop().time())
             if held:
                 quota.held_back(held)
-        return topics, tail
+        return topics
 
     def _read_for_follower(
         self, wanted, max_bytes: int, errors: dict, throttled: dict[tuple[str, int], int]
     ) -> tuple:
-        """Read what the follower asked for; returns (topics, tail, total, hws, held).
+        """Read what the follower asked for; returns (topics, total, hws, held).
 
         Throttled partitions share the outbound quota's allowance (whole batches, so the
         last may overdraw it); ``held`` counts those left out because nothing was left.
         """
-        topics = []
-        tail: list[FileRegion] = []
+        topics: list[TopicRead] = []
         total = 0
         budget = max_bytes
         hws: dict[tuple[str, int], int] = {}
@@ -1109,21 +1082,14 @@ class ReplicaManager:
                 if error is None and plog is None:
                     error = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
                 if error is not None:
-                    results.append(
-                        {
-                            "partition": partition,
-                            "error": int(error),
-                            "message": error.name,
-                            "high_watermark": -1,
-                            "log_start_offset": plog.log_start_offset if plog else -1,
-                            "size": 0,
-                        }
-                    )
+                    start = plog.log_start_offset if plog else -1
+                    results.append(failed(partition, error, error.name, start))
                     continue
                 assert plog is not None
                 key = (name, partition)
                 hw = hws[key] = plog.high_watermark
                 size = 0
+                region = None
                 limit = min(pmax, budget)
                 quota_left = allowance if key in throttled else None
                 if quota_left is not None and offset < plog.log_end_offset:
@@ -1142,23 +1108,18 @@ class ReplicaManager:
                         region = None
                     if region is not None and region.length > 0:
                         size = region.length
-                        tail.append(region)
                         total += size
                         budget = max(0, budget - size)
+                    else:
+                        region = None
                 if quota_left is not None:
                     throttled[key] = size
                     allowance = quota_left - size
                 results.append(
-                    {
-                        "partition": partition,
-                        "error": 0,
-                        "high_watermark": hw,
-                        "log_start_offset": plog.log_start_offset,
-                        "size": size,
-                    }
+                    PartitionRead(partition, NO_ERROR, hw, plog.log_start_offset, region)
                 )
-            topics.append({"topic": name, "partitions": results})
-        return topics, tail, total, hws, held
+            topics.append((name, results))
+        return topics, total, hws, held
 
     def follower_fetch(
         self,

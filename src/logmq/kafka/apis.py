@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode as KioErrorCode
 
+from logmq.broker.fetch_results import PartitionRead, TopicRead, failed
 from logmq.broker.fetch_sessions import (
     FINAL_EPOCH,
     INITIAL_EPOCH,
@@ -33,7 +34,7 @@ from logmq.broker.produce_path import produce_result, record_errors
 from logmq.cluster.topic_names import is_internal, topic_name_error
 from logmq.errors import ErrorCode, LogMQError
 from logmq.kafka.codec import error_entity, response_class
-from logmq.kafka.fetch_response import FetchedPartition, encode_fetch_response
+from logmq.kafka.fetch_response import encode_fetch_response
 from logmq.kafka.messages import (
     NO_THROTTLE,
     UNKNOWN_OPERATIONS,
@@ -85,37 +86,16 @@ def kafka_error_reply(req: Request, code: ErrorCode, message: str) -> Reply:
     return Reply(entity)
 
 
-def _fetched(topics: list[dict], regions: list) -> list[tuple[str, list[FetchedPartition]]]:
-    """The replica manager's fetch answer as the response encoder takes it: each
-    partition that read records takes the next of ``regions``, in order."""
-    answer = []
-    tail = iter(regions)
-    for t in topics:
-        parts = []
-        for p in t["partitions"]:
-            parts.append(
-                FetchedPartition(
-                    p["partition"],
-                    int(kio_code(p["error"])),
-                    p["high_watermark"],
-                    p["log_start_offset"],
-                    next(tail) if p.get("size") else None,
-                )
-            )
-        answer.append((t["topic"], parts))
-    return answer
-
-
 def _by_topic_id(
-    answer: list[tuple[str, list[FetchedPartition]]],
+    answer: list[TopicRead],
     ids: Mapping[str, uuid.UUID],
     unknown: list[tuple[uuid.UUID, list[int]]],
-) -> list[tuple[uuid.UUID, list[FetchedPartition]]]:
+) -> list[tuple[uuid.UUID, list[PartitionRead]]]:
     """A Fetch v13+ answer: topics by id, then the ids nobody has (UNKNOWN_TOPIC_ID)."""
     out = [(ids.get(name) or ZERO_UUID, parts) for name, parts in answer]
-    code = int(ErrorCode.UNKNOWN_TOPIC_ID)
+    code = ErrorCode.UNKNOWN_TOPIC_ID
     for topic_id, partitions in unknown:
-        parts = [FetchedPartition(p, code, -1, -1, None) for p in partitions]
+        parts = [failed(p, code) for p in partitions]
         out.append((topic_id or ZERO_UUID, parts))  # kio reads the zero id as None
     return out
 
@@ -530,15 +510,14 @@ class KafkaApis:
                 else []
             )
             self.sessions.update(session, named, forgotten)
-            topics, regions = await self.replicas.fetch_session_for_consumer(
+            answer: list = await self.replicas.fetch_session_for_consumer(
                 session, full, max_wait_ms, body.min_bytes, max_bytes
             )
         else:
             wanted = [(topic, [p[:4] for p in parts]) for topic, parts in named]
-            topics, regions = await self.replicas.fetch_for_consumer(
+            answer = await self.replicas.fetch_for_consumer(
                 wanted, max_wait_ms, body.min_bytes, max_bytes
             )
-        answer: list = _fetched(topics, regions)
         if ids is not None:
             answer = _by_topic_id(answer, image.topic_uuids, unknown)
         head, rest = encode_fetch_response(version, answer, session_id=session_id)

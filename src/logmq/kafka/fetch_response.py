@@ -18,13 +18,15 @@ import struct
 import uuid
 from collections.abc import Sequence
 
-from logmq.net.reply import FileRegion, TailPart
+from logmq.broker.fetch_results import PartitionRead
+from logmq.net.reply import TailPart
 
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
 _PARTITION_HEAD = struct.Struct(">ihqqq")  # index, error, HW, last stable, log start
 _PARTITION_V4 = struct.Struct(">ihqq")  # v4 has no log start offset
 _NO_TAGS = b"\x00"
+LOGMQ_ONLY = 1000  # logmq's own error codes start here (errors.py)
 
 
 def uvarint(n: int) -> bytes:
@@ -36,29 +38,9 @@ def uvarint(n: int) -> bytes:
     return bytes(out)
 
 
-class FetchedPartition:
-    """One partition of the answer: its numbers and its records (bytes or a region)."""
-
-    __slots__ = ("error", "high_watermark", "log_start_offset", "partition", "records")
-
-    def __init__(
-        self,
-        partition: int,
-        error: int,
-        high_watermark: int,
-        log_start_offset: int,
-        records: FileRegion | bytes | None,
-    ) -> None:
-        self.partition = partition
-        self.error = error
-        self.high_watermark = high_watermark
-        self.log_start_offset = log_start_offset
-        self.records = records
-
-
 def encode_fetch_response(
     version: int,
-    topics: Sequence[tuple[str | uuid.UUID, Sequence[FetchedPartition]]],
+    topics: Sequence[tuple[str | uuid.UUID, Sequence[PartitionRead]]],
     *,
     error: int = 0,
     session_id: int = 0,
@@ -86,13 +68,13 @@ def encode_fetch_response(
             buf += encoded
         buf += _count(len(partitions), flexible)
         for p in partitions:
-            lso = p.high_watermark  # no transactions: everything below the HW is stable
+            code = p.error if p.error < LOGMQ_ONLY else -1  # UNKNOWN_SERVER_ERROR to Kafka
             if version >= 5:
                 buf += _PARTITION_HEAD.pack(
-                    p.partition, p.error, p.high_watermark, lso, p.log_start_offset
+                    p.partition, code, p.high_watermark, p.last_stable_offset, p.log_start_offset
                 )
             else:
-                buf += _PARTITION_V4.pack(p.partition, p.error, p.high_watermark, lso)
+                buf += _PARTITION_V4.pack(p.partition, code, p.high_watermark, p.last_stable_offset)
             buf += _count(0, flexible)  # aborted transactions: none (empty, not null)
             if version >= 11:
                 buf += _I32.pack(-1)  # preferred read replica: none

@@ -9,7 +9,7 @@ moves, so both front doors share one set of rules and errors.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode as KioErrorCode
@@ -22,9 +22,9 @@ from logmq.net.reply import Reply
 if TYPE_CHECKING:
     from logmq.broker.partition_views import PartitionViews
     from logmq.broker.replica_manager import ReplicaManager
+    from logmq.broker.topic_admin import RunOnController
     from logmq.cluster.metadata_image import MetadataImage
 
-RunOnController = Callable[[int, dict[str, Any]], Awaitable[dict[str, Any]]]
 TopicPartition = tuple[str, int]
 
 

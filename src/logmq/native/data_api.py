@@ -35,15 +35,44 @@ from logmq.net.reply import Reply
 from logmq.storage.offset_search import offset_for
 
 if TYPE_CHECKING:
+    from logmq.broker.fetch_results import TopicRead
     from logmq.broker.metrics import BrokerMetrics
     from logmq.broker.produce_path import Outcome, ProducePath
     from logmq.broker.replica_manager import ReplicaManager
+    from logmq.net.reply import FileRegion
 
 log = logging.getLogger("logmq.broker")
 
 
 def _perror(partition: int, code: ErrorCode, message: str | None = None, **extra: Any) -> dict:
     return {"partition": partition, "error": int(code), "message": message, **extra}
+
+
+@gc_paused()  # a dict per partition: logmq/gcpause.py
+def _fetch_reply(read: list[TopicRead], session_id: int) -> Reply:
+    """A fetch answer in the native door's shape: per partition its numbers and the
+    size of its records, which follow the msgpack head in order (``net/fetch_message``)."""
+    topics = []
+    tail: list[FileRegion] = []
+    for name, parts in read:
+        out = []
+        for p in parts:
+            records = p.records
+            entry = {
+                "partition": p.partition,
+                "error": int(p.error),
+                "high_watermark": p.high_watermark,
+                "log_start_offset": p.log_start_offset,
+                "size": 0,
+            }
+            if records is not None:
+                entry["size"] = records.length
+                tail.append(records)
+            if p.message is not None:
+                entry["message"] = p.message
+            out.append(entry)
+        topics.append({"topic": name, "partitions": out})
+    return Reply({"error": 0, "session_id": session_id, "topics": topics}, tail)
 
 
 class DataApi:
@@ -183,26 +212,24 @@ class DataApi:
         if session is not None:
             self.sessions.update(session, named, forgotten)
             if replica_id >= 0:
-                topics, tail = await self.replicas.fetch_session_for_follower(
+                read = await self.replicas.fetch_session_for_follower(
                     replica_id, session, full, max_wait_ms, min_bytes, max_bytes
                 )
             else:
-                topics, tail = await self.replicas.fetch_session_for_consumer(
+                read = await self.replicas.fetch_session_for_consumer(
                     session, full, max_wait_ms, min_bytes, max_bytes
                 )
-            return Reply({"error": 0, "session_id": session.id, "topics": topics}, tail)
+            return _fetch_reply(read, session.id)
 
         wanted = [(topic, [p[:4] for p in parts]) for topic, parts in named]
         if replica_id >= 0:
             log_starts = {(t, p[0]): p[4] for t, parts in named for p in parts}
-            topics, tail = await self.replicas.fetch_for_follower(
+            read = await self.replicas.fetch_for_follower(
                 replica_id, wanted, max_wait_ms, min_bytes, max_bytes, log_starts
             )
         else:
-            topics, tail = await self.replicas.fetch_for_consumer(
-                wanted, max_wait_ms, min_bytes, max_bytes
-            )
-        return Reply({"error": 0, "session_id": 0, "topics": topics}, tail)
+            read = await self.replicas.fetch_for_consumer(wanted, max_wait_ms, min_bytes, max_bytes)
+        return _fetch_reply(read, 0)
 
     # -- OffsetsForLeaderEpoch ----------------------------------------------------------
     async def offsets_for_leader_epoch(self, req: Request) -> Reply:
