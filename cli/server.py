@@ -54,13 +54,48 @@ def _load_toml(ctx: click.Context, _param: click.Parameter, value: str | None) -
         raise click.BadParameter(f"cannot read {value}: {e}") from None
     section = doc.get("server", doc)
     defaults: dict[str, Any] = {}
+    properties: list[str] = []
     for key, val in section.items():
         if key in ("topic_defaults", "topic-defaults") and isinstance(val, dict):
             defaults["topic_config"] = [f"{k}={v}" for k, v in val.items()]
-        elif not isinstance(val, dict):
+        elif isinstance(val, dict) or "." in key or key in KAFKA_BARE_PROPERTIES:
+            # Kafka's property names: ssl.keystore.location = "..." is a nested table
+            # in TOML, "listeners" a plain key; both end up as KEY=VALUE overrides
+            properties += [f"{k}={v}" for k, v in _flatten(key, val)]
+        else:
             defaults[key.replace("-", "_")] = val
+    if properties:
+        defaults["override"] = properties
     ctx.default_map = {**(ctx.default_map or {}), **defaults}
     return value
+
+
+# Kafka broker properties without a dot, read as properties in the TOML file
+KAFKA_BARE_PROPERTIES = frozenset({"listeners"})
+
+
+def _flatten(prefix: str, value: Any) -> list[tuple[str, str]]:
+    if isinstance(value, dict):
+        out = []
+        for k, v in value.items():
+            out += _flatten(f"{prefix}.{k}", v)
+        return out
+    if isinstance(value, bool):
+        return [(prefix, "true" if value else "false")]
+    if isinstance(value, list):
+        return [(prefix, ",".join(str(v) for v in value))]
+    return [(prefix, str(value))]
+
+
+def _parse_overrides(items: tuple[str, ...]) -> dict[str, str]:
+    """--override KEY=VALUE (Kafka's property names), the last one of a key winning."""
+    out = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise click.BadParameter(f"expected KEY=VALUE, got {item!r}", param_hint="--override")
+        out[key.strip()] = value.strip()
+    return out
 
 
 def _parse_topic_configs(items: tuple[str, ...]) -> dict[str, str]:
@@ -273,10 +308,28 @@ def _on_stdin(fd: int, stop: asyncio.Event) -> None:
     metavar="KEY=VALUE",
     help="Broker-wide default for a topic config (repeatable).",
 )
+@click.option(
+    "--add-scram",
+    "bootstrap_scram",
+    multiple=True,
+    metavar="SPEC",
+    help="A SCRAM user written with the cluster id on the cluster's first start, as "
+    "kafka-storage format --add-scram: 'SCRAM-SHA-512=[name=admin,password=...]' "
+    "(repeatable; ignored once the cluster exists).",
+)
+@click.option(
+    "--override",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="A Kafka broker property by its Kafka name, as kafka-server-start.sh --override "
+    "(repeatable): listeners, listener.security.protocol.map, ssl.*, sasl.*, super.users, "
+    "authorizer.class.name... (docs/security.md).",
+)
 def main(
     log_level: str,
     max_in_flight: int,
     topic_config: tuple[str, ...],
+    override: tuple[str, ...],
     no_kafka: bool,
     stop_on_stdin_close: bool,
     **opts: Any,
@@ -293,6 +346,7 @@ def main(
         config = BrokerConfig(
             max_in_flight_per_connection=max_in_flight,
             topic_defaults=_parse_topic_configs(topic_config),
+            properties=_parse_overrides(override),
             **opts,
         )
     except ValueError as e:

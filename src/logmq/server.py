@@ -17,6 +17,7 @@ last release the data dir's lock, which start() takes before it reads anything t
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import resource
 from collections.abc import Callable
@@ -39,6 +40,7 @@ from logmq.broker.partition_views import PartitionViews
 from logmq.broker.produce_path import ProducePath
 from logmq.broker.producer_ids import ProducerIdManager
 from logmq.broker.replica_manager import ReplicaManager, ReplicationConfig
+from logmq.broker.security_admin import SecurityAdmin
 from logmq.broker.topic_admin import TopicAdmin
 from logmq.broker.topic_creation import TopicCreator
 from logmq.cluster.controller_api import ControllerConfig
@@ -52,6 +54,7 @@ from logmq.kafka.apis import (
     KafkaApis,
     kafka_error_reply,
 )
+from logmq.kafka.authorization import KafkaAuthorization
 from logmq.kafka.codec import KafkaWire
 from logmq.kafka.configs import KafkaConfigApis
 from logmq.kafka.consumer_groups import KafkaConsumerGroupApis
@@ -59,6 +62,8 @@ from logmq.kafka.group_membership import KafkaGroupMembershipApis
 from logmq.kafka.groups import KafkaGroupApis
 from logmq.kafka.offsets import KafkaOffsetApis
 from logmq.kafka.partition_admin import KafkaPartitionAdminApis
+from logmq.kafka.sasl import SASL_AUTHENTICATE, SASL_HANDSHAKE, KafkaSaslApis
+from logmq.kafka.security_admin import KafkaSecurityAdminApis
 from logmq.kafka.topics import KafkaTopicApis
 from logmq.kafka.versions import SUPPORTED as KAFKA_SUPPORTED
 from logmq.kafka.versions import kafka_api_name
@@ -81,9 +86,14 @@ from logmq.net.codec import ApiKey, Request
 from logmq.net.pipeline import FrontDoor, RequestPipeline
 from logmq.net.reply import Reply
 from logmq.net.server import ServerOptions, TcpServer
+from logmq.security.authentication import Authenticator
+from logmq.security.authorization import Authorization
+from logmq.security.settings import SecuritySettings
 from logmq.storage.config import LogConfig
 from logmq.storage.dir_lock import DataDirLock
 from logmq.storage.log_manager import LogManager
+
+TLS_RELOAD_CHECK_S = 10.0  # how often keystore and truststore files are looked at
 
 log = logging.getLogger("logmq.broker")
 
@@ -142,6 +152,7 @@ class Broker:
                 topic_defaults=dict(config.topic_defaults),
             ),
             heartbeat_ms=config.broker_heartbeat_interval_ms,
+            bootstrap_scram=config.bootstrap_scram_credentials(),
             observer_host=config.host,
             peer_addresses=(
                 parse_node_addresses(config.peer_addresses, "peer address", "--peer-addresses")
@@ -152,6 +163,19 @@ class Broker:
         self.publisher = MetadataPublisher(config.node_id)
         self.waiters = FetchWaiters()
         self.metrics = BrokerMetrics(self._partition_stats, lambda: self.waiters.parked)
+        # Kafka's listener model and security settings (security/): every listener, what
+        # each requires, and the authenticator that holds connections to it
+        self.security = SecuritySettings.from_properties(
+            config.properties,
+            native=(config.host, config.port),
+            kafka=(
+                (config.kafka_host or config.host, config.kafka_port)
+                if config.kafka_port is not None
+                else None
+            ),
+        )
+        self._tls_reload_task: asyncio.Task | None = None
+        self.authenticator = Authenticator(self.security, self._scram_credential, self.metrics)
         options = ServerOptions(
             max_frame_size=config.max_frame_size,
             max_connections=config.max_connections,
@@ -175,6 +199,7 @@ class Broker:
             ),
             self.metrics,
         )
+        native = self.security.native
         self.server = TcpServer(
             self.native_pipeline,
             options,
@@ -182,14 +207,15 @@ class Broker:
             is_concurrent=lambda req: req.api_key in CONCURRENT_APIS,
             is_read_only=lambda req: req.api_key in READ_ONLY_APIS,
             name="native",
+            **self._listener_security(native.name),
         )
         self.kafka_pipeline = RequestPipeline(
             FrontDoor("kafka", {}, KAFKA_SUPPORTED, kafka_error_reply, api_name=kafka_api_name),
             self.metrics,
         )
-        self.kafka_server: TcpServer | None = None
-        if config.kafka_port is not None:
-            self.kafka_server = TcpServer(
+        # one server per Kafka listener, all in front of the one Kafka pipeline
+        self.kafka_servers = [
+            TcpServer(
                 self.kafka_pipeline,
                 options,
                 self.metrics,
@@ -197,7 +223,18 @@ class Broker:
                 is_read_only=lambda req: req.api_key in KAFKA_READ_ONLY_APIS,
                 wire=KafkaWire(),
                 name="kafka",
+                **self._listener_security(listener.name),
             )
+            for listener in self.security.kafka
+        ]
+        self.kafka_server: TcpServer | None = self.kafka_servers[0] if self.kafka_servers else None
+        self.kafka_sasl = KafkaSaslApis(self.authenticator)
+        # authentication first: nothing else runs for a connection that has not logged in
+        self.kafka_pipeline.add_guard(self.kafka_sasl.guard)
+        # then the ACLs a request needs as a whole (its topics are the handlers' to check)
+        self.authorization = Authorization(self.security, lambda: self.quorum.image)
+        self.kafka_authz = KafkaAuthorization(self.authorization)
+        self.kafka_pipeline.add_guard(self.kafka_authz.guard, self.kafka_authz.api_keys)
         self.metrics.register_listener("native", native_api_name)
         self.metrics.register_listener("kafka", kafka_api_name)
         self.kafka: KafkaApis | None = None
@@ -248,21 +285,50 @@ class Broker:
 
     @property
     def kafka_port(self) -> int | None:
-        """The Kafka listener's port; None without one (or before it listens)."""
+        """The first Kafka listener's port; None without one (or before it listens)."""
         return self.kafka_server.port if self.kafka_server is not None else None
 
-    def _kafka_advertised_address(self) -> tuple[str, int] | None:
-        """Where Kafka clients reach us (registered with the controller for Metadata)."""
-        if self.kafka_server is None or not self.kafka_server.port:
-            return None
-        cfg = self.config
-        host = cfg.advertised_kafka_host or cfg.kafka_host or cfg.advertised
-        return (host, cfg.advertised_kafka_port or self.kafka_server.port)
+    def kafka_ports(self) -> dict[str, int]:
+        """Each Kafka listener's port by listener name."""
+        return {s.listener: s.port for s in self.kafka_servers}
 
-    def _kafka_endpoint(self, node_id: int) -> tuple[str, int] | None:
-        """A broker's Kafka address as it registered it (ours: as we advertise it)."""
+    def _listener_security(self, name: str) -> dict[str, Any]:
+        """What a listener's server needs: its name, TLS context and connection set-up."""
+        sec = self.security.of(name)
+        return {
+            "listener": name,
+            "tls": sec.tls.context if sec.tls is not None else None,
+            "init_context": self.authenticator.context_initializer(name),
+        }
+
+    def _scram_credential(self, name: str, mechanism: str) -> Any:
+        """A user's SCRAM credential as the metadata log has it (None: no such user)."""
+        security = getattr(self.quorum.image, "security", None)
+        if security is None:
+            return None
+        return security.scram_credential(name, mechanism)
+
+    def _kafka_advertised_address(self, listener: str | None = None) -> tuple[str, int] | None:
+        """Where Kafka clients of ``listener`` (default: the first) reach us; the first
+        is registered with the controller for the other brokers' Metadata."""
+        servers = [s for s in self.kafka_servers if listener is None or s.listener == listener]
+        if not servers or not servers[0].port:
+            return None
+        server = servers[0]
+        advertised = self.security.advertised.get(server.listener)
+        if advertised is not None and advertised[0]:
+            return (advertised[0], advertised[1] or server.port)
+        cfg = self.config
+        if server is self.kafka_servers[0]:
+            host = cfg.advertised_kafka_host or cfg.kafka_host or cfg.advertised
+            return (host, cfg.advertised_kafka_port or server.port)
+        listener_host = self.security.of(server.listener).listener.host
+        return (listener_host or cfg.advertised, server.port)
+
+    def _kafka_endpoint(self, node_id: int, listener: str | None = None) -> tuple[str, int] | None:
+        """A broker's Kafka address on ``listener`` (others: as they registered it)."""
         if node_id == self.config.node_id:
-            return self._kafka_advertised_address()
+            return self._kafka_advertised_address(listener)
         reg = self.quorum.image.brokers.get(node_id)
         if reg is None or reg.kafka_host is None:
             return None
@@ -315,15 +381,21 @@ class Broker:
         self.quorum.loader.add_listener(self.publisher.publish)
         try:
             await self.replicas.start()
-            if self.kafka_server is not None:
-                # before the native port: registration (which waits for that) then
-                # carries the Kafka endpoint too
-                await self.kafka_server.start(cfg.kafka_host or cfg.host, cfg.kafka_port)
+            # the Kafka listeners before the native port: registration (which waits for
+            # that) then carries the Kafka endpoint too
+            for server, listener in zip(self.kafka_servers, self.security.kafka, strict=True):
+                await server.start(listener.host, listener.port)
+            for warning in self.security.warnings():
+                log.warning("%s", warning)
             await self.quorum.start()
-            await self.server.start(cfg.host, cfg.port)
+            await self.server.start(self.security.native.host, self.security.native.port)
             await self.quorum.wait_ready()
             self.groups.start()  # caught up: load the shards of what we lead now
             self._after_ready()
+            if any(sec.tls is not None for sec in self.security.per_listener.values()):
+                self._tls_reload_task = asyncio.get_running_loop().create_task(
+                    self._reload_certificates(), name="logmq-tls-reload"
+                )
             if cfg.metrics_port is not None:
                 self.metrics_server = MetricsServer(self.metrics)
                 await self.metrics_server.start(cfg.metrics_host, cfg.metrics_port)
@@ -331,8 +403,8 @@ class Broker:
                     "metrics on http://%s:%d/metrics", cfg.metrics_host, self.metrics_server.port
                 )
         except BaseException:
-            if self.kafka_server is not None:
-                await self.kafka_server.stop(0)
+            for server in self.kafka_servers:
+                await server.stop(0)
             await self.server.stop(0)
             await self.groups.stop()
             await self.replicas.stop()
@@ -349,8 +421,8 @@ class Broker:
             cfg.host,
             self.port,
         )
-        if self.kafka_server is not None:
-            log.info("Kafka clients on %s:%d", cfg.kafka_host or cfg.host, self.kafka_server.port)
+        for server, listener in zip(self.kafka_servers, self.security.kafka, strict=True):
+            log.info("Kafka clients on %s://%s:%d", listener.name, listener.host, server.port)
 
     def _build_services(self) -> None:
         """The services over the open logs, each given exactly what it uses."""
@@ -399,6 +471,7 @@ class Broker:
                 TopicAdmin(self.forwarder.run_on_controller),
                 lambda: self.quorum.image,
                 cfg.topic_defaults,
+                self.authorization,
             ),
             groups=KafkaGroupApis(self.groups),
             membership=KafkaGroupMembershipApis(self.groups),
@@ -413,8 +486,23 @@ class Broker:
                 lambda: self.quorum.image,
             ),
             max_fetch_wait_ms=cfg.max_fetch_wait_ms,
+            authz=self.authorization,
         )
         self.kafka_pipeline.door.handlers.update(self.kafka.table())
+        security_admin = KafkaSecurityAdminApis(
+            SecurityAdmin(self.forwarder.run_on_controller, lambda: self.quorum.image)
+        )
+        self.kafka_pipeline.door.handlers.update(
+            {
+                SASL_HANDSHAKE: self.kafka_sasl.sasl_handshake,
+                SASL_AUTHENTICATE: self.kafka_sasl.sasl_authenticate,
+                29: security_admin.describe_acls,
+                30: security_admin.create_acls,
+                31: security_admin.delete_acls,
+                50: security_admin.describe_user_scram_credentials,
+                51: security_admin.alter_user_scram_credentials,
+            }
+        )
         self.metrics.register_fetch_sessions("native", self.data.sessions)
         self.metrics.register_fetch_sessions("kafka", self.kafka.sessions)
         self._handlers.update(
@@ -423,15 +511,37 @@ class Broker:
             )
         )
 
+    async def _reload_certificates(self) -> None:
+        """New keystores take effect for new connections (see security/settings.py)."""
+        while True:
+            await asyncio.sleep(TLS_RELOAD_CHECK_S)
+            for sec in self.security.per_listener.values():
+                if sec.tls is None:
+                    continue
+                if sec.tls.check() is not None:
+                    log.info("listener %s: reloaded its TLS certificates", sec.name)
+                elif sec.tls.last_error is not None:
+                    log.warning(
+                        "listener %s: keeps its TLS certificates, the new files do not load: %s",
+                        sec.name,
+                        sec.tls.last_error,
+                    )
+                    sec.tls.last_error = None  # said once per change
+
     async def stop(self) -> None:
         if not self._started:
             return
         self._started = False
         log.info("broker stopping: draining connections")
         grace = self.config.shutdown_grace_ms / 1000
-        if self.kafka_server is not None:
-            await self.kafka_server.stop(grace, self.waiters.wake_all)
-        await self.server.stop(grace, self.waiters.wake_all)
+        if self._tls_reload_task is not None:
+            self._tls_reload_task.cancel()
+            await asyncio.gather(self._tls_reload_task, return_exceptions=True)
+            self._tls_reload_task = None
+        await asyncio.gather(
+            *(server.stop(grace, self.waiters.wake_all) for server in self.kafka_servers),
+            self.server.stop(grace, self.waiters.wake_all),
+        )
         if self.metrics_server is not None:
             await self.metrics_server.stop()
         await self.groups.stop()  # after the connections: their requests were answered

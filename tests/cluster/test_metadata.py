@@ -101,7 +101,11 @@ def test_the_generated_decoder_agrees_with_the_field_by_field_one(code, data):
     raw = [code]
     for kind in mr._KINDS[cls].split():
         right = {"i": st.integers(-5, 5), "s": st.text(max_size=3),
-                 "I": st.lists(st.integers(-2, 2), max_size=3)}[kind.rstrip("?")]  # fmt: skip
+                 "I": st.lists(st.integers(-2, 2), max_size=3),
+                 "b": st.binary(max_size=3), "f": st.floats(allow_nan=False),
+                 "E": st.lists(st.lists(st.text(max_size=2) | st.none(), min_size=2,
+                                        max_size=2).filter(lambda p: p[0] is not None),
+                               max_size=3)}[kind.rstrip("?")]  # fmt: skip
         if kind.endswith("?"):
             right = st.none() | right
         raw.append(data.draw(right | _VALUES))

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from logmq.net.codec import DEFAULT_MAX_FRAME_SIZE
+from logmq.security.scram import ScramCredential, parse_add_scram
 
 # An offset commit's records go into one batch of __consumer_offsets, whose
 # max.message.bytes (group_coordinator.OFFSETS_TOPIC_CONFIGS) leaves room for more.
@@ -47,6 +48,9 @@ class BrokerConfig:
     shutdown_grace_ms: int = 10_000  # how long in-flight requests get on SIGTERM
     producer_id_block_size: int = 1000
     topic_defaults: dict[str, str] = field(default_factory=dict)  # broker-wide LogConfig
+    # Kafka's broker properties by their names (listeners, ssl.*, sasl.*, super.users,
+    # authorizer.class.name, ...): --override KEY=VALUE and the TOML file (security/)
+    properties: dict[str, str] = field(default_factory=dict)
     # consumer groups (docs/consumer-groups.md)
     offsets_topic_partitions: int = 50  # partitions of __consumer_offsets when created
     group_session_timeout_ms: int = 45_000  # for members that do not ask for their own
@@ -76,9 +80,15 @@ class BrokerConfig:
     # below this many free bytes in the data dir, produce is refused (storage/disk_space.py);
     # None = the smaller of 1 GiB and 5% of the disk
     min_free_bytes: int | None = None
+    # ``--add-scram`` values ("SCRAM-SHA-512=[name=admin,password=...]", as kafka-storage
+    # format takes them): SCRAM credentials the cluster's first controller writes with the
+    # cluster id; ignored once the cluster exists. Kept out of repr (passwords).
+    bootstrap_scram: tuple[str, ...] = field(default=(), repr=False, metadata={"sensitive": True})
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "data_dir", Path(self.data_dir))
+        object.__setattr__(self, "bootstrap_scram", tuple(self.bootstrap_scram))
+        self.bootstrap_scram_credentials()  # ValueError says which value is wrong
         checks = {
             "port": 0 <= self.port <= 65535,
             "node_id": self.node_id >= 0,
@@ -140,6 +150,16 @@ class BrokerConfig:
                 "invalid broker setting(s): " + ", ".join(f"{n}={getattr(self, n)!r}" for n in bad)
             )
 
+    def bootstrap_scram_credentials(self) -> list[tuple[str, ScramCredential]]:
+        """``bootstrap_scram`` parsed and salted: (user, credential) pairs."""
+        out = []
+        for spec in self.bootstrap_scram:
+            if not isinstance(spec, str):
+                raise ValueError(f"bootstrap_scram: expected --add-scram strings, got {spec!r}")
+            _, name, cred = parse_add_scram(spec)
+            out.append((name, cred))
+        return out
+
     @property
     def advertised(self) -> str:
         return self.advertised_host or self.host
@@ -149,4 +169,5 @@ class BrokerConfig:
 
     @classmethod
     def field_names(cls) -> list[str]:
-        return [f.name for f in dataclasses.fields(cls)]
+        """The settings (DescribeConfigs shows them): not the sensitive ones (passwords)."""
+        return [f.name for f in dataclasses.fields(cls) if not f.metadata.get("sensitive")]

@@ -19,7 +19,7 @@ import contextlib
 import logging
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -41,6 +41,7 @@ from logmq.replication.raft_service import (
     quorum_directory,
 )
 from logmq.replication.raft_transport import TcpTransport
+from logmq.security.scram import ScramCredential
 
 log = logging.getLogger("logmq.quorum")
 
@@ -104,6 +105,7 @@ class MetadataQuorum:
         raft_config: RaftConfig | None = None,
         observer_host: str = "127.0.0.1",
         peer_addresses: dict[int, Address] | None = None,
+        bootstrap_scram: Sequence[tuple[str, ScramCredential]] = (),
     ) -> None:
         self.node_id = node_id
         self.data_dir = data_dir
@@ -113,6 +115,9 @@ class MetadataQuorum:
         # where this node dials a peer's client port, when not at its registered address
         self.peer_addresses = dict(peer_addresses or {})
         self.controller_config = controller_config or ControllerConfig()
+        # (user, credential): written with the cluster id by the cluster's first
+        # controller (``--add-scram``), ignored once the cluster has an id
+        self.bootstrap_scram = tuple(bootstrap_scram)
         self.heartbeat_ms = heartbeat_ms
         self.loader = MetadataLoader()
         self.incarnation_id = uuid.uuid4().hex
@@ -324,7 +329,9 @@ class MetadataQuorum:
         self._followed = None
         records: list[Record] = []
         if self.image.cluster_id is None:
-            records += self.controller.bootstrap(self.recorded_cluster_id).records
+            records += self.controller.bootstrap(
+                self.recorded_cluster_id, scram=self.bootstrap_scram
+            ).records
         if records:
             self._propose_detached(records)
 

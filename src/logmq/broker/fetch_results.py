@@ -78,4 +78,3 @@ def regions(topics: Iterable[TopicRead]) -> list[FileRegion]:
         for p in parts
         if p.records is not None and not isinstance(p.records, bytes)
     ]
-

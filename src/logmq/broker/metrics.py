@@ -175,6 +175,13 @@ class BrokerMetrics:
             ["listener", "api"],
             registry=r,
         )
+        self._logins = Counter(
+            "logmq_sasl_logins",
+            "SASL logins by listener, mechanism and outcome (failed ones per principal and "
+            "address are in the broker's log)",
+            ["listener", "mechanism", "outcome"],
+            registry=r,
+        )
         # Child lookups cost a dict access + lock; cache them per listener and api key.
         self._req_children: dict[tuple[str, int], tuple[Any, ...]] = {}
         self._fetch_sessions: _FetchSessionCollector | None = None
@@ -288,6 +295,9 @@ class BrokerMetrics:
 
     def handler_failed(self, listener: str, api_key: int) -> None:
         self._handler_failures.labels(listener, self._name(listener, api_key)).inc()
+
+    def login(self, listener: str, mechanism: str, ok: bool) -> None:
+        self._logins.labels(listener, mechanism, "ok" if ok else "failed").inc()
 
     def error(self, api_key: int, code: int, listener: str = "native") -> None:
         self._errors.labels(listener, self._name(listener, api_key), str(code)).inc()

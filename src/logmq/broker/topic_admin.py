@@ -105,9 +105,7 @@ def _create_entry(spec: TopicSpec) -> dict[str, Any]:
         "configs": dict(spec.configs),
     }
     if spec.assignments:
-        entry["assignments"] = [
-            {"partition": p, "replicas": list(r)} for p, r in spec.assignments
-        ]
+        entry["assignments"] = [{"partition": p, "replicas": list(r)} for p, r in spec.assignments]
     return entry
 
 

@@ -44,9 +44,11 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from logmq.cluster import reassignment
 from logmq.cluster.controller_api import (
     OK,
+    AclDeleteResult,
     AlterPartitionRequest,
     AlterPartitionResponse,
     ApiResult,
+    ClientQuotaAlteration,
     ControllerConfig,
     ControllerResult,
     CreateTopicResult,
@@ -70,18 +72,32 @@ from logmq.cluster.metadata_records import (
     BrokerFenced,
     BrokerStorageFull,
     BrokerUnfenced,
+    ClientQuotaRecord,
     ClusterIdRecord,
     ConfigRecord,
     PartitionChange,
     ProducerIdsBlock,
     Record,
     RegisterBroker,
+    RemoveAccessControlEntry,
     RemoveTopic,
+    RemoveUserScramCredential,
     TopicRecord,
 )
 from logmq.cluster.replica_placement import place_replicas
+from logmq.cluster.security_image import (
+    QUOTA_KEYS,
+    acl_record,
+    quota_entity,
+    quota_entity_error,
+    quota_value_error,
+    scram_alteration_error,
+    scram_record,
+)
 from logmq.cluster.topic_names import topic_name_error
 from logmq.errors import ErrorCode, InvalidConfigError
+from logmq.security.acl import AclBinding, AclBindingFilter, validate_binding, validate_filter
+from logmq.security.scram import ScramCredential
 from logmq.storage.config import LogConfig
 
 UNCLEAN_KEY = "unclean.leader.election.enable"
@@ -117,12 +133,30 @@ class Controller:
 
     # -- cluster id ----------------------------------------------------------------------------
 
-    def bootstrap(self, cluster_id: str | None = None) -> ControllerResult[str]:
-        """Choose the cluster id once (the first controller of a new cluster does)."""
+    def bootstrap(
+        self,
+        cluster_id: str | None = None,
+        *,
+        scram: Iterable[tuple[str, ScramCredential]] = (),
+    ) -> ControllerResult[str]:
+        """Choose the cluster id once (the first controller of a new cluster does).
+
+        ``scram``: (user, credential) pairs written in the same batch as the cluster id
+        (``kafka-storage format --add-scram``), so a cluster that requires SASL has its
+        first administrator from the start; a cluster that has an id ignores them.
+        """
         if self._image.cluster_id is not None:
             return ControllerResult([], self._image.cluster_id)
         cid = cluster_id or self._new_id()
-        return ControllerResult(self._commit([ClusterIdRecord(cid)]), cid)
+        records: list[Record] = [ClusterIdRecord(cid)]
+        latest: dict[tuple[str, str], ScramCredential] = {}
+        for name, cred in scram:
+            refusal = scram_alteration_error(name, cred.mechanism, cred.iterations, len(cred.salt))
+            if refusal:
+                raise ValueError(f"bootstrap SCRAM credential of {name!r}: {refusal[1]}")
+            latest[(name, cred.mechanism)] = cred  # the last one given for a key wins
+        records += [scram_record(name, cred) for (name, _), cred in latest.items()]
+        return ControllerResult(self._commit(records), cid)
 
     # -- brokers -------------------------------------------------------------------------------
 
@@ -631,6 +665,139 @@ class Controller:
         start = self._image.next_producer_id
         records = self._commit([ProducerIdsBlock(broker_id, start + count)])
         return ControllerResult(records, ProducerIdsResponse(start=start, count=count))
+
+    # -- SCRAM credentials, ACLs, client quotas ---------------------------------------------
+
+    def alter_scram_credentials(
+        self,
+        upsertions: Sequence[tuple[str, ScramCredential]],
+        deletions: Sequence[tuple[str, str]],
+    ) -> ControllerResult[dict[str, ApiResult]]:
+        """AlterUserScramCredentials: per user, all of its changes or none (Kafka's rules).
+
+        A user may be named once per request (a second mention, even for another
+        mechanism, is DUPLICATE_RESOURCE, as Kafka's controller answers); an empty name or
+        iterations out of bounds are UNACCEPTABLE_CREDENTIAL, an unknown mechanism
+        UNSUPPORTED_SASL_MECHANISM, deleting a missing credential RESOURCE_NOT_FOUND.
+        Results come in the order users are first named, deletions before upsertions.
+        """
+        image = self._image.security
+        errors: dict[str, ApiResult] = {}
+        accepted: dict[str, Record] = {}
+        order: dict[str, None] = {}
+        alterations = [(n, m, None) for n, m in deletions]
+        alterations += [(n, c.mechanism, c) for n, c in upsertions]
+        for name, mechanism, cred in alterations:
+            order.setdefault(name, None)
+            if name in errors:
+                continue
+            if accepted.pop(name, None) is not None:
+                errors[name] = ApiResult(
+                    ErrorCode.DUPLICATE_RESOURCE,
+                    "A user credential cannot be altered twice in the same request",
+                )
+                continue
+            refusal = scram_alteration_error(
+                name,
+                mechanism,
+                None if cred is None else cred.iterations,
+                0 if cred is None else len(cred.salt),
+            )
+            problem = ApiResult(*refusal) if refusal else None
+            if problem is None and cred is None and image.scram_credential(name, mechanism) is None:
+                problem = ApiResult(
+                    ErrorCode.RESOURCE_NOT_FOUND,
+                    f"Attempt to delete a user credential that does not exist: "
+                    f"{mechanism} of {name!r}",
+                )
+            if problem is not None:
+                errors[name] = problem
+            elif cred is None:
+                accepted[name] = RemoveUserScramCredential(name, mechanism)
+            else:
+                accepted[name] = scram_record(name, cred)
+        records = self._commit([accepted[n] for n in order if n in accepted])
+        return ControllerResult(records, {n: errors.get(n, OK) for n in order})
+
+    def create_acls(self, bindings: Sequence[AclBinding]) -> ControllerResult[list[ApiResult]]:
+        """CreateAcls: each binding validated on its own; one already stored (or earlier in
+        the request) succeeds without a second copy."""
+        results: list[ApiResult] = []
+        records: list[Record] = []
+        existing = self._image.security.acl_ids
+        added: set[AclBinding] = set()
+        for binding in bindings:
+            problem = validate_binding(binding)
+            if problem:
+                results.append(ApiResult(ErrorCode.INVALID_REQUEST, problem))
+                continue
+            if binding not in existing and binding not in added:
+                added.add(binding)
+                records.append(acl_record(self._new_uuid(), binding))
+            results.append(OK)
+        return ControllerResult(self._commit(records), results)
+
+    def delete_acls(
+        self, filters: Sequence[AclBindingFilter]
+    ) -> ControllerResult[list[AclDeleteResult]]:
+        """DeleteAcls: each filter removes the stored bindings it matches; a filter with
+        an UNKNOWN value is INVALID_REQUEST (Kafka's rule)."""
+        acls = self._image.security.acls
+        results: list[AclDeleteResult] = []
+        records: list[Record] = []
+        removed: set[str] = set()
+        for f in filters:
+            problem = validate_filter(f)
+            if problem:
+                results.append(AclDeleteResult(ErrorCode.INVALID_REQUEST, problem))
+                continue
+            ids = [i for i in sorted(acls) if i not in removed and f.matches(acls[i])]
+            removed.update(ids)
+            records += [RemoveAccessControlEntry(i) for i in ids]
+            results.append(AclDeleteResult(deleted=tuple(acls[i] for i in ids)))
+        return ControllerResult(self._commit(records), results)
+
+    def alter_client_quotas(
+        self, entries: Sequence[ClientQuotaAlteration], *, validate_only: bool = False
+    ) -> ControllerResult[list[ApiResult]]:
+        """AlterClientQuotas: each entry (one entity's changes) applies whole or not at
+        all. Entity types ``user`` and ``client-id`` (a None name: the default entity);
+        keys producer_byte_rate, consumer_byte_rate (whole numbers), request_percentage
+        and controller_mutation_rate; values > 0, None removes the key."""
+        results: list[ApiResult] = []
+        records: list[Record] = []
+        for entry in entries:
+            entity = quota_entity(entry.entity)
+            problem = quota_entity_error(entity)
+            changes: list[Record] = []
+            current = self._image.security.quotas.get(entity, {})
+            for key, value in entry.ops.items():
+                if problem:
+                    break
+                if value is None:
+                    if key not in QUOTA_KEYS:
+                        problem = quota_value_error(key, 1)  # names the known keys
+                    elif key in current:
+                        changes.append(ClientQuotaRecord(entity, key, None))
+                    continue
+                problem = quota_value_error(key, value)
+                if problem is None and current.get(key) != float(value):
+                    changes.append(ClientQuotaRecord(entity, key, float(value)))
+            if problem:
+                results.append(ApiResult(ErrorCode.INVALID_REQUEST, problem))
+                continue
+            results.append(OK)
+            if not validate_only:
+                records += self._commit(changes)
+        return ControllerResult(records, results)
+
+    def _new_uuid(self) -> str:
+        """A fresh ACL id: a UUID string (``new_id`` makes it deterministic in tests)."""
+        raw = self._new_id()
+        try:
+            return str(uuid.UUID(raw))
+        except ValueError:
+            return raw
 
     # -- reassignment ----------------------------------------------------------------------------
 

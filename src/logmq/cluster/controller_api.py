@@ -13,6 +13,7 @@ from typing import Generic, TypeVar
 from logmq.cluster.metadata_image import PartitionRegistration, TopicPartition
 from logmq.cluster.metadata_records import Record
 from logmq.errors import ErrorCode
+from logmq.security.acl import AclBinding
 
 T = TypeVar("T")
 
@@ -119,3 +120,26 @@ class ReassignmentResult:
     @property
     def ok(self) -> bool:
         return self.error is ErrorCode.NONE
+
+
+@dataclass(frozen=True, slots=True)
+class AclDeleteResult:
+    """What one DeleteAcls filter removed (a binding matched by two filters of a request
+    is reported by the first)."""
+
+    error: ErrorCode = ErrorCode.NONE
+    message: str = ""
+    deleted: tuple[AclBinding, ...] = ()
+
+    @property
+    def ok(self) -> bool:
+        return self.error is ErrorCode.NONE
+
+
+@dataclass(frozen=True, slots=True)
+class ClientQuotaAlteration:
+    """Quota changes of one entity: ``entity`` maps "user"/"client-id" to a name (None:
+    that type's default entity); ``ops`` maps a quota key to its new value (None: remove)."""
+
+    entity: Mapping[str, str | None]
+    ops: Mapping[str, float | None]

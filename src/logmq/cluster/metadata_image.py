@@ -36,6 +36,13 @@ from logmq.cluster.metadata_records import (
     decode_records,
     encode_records,
 )
+from logmq.cluster.security_image import (
+    EMPTY_SECURITY,
+    SECURITY_RECORD_TYPES,
+    SecurityDelta,
+    SecurityImage,
+    SecurityRecordError,
+)
 
 TOPIC = "topic"
 BROKER = "broker"
@@ -163,6 +170,8 @@ class MetadataImage:
     configs: Mapping[tuple[str, str], Mapping[str, str]] = field(default_factory=lambda: _EMPTY)
     offset: int = 0  # the Raft index of the last batch applied
     next_producer_id: int = 0  # ids below were allocated to brokers (ProducerIdsBlock)
+    # SCRAM credentials, ACLs and client quotas (security_image.py)
+    security: SecurityImage = field(default_factory=lambda: EMPTY_SECURITY)
 
     # -- queries -----------------------------------------------------------------------------
 
@@ -262,6 +271,7 @@ class MetadataImage:
             out.extend(t.partitions[p].to_record() for p in sorted(t.partitions))
         for (rtype, rname), values in sorted(self.configs.items()):
             out.extend(ConfigRecord(rtype, rname, k, v) for k, v in sorted(values.items()))
+        out.extend(self.security.to_records())
         return out
 
     def to_bytes(self) -> bytes:
@@ -299,6 +309,7 @@ class MetadataDelta:
         self._partitions: dict[TopicPartition, PartitionRegistration] = {}
         self._configs: dict[tuple[str, str], dict[str, str] | None] = {}
         self.removed_topics: dict[str, TopicImage] = {}
+        self._security: SecurityDelta | None = None  # made by the first security record
 
     # -- reading through the delta ---------------------------------------------------------
 
@@ -326,6 +337,14 @@ class MetadataDelta:
     # -- replay --------------------------------------------------------------------------------
 
     def replay(self, record: Record) -> None:
+        if isinstance(record, SECURITY_RECORD_TYPES):
+            if self._security is None:
+                self._security = SecurityDelta(self.image.security)
+            try:
+                self._security.replay(record)
+            except SecurityRecordError as err:
+                raise MetadataError(str(err)) from None
+            return
         match record:
             case ClusterIdRecord(cluster_id=cid):
                 if self._cluster_id is not None and self._cluster_id != cid:
@@ -443,6 +462,9 @@ class MetadataDelta:
                 else:
                     new_configs.pop(key, None)
             configs = MappingProxyType(new_configs)
+        security = image.security
+        if self._security is not None:
+            security = self._security.apply(offset)
         return MetadataImage(
             cluster_id=self._cluster_id,
             next_producer_id=self._next_producer_id,
@@ -450,6 +472,7 @@ class MetadataDelta:
             topics=topics,
             configs=configs,
             offset=image.offset if offset is None else offset,
+            security=security,
         )
 
     def local_changes(self, broker_id: int) -> LocalReplicaChanges:

@@ -20,7 +20,7 @@ their defaults, so fields can be appended without breaking older brokers.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from dataclasses import MISSING, dataclass, fields
+from dataclasses import MISSING, dataclass, field, fields
 from functools import cache
 from typing import Any
 
@@ -159,6 +159,58 @@ class ProducerIdsBlock:
     next_producer_id: int
 
 
+@dataclass(frozen=True, slots=True)
+class UserScramCredentialRecord:
+    """A user's SCRAM credential for one mechanism (set or replaced); never a password."""
+
+    name: str
+    mechanism: str  # "SCRAM-SHA-256" or "SCRAM-SHA-512"
+    salt: bytes
+    stored_key: bytes = field(repr=False)  # kept out of logs
+    server_key: bytes = field(repr=False)
+    iterations: int
+
+
+@dataclass(frozen=True, slots=True)
+class RemoveUserScramCredential:
+    name: str
+    mechanism: str
+
+
+@dataclass(frozen=True, slots=True)
+class AccessControlEntryRecord:
+    """One ACL binding; ``id`` (a uuid) lets a removal name exactly this one. The enum
+    fields carry Kafka's wire codes (security/acl.py)."""
+
+    id: str
+    resource_type: int
+    resource_name: str
+    pattern_type: int
+    principal: str
+    host: str
+    operation: int
+    permission_type: int
+
+
+@dataclass(frozen=True, slots=True)
+class RemoveAccessControlEntry:
+    id: str
+
+
+@dataclass(frozen=True, slots=True)
+class ClientQuotaRecord:
+    """Set (a number) or remove (None) one quota key of a client entity.
+
+    ``entity`` is ((entity_type, name), ...) sorted by type, e.g. (("client-id", None),
+    ("user", "alice")): user alice's default for client ids; a None name is the
+    type's default entity.
+    """
+
+    entity: tuple[tuple[str, str | None], ...]
+    key: str
+    value: float | None
+
+
 Record = (
     ClusterIdRecord
     | RegisterBroker
@@ -171,6 +223,11 @@ Record = (
     | RemoveTopic
     | ProducerIdsBlock
     | BrokerStorageFull
+    | UserScramCredentialRecord
+    | RemoveUserScramCredential
+    | AccessControlEntryRecord
+    | RemoveAccessControlEntry
+    | ClientQuotaRecord
 )
 
 # Type codes are part of the log format: append only, never renumber.
@@ -186,10 +243,16 @@ _TYPES: dict[int, type] = {
     9: RemoveTopic,
     10: ProducerIdsBlock,
     11: BrokerStorageFull,
+    12: UserScramCredentialRecord,
+    13: RemoveUserScramCredential,
+    14: AccessControlEntryRecord,
+    15: RemoveAccessControlEntry,
+    16: ClientQuotaRecord,
 }
 _CODES = {cls: code for code, cls in _TYPES.items()}
 
-# Field kinds: i int, s str, I int tuple; a trailing "?" allows None.
+# Field kinds: i int, s str, I int tuple, b bytes, f float, E a client-quota entity (an
+# array of [type, name-or-None] pairs); a trailing "?" allows None.
 _KINDS: dict[type, str] = {
     ClusterIdRecord: "s",
     RegisterBroker: "i i s s i s? s? i",
@@ -202,7 +265,16 @@ _KINDS: dict[type, str] = {
     RemoveTopic: "s s",
     ProducerIdsBlock: "i i",
     BrokerStorageFull: "i i i",
+    UserScramCredentialRecord: "s s b b b i",
+    RemoveUserScramCredential: "s s",
+    AccessControlEntryRecord: "s i s i s s i i",
+    RemoveAccessControlEntry: "s",
+    ClientQuotaRecord: "E s f?",
 }
+# bounds on what untrusted bytes can make the codec build: a SCRAM salt or key is tens
+# of bytes, and a quota entity has one component per entity type
+MAX_BYTES_FIELD = 1024
+MAX_ENTITY_PARTS = 4
 
 
 def encode_record(record: Record) -> list[Any]:
@@ -265,7 +337,16 @@ _FAST_CHECKS = {
     "i": "type({v}) is int",
     "s": "type({v}) is str",
     "I": "type({v}) is list and all(type(x) is int for x in {v})",
+    "b": "type({v}) is bytes and len({v}) <= MAX_BYTES_FIELD",
+    "f": "type({v}) is float",
+    "E": (
+        "type({v}) is list and len({v}) <= MAX_ENTITY_PARTS and all(type(p) is list and "
+        "len(p) == 2 and type(p[0]) is str and (p[1] is None or type(p[1]) is str) "
+        "for p in {v})"
+    ),
 }
+# how a checked field becomes the dataclass value (as is, unless named here)
+_FAST_ARGS = {"I": "tuple({v})", "E": "tuple((p[0], p[1]) for p in {v})"}
 
 
 @cache
@@ -282,13 +363,17 @@ def _fast_decoder(cls: type) -> Callable[[list[Any]], Any]:
         v = f"raw[{i}]"
         check = _FAST_CHECKS[kind.rstrip("?")].format(v=v)
         checks.append(f"({v} is None or {check})" if kind.endswith("?") else check)
-        arg = f"tuple({v})" if kind.startswith("I") else v
-        args.append(f"None if {v} is None else {arg}" if kind == "I?" else arg)
+        arg = _FAST_ARGS.get(kind.rstrip("?"), "{v}").format(v=v)
+        args.append(f"None if {v} is None else {arg}" if kind.endswith("?") and arg != v else arg)
     source = (
         f"def decode(raw):\n    if {' and '.join(checks)}:\n"
         f"        return cls({', '.join(args)})\n    return None\n"
     )
-    namespace: dict[str, Any] = {"cls": cls}
+    namespace: dict[str, Any] = {
+        "cls": cls,
+        "MAX_BYTES_FIELD": MAX_BYTES_FIELD,
+        "MAX_ENTITY_PARTS": MAX_ENTITY_PARTS,
+    }
     exec(source, namespace)  # built from the fixed kinds table above, never from input
     return namespace["decode"]
 
@@ -327,6 +412,38 @@ def _ints(value: Any) -> tuple[int, ...]:
     return tuple(value)
 
 
+def _bytes(value: Any) -> bytes:
+    if type(value) is not bytes:
+        raise MetadataCodecError(f"expected bytes, got {value!r:.40}")
+    if len(value) > MAX_BYTES_FIELD:
+        raise MetadataCodecError(f"{len(value)} bytes, at most {MAX_BYTES_FIELD} allowed")
+    return value
+
+
+def _float(value: Any) -> float:
+    if type(value) is not float:
+        raise MetadataCodecError(f"expected a float, got {value!r:.40}")
+    return value
+
+
+def _entity(value: Any) -> tuple[tuple[str, str | None], ...]:
+    if not isinstance(value, list) or len(value) > MAX_ENTITY_PARTS:
+        raise MetadataCodecError(
+            f"expected an array of at most {MAX_ENTITY_PARTS} [type, name] pairs, got {value!r:.40}"
+        )
+    out = []
+    for part in value:
+        if not (
+            isinstance(part, list)
+            and len(part) == 2
+            and type(part[0]) is str
+            and (part[1] is None or type(part[1]) is str)
+        ):
+            raise MetadataCodecError(f"expected a [type, name-or-nil] pair, got {part!r:.40}")
+        out.append((part[0], part[1]))
+    return tuple(out)
+
+
 def _optional(decode: Callable[[Any], Any]) -> Callable[[Any], Any]:
     return lambda value: None if value is None else decode(value)
 
@@ -338,4 +455,8 @@ _DECODE: dict[str, Callable[[Any], Any]] = {
     "i?": _optional(_int),
     "s?": _optional(_str),
     "I?": _optional(_ints),
+    "b": _bytes,
+    "f": _float,
+    "f?": _optional(_float),
+    "E": _entity,
 }

@@ -45,6 +45,9 @@ from logmq.kafka.messages import (
 from logmq.kafka.versions import api_versions_response
 from logmq.net.codec import Request
 from logmq.net.reply import Reply
+from logmq.security.acl import AclOperation as Op
+from logmq.security.acl import ResourceType
+from logmq.security.authorization import CLUSTER, Authorization
 from logmq.storage.offset_search import EARLIEST, offset_for
 
 if TYPE_CHECKING:
@@ -86,6 +89,10 @@ def kafka_error_reply(req: Request, code: ErrorCode, message: str) -> Reply:
     return Reply(entity)
 
 
+def _denied_topic(topic: str) -> LogMQError:
+    return LogMQError(f"not authorized to write to {topic!r}", ErrorCode.TOPIC_AUTHORIZATION_FAILED)
+
+
 def _by_topic_id(
     answer: list[TopicRead],
     ids: Mapping[str, uuid.UUID],
@@ -109,7 +116,7 @@ class KafkaApis:
         node_id: int,
         image: Callable[[], MetadataImage],
         controller_id: Callable[[], int | None],
-        kafka_endpoint: Callable[[int], tuple[str, int] | None],
+        kafka_endpoint: Callable[[int, str | None], tuple[str, int] | None],
         replicas: ReplicaManager,
         produce_path: ProducePath,
         producer_ids: ProducerIdManager,
@@ -122,6 +129,7 @@ class KafkaApis:
         consumer_groups: KafkaConsumerGroupApis,
         partitions: KafkaPartitionAdminApis,
         max_fetch_wait_ms: int,
+        authz: Authorization | None = None,
     ) -> None:
         self.node_id = node_id
         self.image = image
@@ -139,6 +147,7 @@ class KafkaApis:
         self.consumer_groups = consumer_groups
         self.partitions = partitions
         self.max_fetch_wait_ms = max_fetch_wait_ms
+        self.authz = authz  # ACLs per topic (kafka/authorization.py decides per request)
         # Fetch sessions of this door's consumers (the native door keeps its own).
         self.sessions = FetchSessionCache.watched_by(replicas.waiters)
         self._table = self.table()
@@ -191,8 +200,12 @@ class KafkaApis:
         wanted = body.topics
         unknown_ids: list[uuid.UUID] = []
         failed: dict[str, ErrorCode] = {}  # auto-creations the controller refused
+        authz = self.authz if self.authz is not None and self.authz.enabled else None
+        context = req.context
         if wanted is None or (req.api_version == 0 and not wanted):
             names = sorted(n for n in image.topics)
+            if authz is not None:  # a topic it may not describe is not there
+                names = [n for n in names if authz.may_describe(context, n)]
         elif req.api_version < 12 and any(t.name is None for t in wanted):
             # As Kafka: v10 and v11 carry a topic id field but answer names only.
             raise LogMQError(
@@ -222,6 +235,9 @@ class KafkaApis:
                 if name is None or name in failed:
                     continue
                 if name not in image.topics and allow and not topic_name_error(name):
+                    if authz is not None and not self._may_create(context, name):
+                        failed[name] = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+                        continue
                     try:
                         await self.auto_create(name)
                     except LogMQError as e:  # this topic's answer, not the request's
@@ -229,8 +245,12 @@ class KafkaApis:
             image = self.image()
         brokers = [
             build(m.MetadataResponseBroker, node_id=n, host=h, port=p, rack=r)
-            for n, h, p, r in self._live_brokers(image)
+            for n, h, p, r in self._live_brokers(image, req.context)
         ]
+        if authz is not None and wanted is not None:
+            for name in names:
+                if name not in failed and not authz.may_describe(context, name):
+                    failed[name] = ErrorCode.TOPIC_AUTHORIZATION_FAILED
         topics = [self._topic_metadata(m, image, name, failed.get(name)) for name in names]
         if unknown_ids:
             topics += [
@@ -268,8 +288,12 @@ class KafkaApis:
         be auto-created) or whose name is invalid is answered in its own entry, with the
         zero topic id Kafka uses and no partitions, beside the request's other topics."""
         topic = image.topics.get(name)
+        if failed is ErrorCode.TOPIC_AUTHORIZATION_FAILED:
+            topic = None  # not even whether it exists
         if topic is None:
-            if topic_name_error(name):
+            if failed is ErrorCode.TOPIC_AUTHORIZATION_FAILED:
+                code = failed
+            elif topic_name_error(name):
                 code = ErrorCode.INVALID_TOPIC_EXCEPTION
             else:
                 code = failed or ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
@@ -309,15 +333,27 @@ class KafkaApis:
             topic_authorized_operations=UNKNOWN_OPERATIONS,
         )
 
-    def _live_brokers(self, image: MetadataImage) -> list[tuple[int, str, int, str | None]]:
-        """(id, Kafka host, Kafka port, rack) of the unfenced brokers with a Kafka listener."""
+    def _live_brokers(
+        self, image: MetadataImage, context: Any
+    ) -> list[tuple[int, str, int, str | None]]:
+        """(id, host, port, rack) of the unfenced brokers on the client's listener."""
+        listener = context.listener if context is not None else None
         out = []
         for node_id in sorted(image.brokers):
             reg = image.brokers[node_id]
-            endpoint = self.kafka_endpoint(node_id)
+            endpoint = self.kafka_endpoint(node_id, listener)
             if not reg.fenced and endpoint is not None:
                 out.append((node_id, endpoint[0], endpoint[1], reg.rack))
         return out
+
+    def _may_create(self, context: Any, name: str) -> bool:
+        """Kafka's rule for a new topic: CREATE on the cluster, or on the topic."""
+        authz = self.authz
+        if authz is None or not authz.enabled:
+            return True
+        return authz.allowed(
+            context, Op.CREATE, ResourceType.CLUSTER, CLUSTER, log_denial=False
+        ) or authz.allowed(context, Op.CREATE, ResourceType.TOPIC, name)
 
     # -- DescribeCluster ---------------------------------------------------------------
     async def describe_cluster(self, req: Request) -> Reply:
@@ -340,7 +376,7 @@ class KafkaApis:
         controller = self.controller_id()
         brokers = tuple(
             m.DescribeClusterBroker(broker_id=n, host=h, port=p, rack=r)
-            for n, h, p, r in self._live_brokers(image)
+            for n, h, p, r in self._live_brokers(image, req.context)
         )
         return Reply(
             build(
@@ -368,15 +404,23 @@ class KafkaApis:
             return self._produce_errors(m, req, code, message)
         if acks not in (0, 1, -1):
             return self._produce_errors(m, req, ErrorCode.INVALID_REQUIRED_ACKS, "acks")
+        denied: set[str] = set()
+        if self.authz is not None:
+            denied = self.authz.denied_topics(
+                req.context, Op.WRITE, (t.name for t in body.topic_data)
+            )
         entries = [
-            (t.name, p.index, p.records or b"") for t in body.topic_data for p in t.partition_data
+            (t.name, p.index, p.records or b"")
+            for t in body.topic_data
+            if t.name not in denied
+            for p in t.partition_data
         ]
         outcomes = iter(await self.produce_path.append_all(entries, acks, timeout_ms))
         responses = []
         for t in body.topic_data:
             parts = []
             for p in t.partition_data:
-                outcome = next(outcomes)
+                outcome = next(outcomes) if t.name not in denied else _denied_topic(t.name)
                 parts.append(self._partition_response(
                     m, req.api_version, p.index, *produce_result(t.name, p.index, outcome),
                     rejected=record_errors(outcome),
@@ -459,6 +503,11 @@ class KafkaApis:
             for t in body.topics
             if name_of(t) is None
         ]
+        denied: set[str] = set()
+        if self.authz is not None:
+            denied = self.authz.denied_topics(
+                req.context, Op.READ, (n for t in body.topics if (n := name_of(t)) is not None)
+            )
         named = [
             (
                 name_of(t),
@@ -474,7 +523,7 @@ class KafkaApis:
                 ],
             )
             for t in body.topics
-            if name_of(t) is not None
+            if name_of(t) is not None and name_of(t) not in denied
         ]
         max_wait_ms = max(0, min(int(body.max_wait.total_seconds() * 1000), self.max_fetch_wait_ms))
         max_bytes = body.max_bytes if version >= 3 else 0x7FFFFFFF
@@ -518,6 +567,13 @@ class KafkaApis:
             answer = await self.replicas.fetch_for_consumer(
                 wanted, max_wait_ms, body.min_bytes, max_bytes
             )
+        if denied:  # answered every time they are named, never read
+            code = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+            answer = answer + [
+                (name, [failed(p.partition, code) for p in t.partitions])
+                for t in body.topics
+                if (name := name_of(t)) in denied
+            ]
         if ids is not None:
             answer = _by_topic_id(answer, image.topic_uuids, unknown)
         head, rest = encode_fetch_response(version, answer, session_id=session_id)
@@ -527,6 +583,11 @@ class KafkaApis:
     async def list_offsets(self, req: Request) -> Reply:
         body = req.body
         m = response_module(body)
+        denied: set[str] = set()
+        if self.authz is not None:
+            denied = self.authz.denied_topics(
+                req.context, Op.DESCRIBE, (t.name for t in body.topics)
+            )
         topics = []
         for t in body.topics:
             parts = []
@@ -534,6 +595,8 @@ class KafkaApis:
                 ts = p.timestamp
                 epoch = getattr(p, "current_leader_epoch", -1)
                 try:
+                    if t.name in denied:
+                        raise _denied_topic(t.name)
                     plog = self.replicas.leader_log(t.name, p.partition_index, epoch)
                     if ts == LATEST_TIERED:  # v9 (KIP-1005): nothing is tiered, as on Kafka
                         offset, found = -1, -1
@@ -595,6 +658,23 @@ class KafkaApis:
         if body.transactional_id is not None:
             fields.update(
                 error_code=KioErrorCode.transactional_id_authorization_failed,
+                producer_id=-1,
+                producer_epoch=-1,
+            )
+            return Reply(m.InitProducerIdResponse(**fields))
+        authz = self.authz
+        if (
+            authz is not None
+            and authz.enabled
+            and not authz.allowed(
+                req.context, Op.IDEMPOTENT_WRITE, ResourceType.CLUSTER, CLUSTER, log_denial=False
+            )
+            and not authz.allowed_on_some(req.context, Op.WRITE, ResourceType.TOPIC)
+        ):
+            # KIP-679: an idempotent producer needs WRITE on some topic (or the old
+            # IDEMPOTENT_WRITE on the cluster)
+            fields.update(
+                error_code=KioErrorCode.cluster_authorization_failed,
                 producer_id=-1,
                 producer_epoch=-1,
             )

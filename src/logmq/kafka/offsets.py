@@ -39,7 +39,7 @@ class KafkaOffsetApis:
     def __init__(
         self,
         groups: GroupCoordinatorService,
-        kafka_endpoint: Callable[[int], tuple[str, int] | None],
+        kafka_endpoint: Callable[[int, str | None], tuple[str, int] | None],
     ) -> None:
         self.groups = groups
         self.kafka_endpoint = kafka_endpoint
@@ -50,7 +50,7 @@ class KafkaOffsetApis:
         m = response_module(body)
         key_type = getattr(body, "key_type", 0)
         if req.api_version >= 4:
-            found = [await self._coordinator(key, key_type) for key in body.coordinator_keys]
+            found = [await self._coordinator(key, key_type, req) for key in body.coordinator_keys]
             coordinators = tuple(
                 m.Coordinator(
                     key=key, node_id=node, host=host, port=port, error_code=code, error_message=msg
@@ -62,7 +62,7 @@ class KafkaOffsetApis:
             return Reply(
                 m.FindCoordinatorResponse(throttle_time=NO_THROTTLE, coordinators=coordinators)
             )
-        code, msg, node, host, port = await self._coordinator(body.key, key_type)
+        code, msg, node, host, port = await self._coordinator(body.key, key_type, req)
         return Reply(
             build(
                 m.FindCoordinatorResponse,
@@ -76,7 +76,7 @@ class KafkaOffsetApis:
         )
 
     async def _coordinator(
-        self, key: str, key_type: int
+        self, key: str, key_type: int, req: Request
     ) -> tuple[KioErrorCode, str | None, int, str, int]:
         try:
             if key_type != 0:
@@ -88,7 +88,8 @@ class KafkaOffsetApis:
             if problem:
                 raise LogMQError(problem, ErrorCode.INVALID_GROUP_ID)
             node, _, _ = await self.groups.find_coordinator(key)
-            endpoint = self.kafka_endpoint(node)
+            listener = req.context.listener if req.context is not None else None
+            endpoint = self.kafka_endpoint(node, listener)
             if endpoint is None:
                 raise LogMQError(
                     f"the coordinator, broker {node}, has no Kafka listener",

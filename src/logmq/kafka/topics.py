@@ -17,6 +17,9 @@ from logmq.errors import ErrorCode
 from logmq.kafka.messages import NO_THROTTLE, build, kio_code, response_module
 from logmq.net.codec import Request
 from logmq.net.reply import Reply
+from logmq.security.acl import AclOperation as Op
+from logmq.security.acl import ResourceType
+from logmq.security.authorization import CLUSTER, Authorization
 
 if TYPE_CHECKING:
     from logmq.cluster.metadata_image import MetadataImage
@@ -31,10 +34,26 @@ class KafkaTopicApis:
         admin: TopicAdmin,
         image: Callable[[], MetadataImage] | None = None,
         topic_defaults: Mapping[str, str] | None = None,
+        authz: Authorization | None = None,
     ) -> None:
         self.admin = admin
+        self.authz = authz
         self.image = image  # DeleteTopics v6 names topics by id
         self.topic_defaults = dict(topic_defaults or {})  # CreateTopics v5+ answers configs
+
+    def _denied(
+        self, req: Request, op: Op, names: list[str], *, cluster_too: bool = False
+    ) -> set[str]:
+        """The topics this request may not ``op`` (CreateTopics: unless it may CREATE on
+        the cluster, as Kafka allows)."""
+        authz = self.authz
+        if authz is None or not authz.enabled:
+            return set()
+        if cluster_too and authz.allowed(
+            req.context, op, ResourceType.CLUSTER, CLUSTER, log_denial=False
+        ):
+            return set()
+        return authz.denied_topics(req.context, op, names)
 
     # -- CreateTopics ------------------------------------------------------------------
     async def create_topics(self, req: Request) -> Reply:
@@ -52,7 +71,12 @@ class KafkaTopicApis:
             for t in body.topics
         ]
         validate_only = bool(getattr(body, "validate_only", False))  # v1+
-        outcomes = await self.admin.create_topics(specs, validate_only=validate_only)
+        denied = self._denied(req, Op.CREATE, [s.name for s in specs], cluster_too=True)
+        allowed = [s for s in specs if s.name not in denied]
+        created = iter(await self.admin.create_topics(allowed, validate_only=validate_only))
+        outcomes = [
+            _refused(s.name, "CREATE") if s.name in denied else next(created) for s in specs
+        ]
         topics = []
         for t, r in zip(body.topics, outcomes, strict=True):
             topics.append(
@@ -100,7 +124,10 @@ class KafkaTopicApis:
         else:
             wanted = [(name, None) for name in body.topic_names]
         names = [name for name, _ in wanted if name is not None]
-        results = {r.name: r for r in await self.admin.delete_topics(names)}
+        denied = self._denied(req, Op.DELETE, names)
+        deleted = await self.admin.delete_topics([n for n in names if n not in denied])
+        results = {r.name: r for r in deleted}
+        results.update({n: _refused(n, "DELETE") for n in denied})
         unknown_id = TopicOutcome("", ErrorCode.UNKNOWN_TOPIC_ID, "no topic has this id")
         responses = tuple(
             build(
@@ -121,15 +148,27 @@ class KafkaTopicApis:
         refused = TopicOutcome(
             "", ErrorCode.INVALID_REQUEST, "manual replica assignments are not supported"
         )
-        counts = [(t.name, t.count) for t in body.topics if not t.assignments]
+        denied = self._denied(req, Op.ALTER, [t.name for t in body.topics])
+        counts = [
+            (t.name, t.count) for t in body.topics if not t.assignments and t.name not in denied
+        ]
         grown = await self.admin.create_partitions(counts, validate_only=bool(body.validate_only))
         results = {r.name: r for r in grown}
+        results.update({n: _refused(n, "ALTER") for n in denied})
         out = tuple(
             m.CreatePartitionsTopicResult(
                 name=t.name,
-                error_code=kio_code((r := refused if t.assignments else results[t.name]).error),
+                error_code=kio_code(
+                    (r := results.get(t.name, refused) if t.assignments else results[t.name]).error
+                ),
                 error_message=r.message,
             )
             for t in body.topics
         )
         return Reply(m.CreatePartitionsResponse(throttle_time=NO_THROTTLE, results=out))
+
+
+def _refused(name: str, what: str) -> TopicOutcome:
+    return TopicOutcome(
+        name, ErrorCode.TOPIC_AUTHORIZATION_FAILED, f"not authorized to {what} topic {name!r}"
+    )

@@ -38,15 +38,20 @@ SUPPORTED: dict[int, tuple[int, int]] = {
     14: (0, 5),  # SyncGroup
     15: (0, 5),  # DescribeGroups
     16: (0, 5),  # ListGroups (v5: group types)
+    17: (0, 1),  # SaslHandshake (v0's raw tokens are refused after it: kafka/sasl.py)
     18: (0, 4),  # ApiVersions
     19: (0, 7),  # CreateTopics (v5+: configs in the answer; v7: topic ids)
     20: (0, 6),  # DeleteTopics (v6: by name or topic id)
     21: (0, 2),  # DeleteRecords
     22: (0, 5),  # InitProducerId
     23: (0, 4),  # OffsetForLeaderEpoch (librdkafka validates positions with v2)
+    29: (1, 3),  # DescribeAcls (v0, before pattern types, is pre-2.0 clients' only)
+    30: (1, 3),  # CreateAcls
+    31: (1, 3),  # DeleteAcls
     32: (0, 4),  # DescribeConfigs (v0: is_default, no synonyms)
     33: (0, 2),  # AlterConfigs (replaces a topic's overrides)
     35: (0, 4),  # DescribeLogDirs
+    36: (0, 2),  # SaslAuthenticate (v1+: session lifetime, KIP-368)
     37: (0, 3),  # CreatePartitions
     42: (0, 2),  # DeleteGroups
     43: (0, 2),  # ElectLeaders
@@ -54,6 +59,8 @@ SUPPORTED: dict[int, tuple[int, int]] = {
     45: (0, 1),  # AlterPartitionReassignments
     46: (0, 0),  # ListPartitionReassignments
     47: (0, 0),  # OffsetDelete
+    50: (0, 0),  # DescribeUserScramCredentials
+    51: (0, 0),  # AlterUserScramCredentials
     60: (0, 1),  # DescribeCluster
     68: (0, 1),  # ConsumerGroupHeartbeat (KIP-848; librdkafka's group.protocol=consumer needs 1)
     69: (0, 1),  # ConsumerGroupDescribe

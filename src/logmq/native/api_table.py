@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from logmq.native.data_api import DataApi
     from logmq.native.group_api import GroupApi
     from logmq.native.reassignment_api import ReassignmentApi
+    from logmq.native.security_api import SecurityApi
 
 Handler = Callable[[Request], Awaitable[Reply | None]]
 
@@ -56,6 +57,13 @@ SUPPORTED_APIS: dict[int, tuple[int, int]] = {
     ApiKey.ELECT_LEADERS: (0, 0),
     ApiKey.ALTER_PARTITION_REASSIGNMENTS: (0, 0),
     ApiKey.LIST_PARTITION_REASSIGNMENTS: (0, 0),
+    ApiKey.DESCRIBE_ACLS: (0, 0),
+    ApiKey.CREATE_ACLS: (0, 0),
+    ApiKey.DELETE_ACLS: (0, 0),
+    ApiKey.DESCRIBE_CLIENT_QUOTAS: (0, 0),
+    ApiKey.ALTER_CLIENT_QUOTAS: (0, 0),
+    ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: (0, 0),
+    ApiKey.ALTER_USER_SCRAM_CREDENTIALS: (0, 0),
 }
 
 # metadata changes: run by the controller; other brokers forward them to it
@@ -67,6 +75,10 @@ CONTROLLER_APIS = frozenset(
         ApiKey.CREATE_PARTITIONS,
         ApiKey.ELECT_LEADERS,
         ApiKey.ALTER_PARTITION_REASSIGNMENTS,
+        ApiKey.CREATE_ACLS,
+        ApiKey.DELETE_ACLS,
+        ApiKey.ALTER_USER_SCRAM_CREDENTIALS,
+        ApiKey.ALTER_CLIENT_QUOTAS,
     }
 )
 # group requests need __consumer_offsets: the first one creates it
@@ -98,6 +110,9 @@ READ_ONLY_APIS = frozenset(
         ApiKey.DESCRIBE_QUORUM,
         ApiKey.DESCRIBE_LOG_DIRS,
         ApiKey.LIST_PARTITION_REASSIGNMENTS,
+        ApiKey.DESCRIBE_ACLS,
+        ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS,
+        ApiKey.DESCRIBE_CLIENT_QUOTAS,
     }
 )
 
@@ -120,8 +135,15 @@ def handler_table(
     group_api: GroupApi,
     cluster_api: ClusterApi,
     reassignment_api: ReassignmentApi,
+    security_api: SecurityApi | None = None,
 ) -> dict[int, Handler]:
-    """api key -> the method of the native API objects that answers it."""
+    """api key -> the method of the native API objects that answers it.
+
+    ``security_api`` defaults to one over the admin API's quorum and metrics."""
+    if security_api is None:
+        from logmq.native.security_api import SecurityApi
+
+        security_api = SecurityApi(admin.quorum, admin.metrics)
     return {
         ApiKey.API_VERSIONS: admin.api_versions,
         ApiKey.METADATA: admin.metadata,
@@ -154,4 +176,11 @@ def handler_table(
         ApiKey.ELECT_LEADERS: reassignment_api.elect_leaders,
         ApiKey.ALTER_PARTITION_REASSIGNMENTS: reassignment_api.alter_partition_reassignments,
         ApiKey.LIST_PARTITION_REASSIGNMENTS: reassignment_api.list_partition_reassignments,
+        ApiKey.DESCRIBE_ACLS: security_api.describe_acls,
+        ApiKey.CREATE_ACLS: security_api.create_acls,
+        ApiKey.DELETE_ACLS: security_api.delete_acls,
+        ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: security_api.describe_user_scram_credentials,
+        ApiKey.ALTER_USER_SCRAM_CREDENTIALS: security_api.alter_user_scram_credentials,
+        ApiKey.DESCRIBE_CLIENT_QUOTAS: security_api.describe_client_quotas,
+        ApiKey.ALTER_CLIENT_QUOTAS: security_api.alter_client_quotas,
     }

@@ -51,6 +51,9 @@ class ApiKey(IntEnum):
     DELETE_RECORDS = 21
     INIT_PRODUCER_ID = 22
     OFFSET_FOR_LEADER_EPOCH = 23
+    DESCRIBE_ACLS = 29  # native/security_api.py, from the local image
+    CREATE_ACLS = 30  # controller API (native/security_api.py)
+    DELETE_ACLS = 31  # controller API (native/security_api.py)
     DESCRIBE_CONFIGS = 32
     ALTER_CONFIGS = 33
     DESCRIBE_LOG_DIRS = 35  # a broker about its own logs (native/reassignment_api.py)
@@ -60,6 +63,10 @@ class ApiKey(IntEnum):
     ALTER_PARTITION_REASSIGNMENTS = 45  # controller API (native/reassignment_api.py)
     LIST_PARTITION_REASSIGNMENTS = 46
     OFFSET_DELETE = 47
+    DESCRIBE_CLIENT_QUOTAS = 48  # native/security_api.py, from the local image
+    ALTER_CLIENT_QUOTAS = 49  # controller API (native/security_api.py)
+    DESCRIBE_USER_SCRAM_CREDENTIALS = 50  # native/security_api.py, from the local image
+    ALTER_USER_SCRAM_CREDENTIALS = 51  # controller API (native/security_api.py)
     DESCRIBE_QUORUM = 55
     ALTER_PARTITION = 56  # partition leader -> controller: ISR changes (cluster_api)
     DESCRIBE_CLUSTER = 60

@@ -44,8 +44,13 @@ class ConnectionContext:
 
     peer: str  # host:port
     host: str
-    listener: str  # "native" or "kafka"
+    listener: str  # the listener's name (NATIVE, PLAINTEXT, SASL_SSL, ...)
     principal: str = ANONYMOUS  # the authenticated identity (set by authentication)
+    # False on a SASL listener until the client has authenticated: only the handshake
+    # APIs pass the pipeline then (security/authentication.py)
+    authenticated: bool = True
+    auth: Any = None  # the connection's authentication state, owned by security/
+    authz: Any = None  # its cached authorization decisions, owned by security/
 
 
 class Guard(Protocol):

@@ -43,6 +43,9 @@ class Reply:
 
     body: dict[str, Any]
     tail: Tail = ()
+    # close the connection once this answer is sent (a failed login, a request a SASL
+    # listener refuses before authentication), as Kafka does
+    close: bool = False
 
 
 # Part class -> is it a FileRegion. isinstance() against a runtime_checkable protocol

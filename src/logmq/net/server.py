@@ -19,6 +19,7 @@ import collections
 import logging
 import os
 import socket
+import ssl
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -48,6 +49,7 @@ SENDFILE_MIN_BYTES = 64 * 1024
 # which for the few-KB regions of a fetch across thousands of small partitions cost
 # more than copying them (the bulk of a big region still never enters Python).
 SENDFILE_MIN_REGION = 16 * 1024
+TLS_HANDSHAKE_TIMEOUT_S = 10.0  # a client that opens a TLS connection and stalls
 LINGER_S = 5.0  # how long a connection closing after a fatal error waits for the peer
 MAX_LOGGED_REASONS = 8  # distinct bad-frame reasons logged per connection
 
@@ -144,7 +146,7 @@ class ClientConnection(asyncio.BufferedProtocol):
         self._last_active = 0.0
         self.peer = "?"
         self.peer_host = ""  # the client's address, given to handlers as request.client_host
-        self.context = ConnectionContext("?", "", server.name)  # on every request
+        self.context = ConnectionContext("?", "", server.listener)  # on every request
         self._logged: set[tuple[str, int, int]] = set()  # bad-frame reasons logged
 
     # -- asyncio.Protocol callbacks ---------------------------------------------------
@@ -153,7 +155,10 @@ class ClientConnection(asyncio.BufferedProtocol):
         peer = transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
         self.peer_host = str(peer[0]) if peer else ""
-        self.context = ConnectionContext(self.peer, self.peer_host, self._server.name)
+        server = self._server
+        self.context = ConnectionContext(self.peer, self.peer_host, server.listener)
+        if server.init_context is not None:
+            server.init_context(self.context, transport.get_extra_info("ssl_object"))
         transport.set_write_buffer_limits(high=WRITE_HIGH_WATER, low=0)
         sock = transport.get_extra_info("socket")
         if sock is not None:
@@ -168,7 +173,7 @@ class ClientConnection(asyncio.BufferedProtocol):
                     )
             except OSError as e:  # pragma: no cover - platform specific
                 log.debug("socket options on %s: %s", self.peer, e)
-            if self._opts.zero_copy and hasattr(os, "sendfile"):
+            if self._opts.zero_copy and hasattr(os, "sendfile") and server.tls is None:
                 self._dup_fd = os.dup(sock.fileno())
         if not self._server.admit(self):
             log.warning("refusing connection from %s: max_connections reached", self.peer)
@@ -425,6 +430,12 @@ class ClientConnection(asyncio.BufferedProtocol):
                 self._server.name, ev.request.api_key, time.perf_counter() - start, ev.size, sent
             )
             self._conn.request_done()
+            if reply is not None and reply.close:
+                # answered, then closed (a failed login): nothing after it is read
+                self._draining = True
+                await self._linger()
+                self.close()
+                return
             self._update_reading()
 
     async def _linger(self) -> None:
@@ -608,9 +619,18 @@ class TcpServer:
         is_read_only: Callable[[Request], bool] | None = None,
         wire: WireCodec | None = None,
         name: str = "native",
+        tls: ssl.SSLContext | None = None,
+        init_context: Callable[[ConnectionContext, Any], None] | None = None,
+        listener: str | None = None,
     ):
         self.handler = handler
-        self.name = name  # the listener, in logs and metrics
+        self.name = name  # the front door, in logs and metrics
+        self.listener = listener or name  # the listener's own name (on every request)
+        # TLS: every connection is wrapped; record bytes cannot leave by sendfile then
+        self.tls = tls
+        # fills in what the handshake established (the principal of a client certificate,
+        # whether SASL must follow); given the context and the ssl object (None: no TLS)
+        self.init_context = init_context
         self.wire = wire if wire is not None else NativeWire()  # the front door's codec
         # requests whose handlers may run while earlier ones of the connection still run
         self.is_concurrent = is_concurrent or (lambda _req: False)
@@ -625,7 +645,13 @@ class TcpServer:
     async def start(self, host: str, port: int) -> None:
         loop = asyncio.get_running_loop()
         self._server = await loop.create_server(
-            lambda: ClientConnection(self), host, port, reuse_address=True, backlog=1024
+            lambda: ClientConnection(self),
+            host,
+            port,
+            reuse_address=True,
+            backlog=1024,
+            ssl=self.tls,
+            ssl_handshake_timeout=TLS_HANDSHAKE_TIMEOUT_S if self.tls is not None else None,
         )
         self.port = self._server.sockets[0].getsockname()[1]
 

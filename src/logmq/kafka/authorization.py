@@ -1,0 +1,186 @@
+"""Which ACL each Kafka request needs, as Kafka's KafkaApis asks for it.
+
+The pipeline step (``guard``) decides what is decided per request: the cluster APIs
+(CLUSTER_AUTHORIZATION_FAILED) and the group a group request names
+(GROUP_AUTHORIZATION_FAILED), answered in the request's own response type. What is
+decided per topic inside a request (Produce: WRITE, Fetch: READ, Metadata and
+ListOffsets: DESCRIBE, CreateTopics: CREATE, DeleteTopics: DELETE, ...) is answered
+per topic by the handlers, through the same ``Authorization`` and the same cache.
+"""
+
+from __future__ import annotations
+
+from logmq.errors import ErrorCode
+from logmq.kafka.apis import kafka_error_reply
+from logmq.kafka.messages import (
+    NO_THROTTLE,
+    UNKNOWN_OPERATIONS,
+    build,
+    kio_code,
+    response_module,
+)
+from logmq.net.codec import Request
+from logmq.net.reply import Reply
+from logmq.security.acl import AclOperation as Op
+from logmq.security.acl import ResourceType
+from logmq.security.authorization import CLUSTER, Authorization
+
+# api key -> the operation on the cluster it needs
+CLUSTER_APIS: dict[int, Op] = {
+    29: Op.DESCRIBE,  # DescribeAcls
+    30: Op.ALTER,  # CreateAcls
+    31: Op.ALTER,  # DeleteAcls
+    35: Op.DESCRIBE,  # DescribeLogDirs
+    43: Op.ALTER,  # ElectLeaders
+    45: Op.ALTER,  # AlterPartitionReassignments
+    46: Op.DESCRIBE,  # ListPartitionReassignments
+    48: Op.DESCRIBE_CONFIGS,  # DescribeClientQuotas
+    49: Op.ALTER_CONFIGS,  # AlterClientQuotas
+    50: Op.DESCRIBE,  # DescribeUserScramCredentials
+    51: Op.ALTER,  # AlterUserScramCredentials
+}
+
+
+def _group_ids(req: Request) -> list[str]:
+    """The groups a group request names (one, or several for the batched ones)."""
+    body = req.body
+    key = req.api_key
+    if key == 9 and req.api_version >= 8:  # OffsetFetch, batched
+        return [g.group_id for g in body.groups]
+    if key == 10:  # FindCoordinator: groups only (key type 0)
+        if req.api_version >= 4:
+            return list(body.coordinator_keys) if body.key_type == 0 else []
+        return [body.key] if getattr(body, "key_type", 0) == 0 else []
+    if key == 15:  # DescribeGroups
+        return list(body.groups)
+    if key == 42:  # DeleteGroups
+        return list(body.groups_names)
+    return [body.group_id]
+
+
+# api key -> the operation on the named group(s) it needs
+GROUP_APIS: dict[int, Op] = {
+    8: Op.READ,  # OffsetCommit
+    9: Op.DESCRIBE,  # OffsetFetch
+    10: Op.DESCRIBE,  # FindCoordinator
+    11: Op.READ,  # JoinGroup
+    12: Op.READ,  # Heartbeat
+    13: Op.READ,  # LeaveGroup
+    14: Op.READ,  # SyncGroup
+    15: Op.DESCRIBE,  # DescribeGroups
+    42: Op.DELETE,  # DeleteGroups
+    47: Op.DELETE,  # OffsetDelete
+    68: Op.READ,  # ConsumerGroupHeartbeat
+    69: Op.DESCRIBE,  # ConsumerGroupDescribe (group_ids)
+}
+
+
+class KafkaAuthorization:
+    def __init__(self, authorization: Authorization) -> None:
+        self.authz = authorization
+
+    @property
+    def api_keys(self) -> frozenset[int]:
+        return frozenset(CLUSTER_APIS) | frozenset(GROUP_APIS)
+
+    async def guard(self, req: Request) -> Reply | None:
+        authz = self.authz
+        if not authz.enabled:
+            return None
+        context = req.context
+        op = CLUSTER_APIS.get(req.api_key)
+        if op is not None:
+            if authz.allowed(context, op, ResourceType.CLUSTER, CLUSTER):
+                return None
+            return _denied(req, ErrorCode.CLUSTER_AUTHORIZATION_FAILED, f"{op.name} on the cluster")
+        op = GROUP_APIS.get(req.api_key)
+        if op is None:
+            return None
+        groups = list(req.body.group_ids) if req.api_key == 69 else _group_ids(req)
+        for group in groups:
+            if not authz.allowed(context, op, ResourceType.GROUP, group):
+                return _denied(
+                    req, ErrorCode.GROUP_AUTHORIZATION_FAILED, f"{op.name} on group {group!r}"
+                )
+        return None
+
+
+def _denied(req: Request, code: ErrorCode, what: str) -> Reply:
+    """The denial in the request's response type, per entry where it has entries."""
+    principal = req.context.principal if req.context is not None else "?"
+    message = f"{principal} is not authorized to {what}"
+    m = response_module(req.body)
+    kio = kio_code(code)
+    body = req.body
+    key, version = req.api_key, req.api_version
+    if key == 8:  # OffsetCommit: every partition
+        topics = tuple(
+            m.OffsetCommitResponseTopic(
+                name=t.name,
+                partitions=tuple(
+                    m.OffsetCommitResponsePartition(
+                        partition_index=p.partition_index, error_code=kio
+                    )
+                    for p in t.partitions
+                ),
+            )
+            for t in body.topics or ()
+        )
+        return Reply(build(m.OffsetCommitResponse, throttle_time=NO_THROTTLE, topics=topics))
+    if key == 30:  # CreateAcls: every creation
+        results = tuple(
+            m.AclCreationResult(error_code=kio, error_message=message) for _ in body.creations
+        )
+        return Reply(m.CreateAclsResponse(throttle_time=NO_THROTTLE, results=results))
+    if key == 31:  # DeleteAcls: every filter
+        results = tuple(
+            m.DeleteAclsFilterResult(error_code=kio, error_message=message, matching_acls=())
+            for _ in body.filters
+        )
+        return Reply(m.DeleteAclsResponse(throttle_time=NO_THROTTLE, filter_results=results))
+    if key == 51:  # AlterUserScramCredentials: every user
+        users = dict.fromkeys([d.name for d in body.deletions] + [u.name for u in body.upsertions])
+        results = tuple(
+            m.AlterUserScramCredentialsResult(user=u, error_code=kio, error_message=message)
+            for u in users
+        )
+        return Reply(
+            m.AlterUserScramCredentialsResponse(throttle_time=NO_THROTTLE, results=results)
+        )
+    if key == 15:  # DescribeGroups: every group
+        groups = tuple(
+            build(
+                m.DescribedGroup,
+                error_code=kio,
+                group_id=g,
+                group_state="",
+                protocol_type="",
+                protocol_data="",
+                members=(),
+                authorized_operations=UNKNOWN_OPERATIONS,
+            )
+            for g in body.groups
+        )
+        return Reply(build(m.DescribeGroupsResponse, throttle_time=NO_THROTTLE, groups=groups))
+    if key == 42:  # DeleteGroups
+        results = tuple(
+            m.DeletableGroupResult(group_id=g, error_code=kio) for g in body.groups_names
+        )
+        return Reply(build(m.DeleteGroupsResponse, throttle_time=NO_THROTTLE, results=results))
+    if key == 10 and version >= 4:  # FindCoordinator, batched
+        coordinators = tuple(
+            m.Coordinator(
+                key=k, node_id=-1, host="", port=-1, error_code=kio, error_message=message
+            )
+            for k in body.coordinator_keys
+        )
+        return Reply(
+            build(m.FindCoordinatorResponse, throttle_time=NO_THROTTLE, coordinators=coordinators)
+        )
+    if key == 9 and version >= 8:  # OffsetFetch, batched
+        groups = tuple(
+            m.OffsetFetchResponseGroup(group_id=g.group_id, topics=(), error_code=kio)
+            for g in body.groups
+        )
+        return Reply(build(m.OffsetFetchResponse, throttle_time=NO_THROTTLE, groups=groups))
+    return kafka_error_reply(req, code, message)

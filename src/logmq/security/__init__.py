@@ -1,0 +1,1 @@
+"""Authentication and authorization: SASL mechanisms, TLS, ACLs (sans-IO cores)."""

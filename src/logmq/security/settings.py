@@ -1,0 +1,237 @@
+"""The broker's security settings, read once from Kafka's property names.
+
+What each listener demands (TLS, SASL and which mechanisms, client certificates), who
+the super users are, whether ACLs are enforced, and the session rules of KIP-368. Built
+at start from ``BrokerConfig.properties`` so a bad setting stops the broker with a message
+naming the property, before it listens anywhere. docs/security.md lists every property.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from logmq.errors import InvalidConfigError
+from logmq.security.listeners import (
+    Listener,
+    advertised_endpoints,
+    listener_setting,
+    parse_listeners,
+)
+from logmq.security.oauthbearer import OAuthBearerConfig, OAuthBearerValidator
+from logmq.security.sasl import MECHANISMS, PlainUsers, parse_jaas_entries
+from logmq.security.tls import CertificateReloader, PrincipalMapper, TlsSettings
+
+log = logging.getLogger("logmq.security")
+
+# authorizer.class.name values that turn ACLs on (Kafka's two and logmq's own)
+AUTHORIZERS = frozenset(
+    {
+        "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+        "kafka.security.authorizer.AclAuthorizer",
+        "logmq",
+    }
+)
+DEFAULT_FAILED_AUTH_DELAY_MS = 100  # Kafka's connection.failed.authentication.delay.ms
+
+
+@dataclass(slots=True)
+class ListenerSecurity:
+    """What one listener requires of a connection, and what it checks it with."""
+
+    listener: Listener
+    tls: CertificateReloader | None = None
+    principal_mapper: PrincipalMapper | None = None
+    mechanisms: tuple[str, ...] = ()  # SASL mechanisms offered, in Kafka's order
+    plain_users: PlainUsers | None = None
+    oauth: OAuthBearerValidator | None = None
+
+    @property
+    def name(self) -> str:
+        return self.listener.name
+
+
+@dataclass(slots=True)
+class SecuritySettings:
+    listeners: list[Listener]
+    per_listener: dict[str, ListenerSecurity]
+    advertised: dict[str, tuple[str, int]] = field(default_factory=dict)
+    inter_broker_listener: str = "NATIVE"
+    acls_enabled: bool = False
+    super_users: frozenset[str] = frozenset()
+    allow_everyone_if_no_acl_found: bool = True
+    max_reauth_ms: int | None = None  # connections.max.reauth.ms; None: sessions never end
+    failed_auth_delay_ms: int = DEFAULT_FAILED_AUTH_DELAY_MS
+
+    @property
+    def native(self) -> Listener:
+        return next(listener for listener in self.listeners if listener.native)
+
+    @property
+    def kafka(self) -> list[Listener]:
+        return [listener for listener in self.listeners if not listener.native]
+
+    def of(self, name: str) -> ListenerSecurity:
+        return self.per_listener[name]
+
+    @classmethod
+    def from_properties(
+        cls,
+        props: Mapping[str, str],
+        *,
+        native: tuple[str, int],
+        kafka: tuple[str, int] | None,
+    ) -> SecuritySettings:
+        listeners = parse_listeners(props, native=native, kafka=kafka)
+        per = {listener.name: _listener_security(props, listener) for listener in listeners}
+        authorizer = props.get("authorizer.class.name", "").strip()
+        if authorizer and authorizer not in AUTHORIZERS:
+            raise InvalidConfigError(
+                f"authorizer.class.name: {authorizer!r} is not available; use "
+                "org.apache.kafka.metadata.authorizer.StandardAuthorizer (logmq's ACLs)"
+            )
+        acls = bool(authorizer)
+        super_users = frozenset(
+            u.strip() for u in props.get("super.users", "").split(";") if u.strip()
+        )
+        for user in super_users:
+            if ":" not in user:
+                raise InvalidConfigError(f"super.users: {user!r} is not Type:name (User:admin)")
+        names = {listener.name for listener in listeners}
+        inter = props.get("inter.broker.listener.name", "").strip().upper() or next(
+            listener.name for listener in listeners if listener.native
+        )
+        if inter not in names:
+            raise InvalidConfigError(f"inter.broker.listener.name: no listener named {inter}")
+        advertised = advertised_endpoints(props)
+        for name in advertised:
+            if name not in names:
+                raise InvalidConfigError(f"advertised.listeners: no listener named {name}")
+        return cls(
+            listeners=listeners,
+            per_listener=per,
+            advertised=advertised,
+            inter_broker_listener=inter,
+            acls_enabled=acls,
+            super_users=super_users,
+            # Kafka's default is false; logmq's too once an authorizer is on
+            allow_everyone_if_no_acl_found=_bool(props, "allow.everyone.if.no.acl.found", False),
+            max_reauth_ms=_int(props, "connections.max.reauth.ms", 0) or None,
+            failed_auth_delay_ms=_int(
+                props, "connection.failed.authentication.delay.ms", DEFAULT_FAILED_AUTH_DELAY_MS
+            ),
+        )
+
+    def warnings(self) -> list[str]:
+        """What an operator must hear at start (an open broker on a network)."""
+        out = []
+        for listener in self.listeners:
+            exposed = listener.host not in ("127.0.0.1", "localhost", "::1")
+            if exposed and listener.protocol == "PLAINTEXT" and not self.acls_enabled:
+                where = listener.host or "every address"
+                out.append(
+                    f"listener {listener} accepts anyone on {where} in clear text with no "
+                    "authorizer: anyone who reaches it can read, write and delete everything"
+                )
+        return out
+
+
+def _listener_security(props: Mapping[str, str], listener: Listener) -> ListenerSecurity:
+    out = ListenerSecurity(listener)
+    if listener.tls:
+        settings = TlsSettings.from_properties(props, listener.prefix)
+        if not settings.has_keystore:
+            raise InvalidConfigError(
+                f"listener {listener.name} ({listener.protocol}) needs ssl.keystore.location "
+                f"(or {listener.prefix}ssl.keystore.location)"
+            )
+        out.tls = reloader = CertificateReloader(settings)
+
+        def current(ssl_object, _server_name, context) -> None:
+            # The listener keeps the context it started with; each handshake moves to
+            # the latest one the reloader built (its certificate and key).
+            latest = reloader.context
+            if latest is not context:
+                ssl_object.context = latest
+
+        reloader.context.sni_callback = current
+        out.principal_mapper = PrincipalMapper(settings.principal_mapping_rules or "DEFAULT")
+    if listener.sasl:
+        _sasl(props, listener, out)
+    return out
+
+
+def _sasl(props: Mapping[str, str], listener: Listener, out: ListenerSecurity) -> None:
+    raw = listener_setting(props, listener, "sasl.enabled.mechanisms") or "GSSAPI"
+    wanted = [m.strip().upper() for m in raw.split(",") if m.strip()]
+    unknown = [m for m in wanted if m not in MECHANISMS]
+    if unknown:
+        raise InvalidConfigError(
+            f"sasl.enabled.mechanisms of {listener.name}: {', '.join(unknown)} not available "
+            f"(logmq has {', '.join(MECHANISMS)})"
+        )
+    if "PLAIN" in wanted:
+        out.plain_users = _plain_users(props, listener)
+    if "OAUTHBEARER" in wanted:
+        config = OAuthBearerConfig.from_kafka_config(props, listener.prefix + "oauthbearer.")
+        try:
+            out.oauth = OAuthBearerValidator.from_config(config)
+        except (OSError, ValueError) as e:
+            raise InvalidConfigError(
+                f"OAUTHBEARER on {listener.name}: {e} (sasl.oauthbearer.jwks.endpoint.url "
+                "names a JWKS file or file: URL)"
+            ) from None
+    out.mechanisms = tuple(m for m in MECHANISMS if m in wanted)
+
+
+def _plain_users(props: Mapping[str, str], listener: Listener) -> PlainUsers:
+    """PLAIN's users: Kafka's JAAS option (per listener, then bare) or a users file."""
+    for key in (
+        listener.prefix + "plain.sasl.jaas.config",
+        "plain.sasl.jaas.config",
+        listener.prefix + "sasl.jaas.config",
+        "sasl.jaas.config",
+    ):
+        text = props.get(key)
+        if text:
+            try:
+                entries = parse_jaas_entries(text)
+            except ValueError as e:
+                raise InvalidConfigError(f"{key}: {e}") from None
+            plain = [e for e in entries if e.login_module.endswith("PlainLoginModule")]
+            if plain:
+                return PlainUsers.from_jaas(plain[0])
+    path = listener_setting(props, listener, "sasl.plain.users.file")
+    if path:
+        try:
+            return PlainUsers.from_file(path)
+        except (OSError, ValueError) as e:
+            raise InvalidConfigError(f"sasl.plain.users.file: {e}") from None
+    raise InvalidConfigError(
+        f"PLAIN on {listener.name} has no users: set {listener.prefix}plain.sasl.jaas.config "
+        '(PlainLoginModule with user_<name>="<password>" options) or sasl.plain.users.file'
+    )
+
+
+def _bool(props: Mapping[str, str], key: str, default: bool) -> bool:
+    raw = props.get(key)
+    if raw is None or raw == "":
+        return default
+    value = raw.strip().lower()
+    if value not in ("true", "false"):
+        raise InvalidConfigError(f"{key}: expected true or false, got {raw!r}")
+    return value == "true"
+
+
+def _int(props: Mapping[str, str], key: str, default: int) -> int:
+    raw = props.get(key)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise InvalidConfigError(f"{key}: expected a number, got {raw!r}") from None
+    if value < 0:
+        raise InvalidConfigError(f"{key}: must be >= 0, got {value}")
+    return value

@@ -1,0 +1,298 @@
+"""TLS and SASL on the Kafka listeners, with the real clients (issue 28).
+
+One broker with four Kafka listeners (PLAINTEXT, SSL with optional client certificates,
+SASL_PLAINTEXT and SASL_SSL), configured with Kafka's property names through
+``--override``, exactly as a Kafka user writes them.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import uuid
+
+import pytest
+
+from logmq.testing.certs import make_ca, make_cert
+from tests.harness import BrokerProcess, free_port
+
+confluent_kafka = pytest.importorskip("confluent_kafka")
+from confluent_kafka import admin as kadmin  # noqa: E402
+
+PLAIN_JAAS = (
+    "org.apache.kafka.common.security.plain.PlainLoginModule required "
+    'username="admin" password="admin-secret" '
+    'user_admin="admin-secret" user_alice="alice-secret";'
+)
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory):
+    d = tmp_path_factory.mktemp("pki")
+    ca = make_ca(d)
+    server = make_cert(ca, d, "127.0.0.1", server=True)
+    alice = make_cert(ca, d, "alice", server=False)
+    other_ca = make_ca(d / "other", "someone-else")
+    mallory = make_cert(other_ca, d / "other", "mallory", server=False)
+    return {"ca": ca, "server": server, "alice": alice, "mallory": mallory}
+
+
+@pytest.fixture(scope="module")
+def secured(pki, tmp_path_factory):
+    ports = {name: free_port() for name in ("SSL", "SASL_PLAINTEXT", "SASL_SSL")}
+    broker = BrokerProcess(tmp_path_factory.mktemp("secured") / "data")
+    listeners = f"PLAINTEXT://127.0.0.1:{broker.kafka_port}," + ",".join(
+        f"{name}://127.0.0.1:{port}" for name, port in ports.items()
+    )
+    overrides = {
+        "listeners": listeners,
+        "ssl.keystore.type": "PEM",
+        "ssl.keystore.location": str(pki["server"].keystore_path),
+        "ssl.truststore.type": "PEM",
+        "ssl.truststore.location": str(pki["ca"].cert_path),
+        "listener.name.ssl.ssl.client.auth": "requested",
+        "sasl.enabled.mechanisms": "PLAIN",
+        "listener.name.sasl_plaintext.plain.sasl.jaas.config": PLAIN_JAAS,
+        "listener.name.sasl_ssl.plain.sasl.jaas.config": PLAIN_JAAS,
+    }
+    for key, value in overrides.items():
+        broker.extra_args += ["--override", f"{key}={value}"]
+    broker.start()
+    broker.ports = ports
+    yield broker
+    broker.stop()
+
+
+def _conf(broker, listener: str, pki, **extra) -> dict:
+    port = broker.kafka_port if listener == "PLAINTEXT" else broker.ports[listener]
+    conf = {"bootstrap.servers": f"127.0.0.1:{port}", "security.protocol": listener}
+    if listener.endswith("SSL"):
+        conf["ssl.ca.location"] = str(pki["ca"].cert_path)
+    conf.update(extra)
+    return conf
+
+
+def _round_trip(conf: dict, topic: str, n: int = 20) -> list[bytes]:
+    """Produce ``n`` records and read them back on one listener; the values read."""
+    admin = kadmin.AdminClient(conf)
+    futures = admin.create_topics([kadmin.NewTopic(topic, 1, 1)])
+    futures[topic].result(timeout=30)
+    producer = confluent_kafka.Producer({**conf, "linger.ms": 5})
+    for i in range(n):
+        producer.produce(topic, b"v%d" % i)
+    assert producer.flush(30) == 0
+    consumer = confluent_kafka.Consumer(
+        {**conf, "group.id": f"g-{topic}", "auto.offset.reset": "earliest"}
+    )
+    consumer.subscribe([topic])
+    got: list[bytes] = []
+    try:
+        for _ in range(300):
+            if len(got) >= n:
+                break
+            msg = consumer.poll(0.2)
+            if msg is None:
+                continue
+            assert msg.error() is None, msg.error()
+            got.append(msg.value())
+    finally:
+        consumer.close()
+    return got
+
+
+def _topic(prefix: str, broker=None) -> str:
+    """A fresh topic name; created (on the PLAINTEXT listener) when ``broker`` is given."""
+    name = f"{prefix}-{uuid.uuid4().hex[:8]}"
+    if broker is not None:
+        admin = kadmin.AdminClient({"bootstrap.servers": broker.kafka_bootstrap})
+        admin.create_topics([kadmin.NewTopic(name, 1, 1)])[name].result(timeout=30)
+    return name
+
+
+@pytest.mark.parametrize("listener", ["PLAINTEXT", "SSL"])
+def test_confluent_kafka_round_trip_in_clear_and_over_tls(secured, pki, listener):
+    got = _round_trip(_conf(secured, listener, pki), _topic(listener.lower()))
+    assert got == [b"v%d" % i for i in range(20)]
+
+
+def test_confluent_kafka_with_a_client_certificate(secured, pki):
+    alice = pki["alice"]
+    conf = _conf(
+        secured,
+        "SSL",
+        pki,
+        **{
+            "ssl.certificate.location": str(alice.chain_path),
+            "ssl.key.location": str(alice.key_path),
+        },
+    )
+    assert len(_round_trip(conf, _topic("mtls"))) == 20
+
+
+def test_a_certificate_from_another_ca_is_refused(secured, pki):
+    mallory = pki["mallory"]
+    conf = _conf(
+        secured,
+        "SSL",
+        pki,
+        **{
+            "ssl.certificate.location": str(mallory.chain_path),
+            "ssl.key.location": str(mallory.key_path),
+        },
+    )
+    admin = kadmin.AdminClient(conf)
+    with pytest.raises(confluent_kafka.KafkaException):
+        admin.list_topics(timeout=3)
+
+
+@pytest.mark.parametrize("listener", ["SASL_PLAINTEXT", "SASL_SSL"])
+def test_confluent_kafka_sasl_plain(secured, pki, listener):
+    conf = _conf(
+        secured,
+        listener,
+        pki,
+        **{"sasl.mechanism": "PLAIN", "sasl.username": "alice", "sasl.password": "alice-secret"},
+    )
+    assert len(_round_trip(conf, _topic(listener.lower()))) == 20
+
+
+def test_a_wrong_password_is_refused_and_the_broker_keeps_serving(secured, pki):
+    conf = _conf(
+        secured,
+        "SASL_SSL",
+        pki,
+        **{"sasl.mechanism": "PLAIN", "sasl.username": "alice", "sasl.password": "guess"},
+    )
+    errors: list = []
+    producer = confluent_kafka.Producer({**conf, "error_cb": errors.append})
+    for _ in range(100):
+        if any(e.code() == confluent_kafka.KafkaError._AUTHENTICATION for e in errors):
+            break
+        producer.poll(0.1)
+    auth = [e for e in errors if e.code() == confluent_kafka.KafkaError._AUTHENTICATION]
+    assert auth and "Invalid username or password" in auth[0].str()
+    del producer
+    good = _conf(
+        secured,
+        "SASL_SSL",
+        pki,
+        **{"sasl.mechanism": "PLAIN", "sasl.username": "admin", "sasl.password": "admin-secret"},
+    )
+    assert kadmin.AdminClient(good).list_topics(timeout=10).brokers
+
+
+def test_a_sasl_listener_refuses_requests_before_login(secured):
+    """A plain Kafka request on a SASL listener: answered, then the connection closed."""
+    from kafka.errors import KafkaError
+
+    from kafka import KafkaAdminClient
+
+    with pytest.raises((KafkaError, OSError, ValueError)):
+        KafkaAdminClient(
+            bootstrap_servers=f"127.0.0.1:{secured.ports['SASL_PLAINTEXT']}",
+            request_timeout_ms=3000,
+            api_version_auto_timeout_ms=3000,
+        ).list_topics()
+    assert secured.running
+
+
+def test_metadata_advertises_the_listener_the_client_came_in_on(secured, pki):
+    conf = _conf(
+        secured,
+        "SASL_SSL",
+        pki,
+        **{"sasl.mechanism": "PLAIN", "sasl.username": "admin", "sasl.password": "admin-secret"},
+    )
+    md = kadmin.AdminClient(conf).list_topics(timeout=10)
+    (broker,) = md.brokers.values()
+    assert broker.port == secured.ports["SASL_SSL"]
+
+
+def test_kafka_python_over_tls_and_sasl(secured, pki):
+    from kafka import KafkaConsumer, KafkaProducer
+
+    topic = _topic("kp", secured)
+    common = {
+        "bootstrap_servers": f"127.0.0.1:{secured.ports['SASL_SSL']}",
+        "security_protocol": "SASL_SSL",
+        "ssl_cafile": str(pki["ca"].cert_path),
+        "sasl_mechanism": "PLAIN",
+        "sasl_plain_username": "alice",
+        "sasl_plain_password": "alice-secret",
+    }
+    producer = KafkaProducer(**common)
+    for i in range(10):
+        producer.send(topic, b"k%d" % i)
+    producer.flush(30)
+    producer.close()
+    consumer = KafkaConsumer(
+        topic, auto_offset_reset="earliest", consumer_timeout_ms=10_000, **common
+    )
+    got = [m.value for m in consumer]
+    consumer.close()
+    assert got == [b"k%d" % i for i in range(10)]
+
+
+async def test_aiokafka_over_tls(secured, pki):
+    from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+    from aiokafka.helpers import create_ssl_context
+
+    topic = _topic("aio", secured)
+    ctx = create_ssl_context(cafile=str(pki["ca"].cert_path))
+    bootstrap = f"127.0.0.1:{secured.ports['SSL']}"
+    producer = AIOKafkaProducer(
+        bootstrap_servers=bootstrap, security_protocol="SSL", ssl_context=ctx
+    )
+    await producer.start()
+    try:
+        for i in range(10):
+            await producer.send_and_wait(topic, b"a%d" % i)
+    finally:
+        await producer.stop()
+    consumer = AIOKafkaConsumer(
+        topic,
+        bootstrap_servers=bootstrap,
+        security_protocol="SSL",
+        ssl_context=ctx,
+        auto_offset_reset="earliest",
+    )
+    await consumer.start()
+    got = []
+    try:
+        while len(got) < 10:
+            batch = await consumer.getmany(timeout_ms=10_000)
+            assert batch, "no records within 10 s"
+            for records in batch.values():
+                got += [r.value for r in records]
+    finally:
+        await consumer.stop()
+    assert got == [b"a%d" % i for i in range(10)]
+
+
+@pytest.mark.skipif(shutil.which("kcat") is None, reason="kcat is not installed")
+def test_kcat_over_sasl_ssl(secured, pki):
+    topic = _topic("kcat", secured)
+    base = [
+        "kcat",
+        "-b",
+        f"127.0.0.1:{secured.ports['SASL_SSL']}",
+        "-X",
+        "security.protocol=SASL_SSL",
+        "-X",
+        f"ssl.ca.location={pki['ca'].cert_path}",
+        "-X",
+        "sasl.mechanism=PLAIN",
+        "-X",
+        "sasl.username=alice",
+        "-X",
+        "sasl.password=alice-secret",
+    ]
+    data = "".join(f"line{i}\n" for i in range(5))
+    subprocess.run([*base, "-P", "-t", topic], input=data.encode(), check=True, timeout=30)
+    out = subprocess.run(
+        [*base, "-C", "-t", topic, "-o", "beginning", "-e", "-q"],
+        capture_output=True,
+        check=True,
+        timeout=30,
+    )
+    assert out.stdout.decode().split() == [f"line{i}" for i in range(5)]
