@@ -16,6 +16,7 @@ from logmq_cli.dev import dev
 from logmq_cli.group import group
 from logmq_cli.produce import produce
 from logmq_cli.reassign import reassign
+from logmq_cli.security import acl, quota, user
 from logmq_cli.topic import topic
 
 
@@ -44,7 +45,7 @@ def cli(ctx: click.Context, bootstrap: str, request_timeout: float) -> None:
     ctx.obj = CliContext(bootstrap=bootstrap, request_timeout_ms=int(request_timeout * 1000))
 
 
-for _command in (topic, group, produce, consume, bench, cluster, reassign, dev):
+for _command in (topic, group, produce, consume, bench, cluster, reassign, acl, user, quota, dev):
     cli.add_command(_command)
     if _command is not dev:  # dev starts brokers; it connects to none
         add_connection_options(_command)

@@ -88,6 +88,8 @@ from logmq.net.reply import Reply
 from logmq.net.server import ServerOptions, TcpServer
 from logmq.security.authentication import Authenticator
 from logmq.security.authorization import Authorization
+from logmq.security.listeners import registered_endpoints
+from logmq.security.quota_enforcer import QuotaEnforcer
 from logmq.security.settings import SecuritySettings
 from logmq.storage.config import LogConfig
 from logmq.storage.dir_lock import DataDirLock
@@ -145,6 +147,7 @@ class Broker:
             parse_voters(config.quorum_voters) if config.quorum_voters else None,
             self._advertised_address,
             kafka_advertised=self._kafka_advertised_address,
+            kafka_listeners=self._kafka_listeners,
             controller_config=ControllerConfig(
                 session_timeout_ms=config.broker_session_timeout_ms,
                 default_partitions=config.default_partitions,
@@ -325,11 +328,27 @@ class Broker:
         listener_host = self.security.of(server.listener).listener.host
         return (listener_host or cfg.advertised, server.port)
 
+    def _kafka_listeners(self) -> str | None:
+        """Every Kafka listener as clients reach it (registered: see _kafka_endpoint)."""
+        out = []
+        for server in self.kafka_servers:
+            address = self._kafka_advertised_address(server.listener)
+            if address is None:
+                return None  # not all listening yet
+            host = f"[{address[0]}]" if ":" in address[0] else address[0]
+            out.append(f"{server.listener}://{host}:{address[1]}")
+        return ",".join(out) or None
+
     def _kafka_endpoint(self, node_id: int, listener: str | None = None) -> tuple[str, int] | None:
         """A broker's Kafka address on ``listener`` (others: as they registered it)."""
         if node_id == self.config.node_id:
             return self._kafka_advertised_address(listener)
         reg = self.quorum.image.brokers.get(node_id)
+        if reg is not None and listener is not None and reg.kafka_listeners:
+            endpoint = registered_endpoints(reg.kafka_listeners).get(listener)
+            if endpoint is not None:
+                return endpoint
+            return None  # that broker has no such listener: clients there cannot reach it
         if reg is None or reg.kafka_host is None:
             return None
         return (reg.kafka_host, reg.kafka_port)
@@ -487,6 +506,11 @@ class Broker:
             ),
             max_fetch_wait_ms=cfg.max_fetch_wait_ms,
             authz=self.authorization,
+            quotas=QuotaEnforcer(
+                lambda: self.quorum.image,
+                window_num=self.security.quota_window_num,
+                window_seconds=self.security.quota_window_seconds,
+            ),
         )
         self.kafka_pipeline.door.handlers.update(self.kafka.table())
         security_admin = KafkaSecurityAdminApis(
@@ -499,6 +523,8 @@ class Broker:
                 29: security_admin.describe_acls,
                 30: security_admin.create_acls,
                 31: security_admin.delete_acls,
+                48: security_admin.describe_client_quotas,
+                49: security_admin.alter_client_quotas,
                 50: security_admin.describe_user_scram_credentials,
                 51: security_admin.alter_user_scram_credentials,
             }

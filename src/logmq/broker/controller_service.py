@@ -100,6 +100,7 @@ class MetadataQuorum:
         advertised: Callable[[], Address | None],
         *,
         kafka_advertised: Callable[[], Address | None] = lambda: None,
+        kafka_listeners: Callable[[], str | None] = lambda: None,
         controller_config: ControllerConfig | None = None,
         heartbeat_ms: int = 1_000,
         raft_config: RaftConfig | None = None,
@@ -112,6 +113,7 @@ class MetadataQuorum:
         self.voters = voters  # None: a quorum of one (this node), no listener
         self._advertised = advertised
         self._kafka_advertised = kafka_advertised  # the Kafka listener, registered too
+        self._kafka_listeners = kafka_listeners  # all of them, by name
         # where this node dials a peer's client port, when not at its registered address
         self.peer_addresses = dict(peer_addresses or {})
         self.controller_config = controller_config or ControllerConfig()
@@ -462,6 +464,7 @@ class MetadataQuorum:
             return
         host, port = address
         kafka = self._kafka_advertised()
+        listeners = self._kafka_listeners()
         cluster_id = self.recorded_cluster_id
         if self.is_controller:
             response = await self.submit(
@@ -473,6 +476,7 @@ class MetadataQuorum:
                     now_ms(),
                     cluster_id=cluster_id,
                     kafka=kafka,
+                    kafka_listeners=listeners,
                 )
             )
             error, message, epoch = response.error, response.message, response.broker_epoch
@@ -489,6 +493,7 @@ class MetadataQuorum:
                     "cluster_id": cluster_id,
                     "kafka_host": kafka[0] if kafka is not None else None,
                     "kafka_port": kafka[1] if kafka is not None else -1,
+                    "kafka_listeners": listeners,
                 },
             )
             error = ErrorCode(body.get("error", 0))

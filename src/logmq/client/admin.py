@@ -1,4 +1,5 @@
-"""AsyncAdmin: topics, configs, offsets, consumer groups and partition reassignment.
+"""AsyncAdmin: topics, configs, offsets, consumer groups, partition reassignment and
+security (ACLs, SCRAM users, client quotas).
 
 Each call is one request (routed to the controller when the cluster names one, else any
 broker); per-topic errors are raised as the matching ``errors.*`` exception after the
@@ -11,13 +12,20 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from logmq.client import group_admin, reassignment_admin
+from logmq.client import group_admin, reassignment_admin, security_admin
 from logmq.client.cluster import ClusterClient, PartitionInfo, TopicPartition
 from logmq.client.group_admin import GroupDescription, GroupListing
 from logmq.client.group_offsets import OffsetAndMetadata
 from logmq.client.reassignment_admin import LogDirPartition, ReassignmentListing
+from logmq.client.security_admin import (
+    QuotaAlteration,
+    QuotaEntry,
+    QuotaFilter,
+    ScramCredentialInfo,
+)
 from logmq.errors import ErrorCode, LogMQError, error_for
 from logmq.net.codec import ApiKey, Response
+from logmq.security.acl import AclBinding, AclBindingFilter
 
 
 @dataclass(slots=True, frozen=True)
@@ -398,6 +406,113 @@ class AsyncAdmin:
         self, group_id: str, partitions: Iterable[TopicPartition]
     ) -> None:
         await group_admin.delete_group_offsets(self._cluster, group_id, partitions)
+
+    # -- security: ACLs, SCRAM users, client quotas (client/security_admin.py) ------------
+    async def create_acls(self, bindings: Iterable[AclBinding]) -> None:
+        """Create ACL bindings (one commit on the controller); raises the first refused
+        binding's error with the broker's message (INVALID_REQUEST for a binding that can
+        never be valid, SECURITY_DISABLED when the broker keeps no ACLs)."""
+        body = {"creations": [security_admin.binding_body(b) for b in bindings]}
+        if not body["creations"]:
+            return
+        resp = await self._controller_request(ApiKey.CREATE_ACLS, body)
+        security_admin.check_results(
+            resp.body.get("results"), len(body["creations"]), "create ACLs"
+        )
+
+    async def describe_acls(self, filter: AclBindingFilter | None = None) -> list[AclBinding]:
+        """The bindings ``filter`` matches (None: every binding)."""
+        f = AclBindingFilter() if filter is None else filter
+        resp = await self._cluster.request_any(
+            ApiKey.DESCRIBE_ACLS, {"filter": security_admin.filter_body(f)}
+        )
+        security_admin.raise_if_error(resp.body, "describe ACLs")
+        return [security_admin.parse_binding(b) for b in resp.body.get("bindings") or ()]
+
+    async def delete_acls(self, filters: Iterable[AclBindingFilter]) -> list[AclBinding]:
+        """Delete every binding any of ``filters`` matches; returns those deleted (once
+        each). A filter matching nothing is not an error."""
+        body = {"filters": [security_admin.filter_body(f) for f in filters]}
+        if not body["filters"]:
+            return []
+        resp = await self._controller_request(ApiKey.DELETE_ACLS, body)
+        results = security_admin.check_results(
+            resp.body.get("results"), len(body["filters"]), "delete ACLs"
+        )
+        return security_admin.parse_deleted(results)
+
+    async def upsert_scram_user(
+        self,
+        name: str,
+        password: str,
+        mechanism: str = "SCRAM-SHA-512",
+        iterations: int = 4096,
+    ) -> None:
+        """Create or replace ``name``'s credential for ``mechanism``. The password is
+        salted here; only the salt and derived keys reach the broker."""
+        cred = security_admin.scram_credential(password, mechanism, iterations)
+        body = {"upsertions": [security_admin.scram_upsertion_body(name, cred)], "deletions": []}
+        await self._alter_scram(body)
+
+    async def delete_scram_user(self, name: str, mechanism: str | None = None) -> list[str]:
+        """Delete ``name``'s credential for ``mechanism`` (None: every mechanism it has);
+        returns the mechanisms deleted. RESOURCE_NOT_FOUND when there is none."""
+        if mechanism is None:
+            users = await self.describe_scram_users([name])
+            mechanisms = [c.mechanism for c in users.get(name, ())]
+        else:
+            mechanisms = [mechanism]
+        for m in mechanisms:  # one per request: a user may be named once per request
+            await self._alter_scram(
+                {"upsertions": [], "deletions": [{"name": name, "mechanism": m}]}
+            )
+        return mechanisms
+
+    async def _alter_scram(self, body: dict[str, Any]) -> None:
+        resp = await self._controller_request(ApiKey.ALTER_USER_SCRAM_CREDENTIALS, body)
+        security_admin.raise_if_error(resp.body, "alter SCRAM credentials")
+        for r in resp.body.get("results") or ():
+            security_admin.raise_if_error(r, f"alter SCRAM user {r.get('user')}")
+
+    async def describe_scram_users(
+        self, names: Iterable[str] | None = None
+    ) -> dict[str, list[ScramCredentialInfo]]:
+        """user -> its credentials' mechanisms and iteration counts (never keys), for
+        ``names`` or every user; a named user without credentials raises
+        RESOURCE_NOT_FOUND."""
+        users = None if names is None else list(names)
+        resp = await self._cluster.request_any(
+            ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS, {"users": users or None}
+        )
+        return security_admin.parse_scram_users(resp.body)
+
+    async def alter_client_quotas(
+        self, entries: Iterable[QuotaAlteration], *, validate_only: bool = False
+    ) -> None:
+        """Set (a number) or remove (None) quota values per entity; raises the first
+        refused entry's error with the broker's message."""
+        body = {
+            "entries": [security_admin.quota_entry_body(e) for e in entries],
+            "validate_only": validate_only,
+        }
+        if not body["entries"]:
+            return
+        resp = await self._controller_request(ApiKey.ALTER_CLIENT_QUOTAS, body)
+        security_admin.check_results(
+            resp.body.get("entries"), len(body["entries"]), "alter client quotas"
+        )
+
+    async def describe_client_quotas(
+        self, components: Iterable[QuotaFilter] = (), *, strict: bool = False
+    ) -> list[QuotaEntry]:
+        """The entities every component matches (none: every entity with quotas), with
+        their values; ``strict`` leaves out entities with a component of another type."""
+        body = {
+            "components": [security_admin.component_body(c) for c in components],
+            "strict": strict,
+        }
+        resp = await self._cluster.request_any(ApiKey.DESCRIBE_CLIENT_QUOTAS, body)
+        return security_admin.parse_quota_entries(resp.body)
 
 
 def _new_topic_body(t: NewTopic) -> dict[str, Any]:

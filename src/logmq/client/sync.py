@@ -28,8 +28,15 @@ from logmq.client.group_admin import GroupDescription, GroupListing
 from logmq.client.group_offsets import OffsetAndMetadata, OffsetsArg
 from logmq.client.producer import AsyncProducer, BufferFullError
 from logmq.client.reassignment_admin import LogDirPartition, ReassignmentListing
+from logmq.client.security_admin import (
+    QuotaAlteration,
+    QuotaEntry,
+    QuotaFilter,
+    ScramCredentialInfo,
+)
 from logmq.errors import ErrorCode, LogMQError
 from logmq.records import Record, RecordMetadata
+from logmq.security.acl import AclBinding, AclBindingFilter
 
 T = TypeVar("T")
 # How long calls still running when a loop thread stops get to finish their cleanup.
@@ -540,6 +547,43 @@ class Admin(_Client):
 
     def delete_group_offsets(self, group_id: str, partitions: Iterable[TopicPartition]) -> None:
         self._run(self._a.delete_group_offsets(group_id, list(partitions)))
+
+    # -- security: ACLs, SCRAM users, client quotas ------------------------------------
+    def create_acls(self, bindings: Iterable[AclBinding]) -> None:
+        self._run(self._a.create_acls(list(bindings)))
+
+    def describe_acls(self, filter: AclBindingFilter | None = None) -> list[AclBinding]:
+        return self._run(self._a.describe_acls(filter))
+
+    def delete_acls(self, filters: Iterable[AclBindingFilter]) -> list[AclBinding]:
+        return self._run(self._a.delete_acls(list(filters)))
+
+    def upsert_scram_user(
+        self,
+        name: str,
+        password: str,
+        mechanism: str = "SCRAM-SHA-512",
+        iterations: int = 4096,
+    ) -> None:
+        self._run(self._a.upsert_scram_user(name, password, mechanism, iterations))
+
+    def delete_scram_user(self, name: str, mechanism: str | None = None) -> list[str]:
+        return self._run(self._a.delete_scram_user(name, mechanism))
+
+    def describe_scram_users(
+        self, names: Iterable[str] | None = None
+    ) -> dict[str, list[ScramCredentialInfo]]:
+        return self._run(self._a.describe_scram_users(None if names is None else list(names)))
+
+    def alter_client_quotas(
+        self, entries: Iterable[QuotaAlteration], *, validate_only: bool = False
+    ) -> None:
+        self._run(self._a.alter_client_quotas(list(entries), validate_only=validate_only))
+
+    def describe_client_quotas(
+        self, components: Iterable[QuotaFilter] = (), *, strict: bool = False
+    ) -> list[QuotaEntry]:
+        return self._run(self._a.describe_client_quotas(list(components), strict=strict))
 
     def close(self) -> None:
         if self._closed:

@@ -171,6 +171,7 @@ class Controller:
         rack: str | None = None,
         cluster_id: str | None = None,
         kafka: tuple[str, int] | None = None,
+        kafka_listeners: str | None = None,
     ) -> ControllerResult[RegistrationResponse]:
         image = self._image
         if cluster_id and image.cluster_id and cluster_id != image.cluster_id:
@@ -194,7 +195,15 @@ class Controller:
         kafka_host, kafka_port = kafka if kafka is not None else (None, -1)
         records: list[Record] = [
             RegisterBroker(
-                broker_id, epoch, incarnation_id, host, port, rack, kafka_host, kafka_port
+                broker_id,
+                epoch,
+                incarnation_id,
+                host,
+                port,
+                rack,
+                kafka_host,
+                kafka_port,
+                kafka_listeners,
             )
         ]
         if old is not None and not old.fenced:

@@ -67,6 +67,7 @@ class BrokerRegistration:
     storage_full: bool = False  # its data dir is full: it should not lead or follow
     kafka_host: str | None = None  # its Kafka listener as clients reach it
     kafka_port: int = -1
+    kafka_listeners: str | None = None  # all of them, "NAME://host:port,..."
 
 
 @dataclass(frozen=True, slots=True)
@@ -259,6 +260,7 @@ class MetadataImage:
                     b.rack,
                     b.kafka_host,
                     b.kafka_port,
+                    b.kafka_listeners,
                 )
             )
             if not b.fenced:
@@ -367,6 +369,7 @@ class MetadataDelta:
                     fenced=True,
                     kafka_host=record.kafka_host,
                     kafka_port=record.kafka_port,
+                    kafka_listeners=record.kafka_listeners,
                 )
             case BrokerFenced() | BrokerUnfenced():
                 old = self.broker(record.broker_id)

@@ -58,6 +58,9 @@ class RegisterBroker:
     # the Kafka listener as clients reach it (None: a broker without one, or older)
     kafka_host: str | None = None
     kafka_port: int = -1
+    # every Kafka listener as clients reach it, "NAME://host:port,..." (None: only the
+    # one above); a client is told the brokers' endpoints on the listener it came in on
+    kafka_listeners: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -255,7 +258,7 @@ _CODES = {cls: code for code, cls in _TYPES.items()}
 # array of [type, name-or-None] pairs); a trailing "?" allows None.
 _KINDS: dict[type, str] = {
     ClusterIdRecord: "s",
-    RegisterBroker: "i i s s i s? s? i",
+    RegisterBroker: "i i s s i s? s? i s?",
     BrokerFenced: "i i",
     BrokerUnfenced: "i i",
     TopicRecord: "s s",

@@ -21,6 +21,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode as KioErrorCode
+from kio.static.primitive import i32Timedelta
 
 from logmq.broker.fetch_results import PartitionRead, TopicRead, failed
 from logmq.broker.fetch_sessions import (
@@ -48,6 +49,7 @@ from logmq.net.reply import Reply
 from logmq.security.acl import AclOperation as Op
 from logmq.security.acl import ResourceType
 from logmq.security.authorization import CLUSTER, Authorization
+from logmq.security.quota_enforcer import QuotaEnforcer
 from logmq.storage.offset_search import EARLIEST, offset_for
 
 if TYPE_CHECKING:
@@ -87,6 +89,11 @@ def kafka_error_reply(req: Request, code: ErrorCode, message: str) -> Reply:
     if "error_message" in cls.__dataclass_fields__:
         entity = dataclasses.replace(entity, error_message=message)
     return Reply(entity)
+
+
+def _millis(ms: int) -> Any:
+    """A throttle time as kio's i32 duration."""
+    return i32Timedelta.parse(datetime.timedelta(milliseconds=ms))
 
 
 def _denied_topic(topic: str) -> LogMQError:
@@ -130,6 +137,7 @@ class KafkaApis:
         partitions: KafkaPartitionAdminApis,
         max_fetch_wait_ms: int,
         authz: Authorization | None = None,
+        quotas: QuotaEnforcer | None = None,
     ) -> None:
         self.node_id = node_id
         self.image = image
@@ -148,6 +156,7 @@ class KafkaApis:
         self.partitions = partitions
         self.max_fetch_wait_ms = max_fetch_wait_ms
         self.authz = authz  # ACLs per topic (kafka/authorization.py decides per request)
+        self.quotas = quotas  # client quotas of Produce and Fetch (KIP-219 throttling)
         # Fetch sessions of this door's consumers (the native door keeps its own).
         self.sessions = FetchSessionCache.watched_by(replicas.waiters)
         self._table = self.table()
@@ -428,7 +437,16 @@ class KafkaApis:
             responses.append(m.TopicProduceResponse(name=t.name, partition_responses=tuple(parts)))
         if acks == 0:
             return None
-        return Reply(m.ProduceResponse(responses=tuple(responses), throttle_time=NO_THROTTLE))
+        throttle = 0
+        if self.quotas is not None:
+            size = sum(len(p.records or b"") for t in body.topic_data for p in t.partition_data)
+            throttle = self.quotas.produce(req.context, req.client_id, size)
+        if not throttle:
+            return Reply(m.ProduceResponse(responses=tuple(responses), throttle_time=NO_THROTTLE))
+        return Reply(
+            m.ProduceResponse(responses=tuple(responses), throttle_time=_millis(throttle)),
+            throttle_ms=throttle,
+        )
 
     def _partition_response(
         self,
@@ -576,8 +594,14 @@ class KafkaApis:
             ]
         if ids is not None:
             answer = _by_topic_id(answer, image.topic_uuids, unknown)
-        head, rest = encode_fetch_response(version, answer, session_id=session_id)
-        return Reply(head, rest)
+        throttle = 0
+        if self.quotas is not None:
+            size = sum(p.size for _, parts in answer for p in parts)
+            throttle = self.quotas.fetch(req.context, req.client_id, size)
+        head, rest = encode_fetch_response(
+            version, answer, session_id=session_id, throttle_ms=throttle
+        )
+        return Reply(head, rest, throttle_ms=throttle)
 
     # -- ListOffsets -------------------------------------------------------------------
     async def list_offsets(self, req: Request) -> Reply:

@@ -10,6 +10,8 @@ per topic by the handlers, through the same ``Authorization`` and the same cache
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from logmq.errors import ErrorCode
 from logmq.kafka.apis import kafka_error_reply
 from logmq.kafka.messages import (
@@ -23,7 +25,7 @@ from logmq.net.codec import Request
 from logmq.net.reply import Reply
 from logmq.security.acl import AclOperation as Op
 from logmq.security.acl import ResourceType
-from logmq.security.authorization import CLUSTER, Authorization
+from logmq.security.authorization import CLUSTER, DENIED_CODES, Authorization
 
 # api key -> the operation on the cluster it needs
 CLUSTER_APIS: dict[int, Op] = {
@@ -75,13 +77,51 @@ GROUP_APIS: dict[int, Op] = {
 }
 
 
+Needed = list[tuple[Op, ResourceType, str]]
+
+
+def _config_resources(op: Op) -> Callable[[Request], Needed]:
+    """Describe/Alter(Incremental)Configs: topics (2) by name, the broker (4) as the
+    cluster; other resource types (broker loggers) as the cluster too."""
+
+    def needed(req: Request) -> Needed:
+        out: Needed = []
+        for r in req.body.resources:
+            if r.resource_type == 2:
+                out.append((op, ResourceType.TOPIC, r.resource_name))
+            else:
+                out.append((op, ResourceType.CLUSTER, CLUSTER))
+        return out
+
+    return needed
+
+
+def _topics(op: Op, field: str = "name") -> Callable[[Request], Needed]:
+    def needed(req: Request) -> Needed:
+        return [(op, ResourceType.TOPIC, getattr(t, field)) for t in req.body.topics or ()]
+
+    return needed
+
+
+# api key -> the resources a request names (all must be allowed; one denial answers the
+# request, every entry with its code: clients send one resource per request for these)
+RESOURCE_APIS: dict[int, Callable[[Request], Needed]] = {
+    8: _topics(Op.READ),  # OffsetCommit: READ on each topic too
+    21: _topics(Op.DELETE),  # DeleteRecords
+    23: _topics(Op.DESCRIBE, "topic"),  # OffsetForLeaderEpoch
+    32: _config_resources(Op.DESCRIBE_CONFIGS),  # DescribeConfigs
+    33: _config_resources(Op.ALTER_CONFIGS),  # AlterConfigs
+    44: _config_resources(Op.ALTER_CONFIGS),  # IncrementalAlterConfigs
+}
+
+
 class KafkaAuthorization:
     def __init__(self, authorization: Authorization) -> None:
         self.authz = authorization
 
     @property
     def api_keys(self) -> frozenset[int]:
-        return frozenset(CLUSTER_APIS) | frozenset(GROUP_APIS)
+        return frozenset(CLUSTER_APIS) | frozenset(GROUP_APIS) | frozenset(RESOURCE_APIS)
 
     async def guard(self, req: Request) -> Reply | None:
         authz = self.authz
@@ -94,14 +134,20 @@ class KafkaAuthorization:
                 return None
             return _denied(req, ErrorCode.CLUSTER_AUTHORIZATION_FAILED, f"{op.name} on the cluster")
         op = GROUP_APIS.get(req.api_key)
-        if op is None:
-            return None
-        groups = list(req.body.group_ids) if req.api_key == 69 else _group_ids(req)
-        for group in groups:
-            if not authz.allowed(context, op, ResourceType.GROUP, group):
-                return _denied(
-                    req, ErrorCode.GROUP_AUTHORIZATION_FAILED, f"{op.name} on group {group!r}"
-                )
+        if op is not None:
+            groups = list(req.body.group_ids) if req.api_key == 69 else _group_ids(req)
+            for group in groups:
+                if not authz.allowed(context, op, ResourceType.GROUP, group):
+                    return _denied(
+                        req, ErrorCode.GROUP_AUTHORIZATION_FAILED, f"{op.name} on group {group!r}"
+                    )
+        resources = RESOURCE_APIS.get(req.api_key)
+        if resources is not None:
+            for op, rtype, name in resources(req):
+                if not authz.allowed(context, op, rtype, name):
+                    code = DENIED_CODES[rtype]
+                    what = f"{op.name} on {rtype.name.lower()} {name!r}"
+                    return _denied(req, code, what)
         return None
 
 
@@ -147,6 +193,64 @@ def _denied(req: Request, code: ErrorCode, what: str) -> Reply:
         return Reply(
             m.AlterUserScramCredentialsResponse(throttle_time=NO_THROTTLE, results=results)
         )
+    if key == 21:  # DeleteRecords: every partition
+        topics = tuple(
+            m.DeleteRecordsTopicResult(
+                name=t.name,
+                partitions=tuple(
+                    m.DeleteRecordsPartitionResult(
+                        partition_index=p.partition_index, low_watermark=-1, error_code=kio
+                    )
+                    for p in t.partitions
+                ),
+            )
+            for t in body.topics
+        )
+        return Reply(m.DeleteRecordsResponse(throttle_time=NO_THROTTLE, topics=topics))
+    if key == 23:  # OffsetForLeaderEpoch: every partition
+        topics = tuple(
+            m.OffsetForLeaderTopicResult(
+                topic=t.topic,
+                partitions=tuple(
+                    build(
+                        m.EpochEndOffset,
+                        error_code=kio,
+                        partition=p.partition,
+                        leader_epoch=-1,
+                        end_offset=-1,
+                    )
+                    for p in t.partitions
+                ),
+            )
+            for t in body.topics
+        )
+        return Reply(
+            build(m.OffsetForLeaderEpochResponse, throttle_time=NO_THROTTLE, topics=topics)
+        )
+    if key == 32:  # DescribeConfigs: every resource
+        results = tuple(
+            m.DescribeConfigsResult(
+                error_code=kio,
+                error_message=message,
+                resource_type=r.resource_type,
+                resource_name=r.resource_name,
+                configs=(),
+            )
+            for r in body.resources
+        )
+        return Reply(m.DescribeConfigsResponse(throttle_time=NO_THROTTLE, results=results))
+    if key in (33, 44):  # AlterConfigs, IncrementalAlterConfigs: every resource
+        cls = m.AlterConfigsResponse if key == 33 else m.IncrementalAlterConfigsResponse
+        responses = tuple(
+            m.AlterConfigsResourceResponse(
+                error_code=kio,
+                error_message=message,
+                resource_type=r.resource_type,
+                resource_name=r.resource_name,
+            )
+            for r in body.resources
+        )
+        return Reply(cls(throttle_time=NO_THROTTLE, responses=responses))
     if key == 15:  # DescribeGroups: every group
         groups = tuple(
             build(

@@ -12,6 +12,8 @@ from __future__ import annotations
 from typing import Any
 
 from logmq.broker.security_admin import SecurityAdmin
+from logmq.cluster.controller_api import ClientQuotaAlteration
+from logmq.cluster.security_image import QuotaFilterComponent
 from logmq.errors import ErrorCode
 from logmq.kafka.messages import NO_THROTTLE, build, kio_code, response_module
 from logmq.net.codec import Request
@@ -269,6 +271,58 @@ class KafkaSecurityAdminApis:
         return Reply(
             m.AlterUserScramCredentialsResponse(throttle_time=NO_THROTTLE, results=tuple(results))
         )
+
+    # -- client quotas -----------------------------------------------------------------
+    async def describe_client_quotas(self, req: Request) -> Reply:
+        m = response_module(req.body)
+        components = [
+            QuotaFilterComponent(c.entity_type, int(c.match_type), c.match)
+            for c in req.body.components
+        ]
+        found = self.admin.describe_client_quotas(components, strict=bool(req.body.strict))
+        entries = tuple(
+            m.EntryData(
+                entity=tuple(m.EntityData(entity_type=t, entity_name=n) for t, n in entity),
+                values=tuple(m.ValueData(key=k, value=float(v)) for k, v in values.items()),
+            )
+            for entity, values in found.entries
+        )
+        return Reply(
+            m.DescribeClientQuotasResponse(
+                throttle_time=NO_THROTTLE,
+                error_code=kio_code(found.error),
+                error_message=found.message,
+                entries=entries if found.error is ErrorCode.NONE else None,
+            )
+        )
+
+    async def alter_client_quotas(self, req: Request) -> Reply:
+        m = response_module(req.body)
+        entries = [
+            ClientQuotaAlteration(
+                {e.entity_type: e.entity_name for e in entry.entity},
+                {op.key: (None if op.remove else float(op.value)) for op in entry.ops},
+            )
+            for entry in req.body.entries
+        ]
+        validate_only = bool(req.body.validate_only)
+        results = await self.admin.alter_client_quotas(entries, validate_only=validate_only)
+        out = []
+        for entry, r in zip(req.body.entries, results, strict=True):
+            if r.ok and not validate_only:
+                who = ", ".join(f"{e.entity_type}={e.entity_name}" for e in entry.entity)
+                audit_change(req.context, f"client quotas of {who} changed")
+            out.append(
+                m.EntryData(
+                    error_code=kio_code(r.error),
+                    error_message=r.message or None,
+                    entity=tuple(
+                        m.EntityData(entity_type=e.entity_type, entity_name=e.entity_name)
+                        for e in entry.entity
+                    ),
+                )
+            )
+        return Reply(m.AlterClientQuotasResponse(throttle_time=NO_THROTTLE, entries=tuple(out)))
 
 
 def _describe(b: AclBinding) -> str:

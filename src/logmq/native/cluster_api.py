@@ -97,12 +97,20 @@ class ClusterApi:
         cluster_id = req_field(body, "cluster_id", str, None)
         kafka_host = req_field(body, "kafka_host", str, None)
         kafka = (kafka_host, req_int(body, "kafka_port")) if kafka_host is not None else None
+        listeners = req_field(body, "kafka_listeners", str, None)
         quorum = self.quorum
         if not quorum.is_controller:
             raise NotLeaderError(leader_id=quorum.controller_id)
         response = await quorum.submit(
             lambda c: c.register_broker(
-                broker_id, incarnation, host, port, now_ms(), cluster_id=cluster_id, kafka=kafka
+                broker_id,
+                incarnation,
+                host,
+                port,
+                now_ms(),
+                cluster_id=cluster_id,
+                kafka=kafka,
+                kafka_listeners=listeners,
             )
         )
         return Reply(

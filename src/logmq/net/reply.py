@@ -46,6 +46,9 @@ class Reply:
     # close the connection once this answer is sent (a failed login, a request a SASL
     # listener refuses before authentication), as Kafka does
     close: bool = False
+    # a client over its quota (KIP-219): the answer goes out at once, carrying this in
+    # its throttle_time, and the connection then reads no request for this long
+    throttle_ms: int = 0
 
 
 # Part class -> is it a FileRegion. isinstance() against a runtime_checkable protocol

@@ -144,6 +144,7 @@ class ClientConnection(asyncio.BufferedProtocol):
         self._write_resumed: asyncio.Future | None = None  # set while the protocol is paused
         self._idle_timer: asyncio.TimerHandle | None = None
         self._last_active = 0.0
+        self._muted_until = 0.0  # loop time: a throttled client's requests wait until then
         self.peer = "?"
         self.peer_host = ""  # the client's address, given to handlers as request.client_host
         self.context = ConnectionContext("?", "", server.listener)  # on every request
@@ -278,7 +279,10 @@ class ClientConnection(asyncio.BufferedProtocol):
         if t is None or t.is_closing():
             return
         want = self._lingering or (
-            self._conn.wants_read and not self._sending_file and not self._draining
+            self._conn.wants_read
+            and not self._sending_file
+            and not self._draining
+            and self._loop.time() >= self._muted_until
         )
         if want != self._reading:
             self._reading = want
@@ -369,6 +373,9 @@ class ClientConnection(asyncio.BufferedProtocol):
                 continue
             ev.request.client_host = self.peer_host
             ev.request.context = self.context
+            muted = self._muted_until - self._loop.time()
+            if muted > 0:  # over its quota: its next request waits out the throttle
+                await asyncio.sleep(muted)
             concurrent = self._server.is_concurrent(ev.request)
             if self._running and not (concurrent and self._running_concurrent):
                 await asyncio.wait(list(self._running))
@@ -430,6 +437,8 @@ class ClientConnection(asyncio.BufferedProtocol):
                 self._server.name, ev.request.api_key, time.perf_counter() - start, ev.size, sent
             )
             self._conn.request_done()
+            if reply is not None and reply.throttle_ms > 0:
+                self._mute(reply.throttle_ms / 1000)
             if reply is not None and reply.close:
                 # answered, then closed (a failed login): nothing after it is read
                 self._draining = True
@@ -437,6 +446,23 @@ class ClientConnection(asyncio.BufferedProtocol):
                 self.close()
                 return
             self._update_reading()
+
+    def _mute(self, seconds: float) -> None:
+        """Read and start nothing more from this client for ``seconds`` (KIP-219)."""
+        until = self._loop.time() + seconds
+        if until > self._muted_until:
+            self._muted_until = until
+            self._update_reading()
+            self._loop.call_at(until, self._unmute)
+
+    def _unmute(self) -> None:
+        # a timer may fire a little early (the loop's clock resolution): check again
+        left = self._muted_until - self._loop.time()
+        if left > 0.001:
+            self._loop.call_later(left, self._unmute)
+            return
+        self._muted_until = 0.0
+        self._update_reading()
 
     async def _linger(self) -> None:
         """Half-close after a fatal error answer and swallow what the peer still sends.

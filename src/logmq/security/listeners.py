@@ -12,6 +12,7 @@ property (``listener.name.sasl_ssl.ssl.keystore.location``), falling back to the
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -143,6 +144,16 @@ def parse_listeners(
         protocol = protocols.get(name, "PLAINTEXT")
         out.insert(0, Listener(name, native[0], native[1], protocol, True))
     return out
+
+
+@functools.cache
+def registered_endpoints(value: str) -> dict[str, tuple[str, int]]:
+    """Another broker's registered Kafka listeners by name (parsed once per value);
+    a value that does not parse is no listeners (it came over the wire)."""
+    try:
+        return {name: (host, port) for name, host, port in parse_endpoints(value, "listeners")}
+    except InvalidConfigError:
+        return {}
 
 
 def advertised_endpoints(props: Mapping[str, str]) -> dict[str, tuple[str, int]]:

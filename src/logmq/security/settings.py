@@ -63,6 +63,8 @@ class SecuritySettings:
     allow_everyone_if_no_acl_found: bool = True
     max_reauth_ms: int | None = None  # connections.max.reauth.ms; None: sessions never end
     failed_auth_delay_ms: int = DEFAULT_FAILED_AUTH_DELAY_MS
+    quota_window_num: int = 11  # Kafka's quota.window.num
+    quota_window_seconds: int = 1  # Kafka's quota.window.size.seconds
 
     @property
     def native(self) -> Listener:
@@ -84,6 +86,15 @@ class SecuritySettings:
         kafka: tuple[str, int] | None,
     ) -> SecuritySettings:
         listeners = parse_listeners(props, native=native, kafka=kafka)
+        for listener in listeners:
+            if listener.native and listener.protocol != "PLAINTEXT":
+                # logmq's own clients and the brokers between themselves do not speak TLS
+                # or SASL yet: a secured native listener would cut replication off
+                raise InvalidConfigError(
+                    f"listener {listener.name} (the native protocol) must be PLAINTEXT in "
+                    f"this version, not {listener.protocol}: bind it to a private address "
+                    "(docs/security.md, threat model)"
+                )
         per = {listener.name: _listener_security(props, listener) for listener in listeners}
         authorizer = props.get("authorizer.class.name", "").strip()
         if authorizer and authorizer not in AUTHORIZERS:
@@ -121,6 +132,8 @@ class SecuritySettings:
             failed_auth_delay_ms=_int(
                 props, "connection.failed.authentication.delay.ms", DEFAULT_FAILED_AUTH_DELAY_MS
             ),
+            quota_window_num=max(2, _int(props, "quota.window.num", 11)),
+            quota_window_seconds=max(1, _int(props, "quota.window.size.seconds", 1)),
         )
 
     def warnings(self) -> list[str]:
