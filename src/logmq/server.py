@@ -39,14 +39,16 @@ from logmq.broker.metrics import BrokerMetrics, MetricsServer
 from logmq.broker.partition_views import PartitionViews
 from logmq.broker.produce_path import ProducePath
 from logmq.broker.producer_ids import ProducerIdManager
+from logmq.broker.replica_fetcher import FetcherConfig
 from logmq.broker.replica_manager import ReplicaManager, ReplicationConfig
 from logmq.broker.security_admin import SecurityAdmin
 from logmq.broker.topic_admin import TopicAdmin
 from logmq.broker.topic_creation import TopicCreator
+from logmq.client.security import ClientSecurity
 from logmq.cluster.controller_api import ControllerConfig
 from logmq.cluster.meta_properties import check_node_id
 from logmq.cluster.metadata_image import MetadataImage
-from logmq.errors import ErrorCode
+from logmq.errors import ErrorCode, InvalidConfigError
 from logmq.kafka.apis import (
     KAFKA_CONCURRENT_APIS,
     KAFKA_GROUP_APIS,
@@ -77,20 +79,22 @@ from logmq.native.api_table import (
     Handler,
     handler_table,
 )
+from logmq.native.authorization import NativeAuthorization
 from logmq.native.cluster_api import ClusterApi
 from logmq.native.controller_forwarding import ControllerForwarder
 from logmq.native.data_api import DataApi
 from logmq.native.group_api import GroupApi
 from logmq.native.reassignment_api import ReassignmentApi
+from logmq.native.sasl_api import NativeSaslApi
 from logmq.net.codec import ApiKey, Request
 from logmq.net.pipeline import FrontDoor, RequestPipeline
 from logmq.net.reply import Reply
 from logmq.net.server import ServerOptions, TcpServer
 from logmq.security.authentication import Authenticator
 from logmq.security.authorization import Authorization
-from logmq.security.listeners import registered_endpoints
+from logmq.security.listeners import listener_setting, registered_endpoints
 from logmq.security.quota_enforcer import QuotaEnforcer
-from logmq.security.settings import SecuritySettings
+from logmq.security.settings import SecuritySettings, jaas_options
 from logmq.storage.config import LogConfig
 from logmq.storage.dir_lock import DataDirLock
 from logmq.storage.log_manager import LogManager
@@ -119,6 +123,46 @@ def native_error_reply(api_list: Callable[[], Any]) -> Callable[[Request, ErrorC
     return reply
 
 
+def inter_broker_security(
+    settings: SecuritySettings, props: dict[str, str]
+) -> ClientSecurity | None:
+    """What this broker presents on the inter-broker listener, as Kafka configures it: the
+    listener's truststore to check the others, its own keystore as a client certificate,
+    and for SASL ``sasl.mechanism.inter.broker.protocol`` with the ``username`` and
+    ``password`` options of that mechanism's JAAS config on that listener."""
+    sec = settings.of(settings.inter_broker_listener)
+    listener = sec.listener
+    if listener.protocol == "PLAINTEXT":
+        return None
+    client: dict[str, str] = {"security.protocol": listener.protocol}
+    if listener.tls and sec.tls is not None:
+        tls = sec.tls.settings
+        if tls.truststore_location:
+            client["ssl.ca.location"] = tls.truststore_location
+        if tls.keystore_location:
+            client["ssl.certificate.location"] = tls.keystore_location
+            client["ssl.key.location"] = tls.keystore_location
+        if tls.key_password:
+            client["ssl.key.password"] = tls.key_password
+        client["ssl.endpoint.identification.algorithm"] = tls.endpoint_identification_algorithm
+    if listener.sasl:
+        mechanism = (
+            listener_setting(props, listener, "sasl.mechanism.inter.broker.protocol") or "PLAIN"
+        ).upper()
+        options = jaas_options(props, listener, mechanism)
+        client.update(
+            {
+                "sasl.mechanism": mechanism,
+                "sasl.username": options.get("username", ""),
+                "sasl.password": options.get("password", ""),
+            }
+        )
+    try:
+        return ClientSecurity.from_properties(client)
+    except (ValueError, OSError) as e:
+        raise InvalidConfigError(f"inter-broker listener {listener.name}: {e}") from None
+
+
 class Broker:
     """One broker: the pieces that need no storage are built here, the services in
     ``start()`` once the logs are open, each with its collaborators passed in."""
@@ -141,6 +185,19 @@ class Broker:
         self.replicated = config.quorum_voters is not None
         self.data_dir = Path(config.data_dir)
         self.dir_lock = DataDirLock(self.data_dir)
+        # Kafka's listener model and security settings (security/): every listener, what
+        # each requires, and the authenticator that holds connections to it
+        self.security = SecuritySettings.from_properties(
+            config.properties,
+            native=(config.host, config.port),
+            kafka=(
+                (config.kafka_host or config.host, config.kafka_port)
+                if config.kafka_port is not None
+                else None
+            ),
+        )
+        # how this broker reaches the others' native listener (replication, the controller)
+        self.inter_broker_security = inter_broker_security(self.security, config.properties)
         self.quorum = MetadataQuorum(
             config.node_id,
             self.data_dir,
@@ -156,6 +213,7 @@ class Broker:
             ),
             heartbeat_ms=config.broker_heartbeat_interval_ms,
             bootstrap_scram=config.bootstrap_scram_credentials(),
+            client_security=self.inter_broker_security,
             observer_host=config.host,
             peer_addresses=(
                 parse_node_addresses(config.peer_addresses, "peer address", "--peer-addresses")
@@ -166,17 +224,6 @@ class Broker:
         self.publisher = MetadataPublisher(config.node_id)
         self.waiters = FetchWaiters()
         self.metrics = BrokerMetrics(self._partition_stats, lambda: self.waiters.parked)
-        # Kafka's listener model and security settings (security/): every listener, what
-        # each requires, and the authenticator that holds connections to it
-        self.security = SecuritySettings.from_properties(
-            config.properties,
-            native=(config.host, config.port),
-            kafka=(
-                (config.kafka_host or config.host, config.kafka_port)
-                if config.kafka_port is not None
-                else None
-            ),
-        )
         self._tls_reload_task: asyncio.Task | None = None
         self.authenticator = Authenticator(self.security, self._scram_credential, self.metrics)
         options = ServerOptions(
@@ -203,6 +250,9 @@ class Broker:
             self.metrics,
         )
         native = self.security.native
+        self.native_sasl = NativeSaslApi(self.authenticator)
+        # authentication first on this door too (security/authentication.py)
+        self.native_pipeline.add_guard(self.native_sasl.guard)
         self.server = TcpServer(
             self.native_pipeline,
             options,
@@ -238,6 +288,8 @@ class Broker:
         self.authorization = Authorization(self.security, lambda: self.quorum.image)
         self.kafka_authz = KafkaAuthorization(self.authorization)
         self.kafka_pipeline.add_guard(self.kafka_authz.guard, self.kafka_authz.api_keys)
+        # and the native door's, after its own authentication guard
+        self.native_pipeline.add_guard(NativeAuthorization(self.authorization).guard)
         self.metrics.register_listener("native", native_api_name)
         self.metrics.register_listener("kafka", kafka_api_name)
         self.kafka: KafkaApis | None = None
@@ -536,6 +588,8 @@ class Broker:
                 self.admin, self.data, self.group_api, self.cluster_api, self.reassignment_api
             )
         )
+        self._handlers[ApiKey.SASL_HANDSHAKE] = self.native_sasl.sasl_handshake
+        self._handlers[ApiKey.SASL_AUTHENTICATE] = self.native_sasl.sasl_authenticate
 
     async def _reload_certificates(self) -> None:
         """New keystores take effect for new connections (see security/settings.py)."""
@@ -596,7 +650,10 @@ class Broker:
             metadata=lambda: self.quorum.image,
             broker_epoch=lambda: self.quorum.broker_epoch,
             replicated=self.replicated,
-            config=ReplicationConfig(replica_lag_time_max_ms=self.config.replica_lag_time_max_ms),
+            config=ReplicationConfig(
+                replica_lag_time_max_ms=self.config.replica_lag_time_max_ms,
+                fetcher=FetcherConfig(security=self.inter_broker_security),
+            ),
         )
         if self.replicated:
             self.metrics.register_reassignment_throttle(rm.inbound_throttle, rm.outbound_throttle)

@@ -107,6 +107,7 @@ class MetadataQuorum:
         observer_host: str = "127.0.0.1",
         peer_addresses: dict[int, Address] | None = None,
         bootstrap_scram: Sequence[tuple[str, ScramCredential]] = (),
+        client_security: Any = None,
     ) -> None:
         self.node_id = node_id
         self.data_dir = data_dir
@@ -120,6 +121,8 @@ class MetadataQuorum:
         # (user, credential): written with the cluster id by the cluster's first
         # controller (``--add-scram``), ignored once the cluster has an id
         self.bootstrap_scram = tuple(bootstrap_scram)
+        # how this broker reaches the controller's native listener (client/security.py)
+        self.client_security = client_security
         self.heartbeat_ms = heartbeat_ms
         self.loader = MetadataLoader()
         self.incarnation_id = uuid.uuid4().hex
@@ -416,7 +419,10 @@ class MetadataQuorum:
                         conn.close()
                     self._conn = None
                     conn = await BrokerConnection.open(
-                        *address, connect_timeout=timeout, client_id=f"broker-{self.node_id}"
+                        *address,
+                        connect_timeout=timeout,
+                        client_id=f"broker-{self.node_id}",
+                        security=self.client_security,
                     )
                     self._conn, self._conn_target = conn, address
         try:

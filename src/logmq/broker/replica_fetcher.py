@@ -28,7 +28,7 @@ import asyncio
 import logging
 import math
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from logmq.client.connection import BrokerConnection
 from logmq.errors import ErrorCode, LogMQError
@@ -51,6 +51,9 @@ class FetcherConfig:
     partition_max_bytes: int = 8 << 20
     backoff_ms: int = 100  # after an error, before asking that leader again
     request_timeout_ms: int = 30_000  # on top of max_wait_ms
+    # how this broker reaches the leader's native listener: TLS, its SASL login
+    # (client/security.py ClientSecurity; None: plaintext)
+    security: Any = None
 
 
 @dataclass(slots=True)
@@ -200,7 +203,10 @@ class ReplicaFetcher:
         if address is None:
             return None
         self._conn = await BrokerConnection.open(
-            *address, client_id=f"replica-{self.manager.broker_id}", node_id=self.leader
+            *address,
+            client_id=f"replica-{self.manager.broker_id}",
+            node_id=self.leader,
+            security=self.config.security,
         )
         return self._conn
 

@@ -17,6 +17,7 @@ from logmq.client.cluster import ClusterClient, PartitionInfo, TopicPartition
 from logmq.client.group_admin import GroupDescription, GroupListing
 from logmq.client.group_offsets import OffsetAndMetadata
 from logmq.client.reassignment_admin import LogDirPartition, ReassignmentListing
+from logmq.client.security import ClientSecurity
 from logmq.client.security_admin import (
     QuotaAlteration,
     QuotaEntry,
@@ -83,6 +84,7 @@ class AsyncAdmin:
         client_id: str = "logmq-admin",
         request_timeout_ms: int = 30000,
         retry_backoff_ms: int = 100,
+        security: ClientSecurity | None = None,
     ) -> None:
         self.request_timeout_ms = request_timeout_ms
         self._cluster = ClusterClient(
@@ -90,6 +92,7 @@ class AsyncAdmin:
             client_id=client_id,
             request_timeout_ms=request_timeout_ms,
             retry_backoff_ms=retry_backoff_ms,
+            security=security,
         )
 
     async def start(self) -> AsyncAdmin:

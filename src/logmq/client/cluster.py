@@ -24,6 +24,7 @@ from typing import Any, TypeVar
 from logmq.client.connection import BrokerConnection
 from logmq.client.fetcher import first_at_or_after, parse_fetch_response
 from logmq.client.kafka_probe import KafkaListenerError, speaks_kafka
+from logmq.client.security import ClientSecurity
 from logmq.errors import (
     BootstrapError,
     ConnectionError_,
@@ -205,11 +206,14 @@ class ClusterClient:
         allow_auto_create_topics: bool = False,
         metadata_max_age_ms: int = 300_000,
         bootstrap_timeout_ms: int = 2000,
+        security: ClientSecurity | None = None,
     ) -> None:
         if metadata_max_age_ms <= 0:
             raise ValueError("metadata_max_age_ms must be positive")
         self.bootstrap = parse_bootstrap(bootstrap)
         self.client_id = client_id
+        # TLS and SASL (client/security.py); by default from LOGMQ_SECURITY_PROTOCOL etc.
+        self.security = security if security is not None else ClientSecurity.from_env()
         self.request_timeout = request_timeout_ms / 1000
         self.retry_backoff = retry_backoff_ms / 1000
         self.connect_timeout = connect_timeout_ms / 1000
@@ -240,6 +244,7 @@ class ClusterClient:
             connect_timeout=self.connect_timeout,
             client_id=self.client_id,
             node_id=node_id,
+            security=self.security,
         )
 
     async def any_connection(self, avoid: Collection[Address] = ()) -> BrokerConnection:

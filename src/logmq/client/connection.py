@@ -18,6 +18,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from logmq.client.response_reader import ResponseReader
+from logmq.client.security import ClientSecurity, login
 from logmq.errors import ConnectionError_, InvalidFrameError, LogMQError, error_for
 from logmq.net.codec import DEFAULT_MAX_FRAME_SIZE, Response, decode_response
 from logmq.net.codec import encode_request as _encode_request
@@ -59,14 +60,32 @@ class BrokerConnection(asyncio.BufferedProtocol):
     # -- lifecycle ----------------------------------------------------------------
     @classmethod
     async def open(
-        cls, host: str, port: int, *, connect_timeout: float = 10.0, **kwargs: Any
+        cls,
+        host: str,
+        port: int,
+        *,
+        connect_timeout: float = 10.0,
+        security: ClientSecurity | None = None,
+        **kwargs: Any,
     ) -> BrokerConnection:
+        """Connect (over TLS and logged in with SASL when ``security`` says so)."""
         loop = asyncio.get_running_loop()
+        tls = security is not None and security.tls
         try:
             async with asyncio.timeout(connect_timeout):
                 _, proto = await loop.create_connection(
-                    lambda: cls(host, port, **kwargs), host, port
+                    lambda: cls(host, port, **kwargs),
+                    host,
+                    port,
+                    ssl=security.ssl_context if tls else None,  # type: ignore[union-attr]
+                    server_hostname=host if tls else None,
                 )
+                if security is not None and security.sasl:
+                    try:
+                        await login(proto, security)
+                    except BaseException:
+                        proto.close()
+                        raise
         except (OSError, TimeoutError) as e:
             reason = getattr(e, "strerror", None) or str(e) or "timed out"
             raise ConnectionError_(f"cannot connect to {host}:{port}: {reason}") from None

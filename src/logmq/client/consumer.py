@@ -28,6 +28,7 @@ from logmq.client.fetch_loop import FetchLoopMixin
 from logmq.client.fetcher import FetchedBatch
 from logmq.client.group_consumer import GroupConsumerMixin
 from logmq.client.group_session import Listener
+from logmq.client.security import ClientSecurity
 from logmq.errors import LogMQError, NoOffsetForPartitionError
 from logmq.gcpause import gc_paused
 from logmq.records import Record
@@ -68,6 +69,7 @@ class AsyncConsumer(GroupConsumerMixin, FetchLoopMixin):
         max_poll_records: int = 500,
         request_timeout_ms: int = 30000,
         retry_backoff_ms: int = 100,
+        security: ClientSecurity | None = None,
     ) -> None:
         if auto_offset_reset not in RESET_TARGETS:
             raise ValueError("auto_offset_reset must be 'earliest', 'latest' or 'none'")
@@ -84,6 +86,7 @@ class AsyncConsumer(GroupConsumerMixin, FetchLoopMixin):
             client_id=client_id,
             request_timeout_ms=request_timeout_ms,
             retry_backoff_ms=retry_backoff_ms,
+            security=security,
             metadata_max_age_ms=metadata_max_age_ms,
         )
         self._assigned: dict[TopicPartition, PartitionState] = {}

@@ -21,6 +21,7 @@ from logmq.client.accumulator import RECORD_OVERHEAD, ProducerBatch, RecordAccum
 from logmq.client.cluster import ClusterClient
 from logmq.client.inflight import DeliveryTracker
 from logmq.client.partitioner import partitioner as partitioner_named
+from logmq.client.security import ClientSecurity
 from logmq.client.sender import Sender
 from logmq.errors import LogMQError, UnknownTopicOrPartitionError
 from logmq.records import RecordMetadata
@@ -141,6 +142,7 @@ class AsyncProducer:
         retries: int = 2**31 - 1,
         max_in_flight: int = 5,
         retry_backoff_ms: int = 100,
+        security: ClientSecurity | None = None,
         request_timeout_ms: int = 30000,
         delivery_timeout_ms: int = 120000,
         max_block_ms: int = 60000,
@@ -171,6 +173,7 @@ class AsyncProducer:
             client_id=client_id,
             request_timeout_ms=request_timeout_ms,
             retry_backoff_ms=retry_backoff_ms,
+            security=security,
             allow_auto_create_topics=allow_auto_create_topics,
             metadata_max_age_ms=metadata_max_age_ms,  # picks up partitions added later
         )

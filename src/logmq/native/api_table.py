@@ -32,6 +32,8 @@ SUPPORTED_APIS: dict[int, tuple[int, int]] = {
     ApiKey.DELETE_RECORDS: (0, 0),
     ApiKey.METADATA: (0, 0),
     ApiKey.API_VERSIONS: (0, 0),
+    ApiKey.SASL_HANDSHAKE: (0, 0),
+    ApiKey.SASL_AUTHENTICATE: (0, 0),
     ApiKey.CREATE_TOPICS: (0, 0),
     ApiKey.DELETE_TOPICS: (0, 0),
     ApiKey.INIT_PRODUCER_ID: (0, 0),

@@ -51,12 +51,14 @@ class ApiKey(IntEnum):
     DELETE_RECORDS = 21
     INIT_PRODUCER_ID = 22
     OFFSET_FOR_LEADER_EPOCH = 23
+    SASL_HANDSHAKE = 17  # native/sasl_api.py: the Kafka exchange in msgpack bodies
     DESCRIBE_ACLS = 29  # native/security_api.py, from the local image
     CREATE_ACLS = 30  # controller API (native/security_api.py)
     DELETE_ACLS = 31  # controller API (native/security_api.py)
     DESCRIBE_CONFIGS = 32
     ALTER_CONFIGS = 33
     DESCRIBE_LOG_DIRS = 35  # a broker about its own logs (native/reassignment_api.py)
+    SASL_AUTHENTICATE = 36
     CREATE_PARTITIONS = 37
     DELETE_GROUPS = 42
     ELECT_LEADERS = 43  # controller API (native/reassignment_api.py)

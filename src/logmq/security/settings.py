@@ -86,15 +86,6 @@ class SecuritySettings:
         kafka: tuple[str, int] | None,
     ) -> SecuritySettings:
         listeners = parse_listeners(props, native=native, kafka=kafka)
-        for listener in listeners:
-            if listener.native and listener.protocol != "PLAINTEXT":
-                # logmq's own clients and the brokers between themselves do not speak TLS
-                # or SASL yet: a secured native listener would cut replication off
-                raise InvalidConfigError(
-                    f"listener {listener.name} (the native protocol) must be PLAINTEXT in "
-                    f"this version, not {listener.protocol}: bind it to a private address "
-                    "(docs/security.md, threat model)"
-                )
         per = {listener.name: _listener_security(props, listener) for listener in listeners}
         authorizer = props.get("authorizer.class.name", "").strip()
         if authorizer and authorizer not in AUTHORIZERS:
@@ -225,6 +216,28 @@ def _plain_users(props: Mapping[str, str], listener: Listener) -> PlainUsers:
         f"PLAIN on {listener.name} has no users: set {listener.prefix}plain.sasl.jaas.config "
         '(PlainLoginModule with user_<name>="<password>" options) or sasl.plain.users.file'
     )
+
+
+def jaas_options(props: Mapping[str, str], listener: Listener, mechanism: str) -> dict[str, str]:
+    """The options of the JAAS config Kafka reads for ``mechanism`` on ``listener``
+    (``listener.name.<l>.<mechanism>.sasl.jaas.config``, then without the listener,
+    then ``sasl.jaas.config``): a broker's own ``username``/``password`` are there."""
+    mech = mechanism.lower()
+    for key in (
+        f"{listener.prefix}{mech}.sasl.jaas.config",
+        f"{mech}.sasl.jaas.config",
+        f"{listener.prefix}sasl.jaas.config",
+        "sasl.jaas.config",
+    ):
+        text = props.get(key)
+        if text:
+            try:
+                entries = parse_jaas_entries(text)
+            except ValueError as e:
+                raise InvalidConfigError(f"{key}: {e}") from None
+            if entries:
+                return dict(entries[0].options)
+    return {}
 
 
 def _bool(props: Mapping[str, str], key: str, default: bool) -> bool:
