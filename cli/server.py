@@ -2,9 +2,10 @@
 
 Options come from flags, then ``LOGMQ_<OPTION>`` environment variables, then a TOML file
 given with ``--config``, then defaults (docs/configuration.md). When the broker listens
-it prints one line ``logmq-server ready HOST:PORT kafka HOST:PORT`` on stdout (the Kafka
-part only with a Kafka listener), which scripts, the test harness and ``logmq.testing``
-wait for instead of polling the port.
+it prints one line ``logmq-server ready HOST:PORT kafka HOST:PORT listeners
+NAME=HOST:PORT,...`` on stdout (the Kafka parts only with a Kafka listener: the first one,
+then all of them by name), which scripts, the test harness and ``logmq.testing`` wait for
+instead of polling the port.
 """
 
 from __future__ import annotations
@@ -136,6 +137,14 @@ async def serve(config: BrokerConfig, *, stop_on_stdin_close: bool = False) -> N
     ready = f"{READY_PREFIX} {config.host}:{broker.port}"
     if broker.kafka_port is not None:
         ready += f" kafka {config.kafka_host or config.host}:{broker.kafka_port}"
+        # every Kafka listener (the one above is only the first), for a parent that
+        # asked for secured listeners on port 0 (logmq.testing)
+        ports = broker.kafka_ports()
+        hosts = {lst.name: lst.host for lst in broker.security.kafka}
+        ready += " listeners " + ",".join(
+            f"{name}={hosts.get(name) or config.kafka_host or config.host}:{port}"
+            for name, port in ports.items()
+        )
     print(ready, flush=True)
     try:
         await stop.wait()

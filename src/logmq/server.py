@@ -94,12 +94,10 @@ from logmq.security.authentication import Authenticator
 from logmq.security.authorization import Authorization
 from logmq.security.listeners import listener_setting, registered_endpoints
 from logmq.security.quota_enforcer import QuotaEnforcer
-from logmq.security.settings import SecuritySettings, jaas_options
+from logmq.security.settings import SecuritySettings, jaas_options, raft_tls
 from logmq.storage.config import LogConfig
 from logmq.storage.dir_lock import DataDirLock
 from logmq.storage.log_manager import LogManager
-
-TLS_RELOAD_CHECK_S = 10.0  # how often keystore and truststore files are looked at
 
 log = logging.getLogger("logmq.broker")
 
@@ -214,6 +212,7 @@ class Broker:
             heartbeat_ms=config.broker_heartbeat_interval_ms,
             bootstrap_scram=config.bootstrap_scram_credentials(),
             client_security=self.inter_broker_security,
+            raft_tls=raft_tls(config.properties, self.security),
             observer_host=config.host,
             peer_addresses=(
                 parse_node_addresses(config.peer_addresses, "peer address", "--peer-addresses")
@@ -594,7 +593,7 @@ class Broker:
     async def _reload_certificates(self) -> None:
         """New keystores take effect for new connections (see security/settings.py)."""
         while True:
-            await asyncio.sleep(TLS_RELOAD_CHECK_S)
+            await asyncio.sleep(self.security.tls_reload_check_s)
             for sec in self.security.per_listener.values():
                 if sec.tls is None:
                     continue

@@ -90,3 +90,48 @@ def test_a_sasl_ssl_cluster_keeps_acknowledged_records_across_a_leader_kill(tmp_
         assert got == {b"%d" % i for i in range(200)}
     finally:
         cluster.close()
+
+
+def test_the_metadata_quorum_speaks_mutual_tls(tmp_path):
+    """controller.listener.names mapped to SSL: the Raft port takes only peers with a
+    certificate the truststore signs; the quorum forms and a topic is created."""
+    import socket
+    import ssl
+
+    from logmq.client.admin import NewTopic
+    from logmq.client.sync import Admin
+
+    ca = make_ca(tmp_path / "pki")
+    cert = make_cert(ca, tmp_path / "pki", "127.0.0.1")
+    other = make_ca(tmp_path / "other", "rogue-ca")
+    rogue = make_cert(other, tmp_path / "other", "127.0.0.1")
+    props = {
+        "controller.listener.names": "CONTROLLER",
+        "listener.security.protocol.map": "CONTROLLER:SSL",
+        "ssl.keystore.type": "PEM",
+        "ssl.keystore.location": str(cert.keystore_path),
+        "ssl.truststore.location": str(ca.cert_path),
+    }
+    args: list[str] = []
+    for key, value in props.items():
+        args += ["--override", f"{key}={value}"]
+    cluster = BrokerCluster(3, base_dir=tmp_path / "cluster", log_level="warning", extra_args=args)
+    cluster.start()
+    try:
+        with Admin(cluster.bootstrap) as admin:
+            admin.create_topics([NewTopic("raft-tls", 1, 3)])
+            assert "raft-tls" in admin.list_topics()
+        # a stranger's certificate is refused at the handshake
+        raft_port = int(cluster.voters.split(",")[0].rsplit(":", 1)[1])
+        ctx = ssl.create_default_context(cafile=str(ca.cert_path))
+        ctx.load_cert_chain(str(rogue.keystore_path))
+        raw = socket.create_connection(("127.0.0.1", raft_port), timeout=10)
+        with raw, pytest.raises((ssl.SSLError, ConnectionError, OSError)):
+            tls = ctx.wrap_socket(raw, server_hostname="127.0.0.1")
+            tls.sendall(b"\x00\x00\x00\x04junk")
+            assert tls.recv(1) == b""  # refused after the handshake at the latest
+            raise ConnectionError("closed")
+        with Admin(cluster.bootstrap) as admin:
+            assert "raft-tls" in admin.list_topics()
+    finally:
+        cluster.close()

@@ -108,6 +108,7 @@ class MetadataQuorum:
         peer_addresses: dict[int, Address] | None = None,
         bootstrap_scram: Sequence[tuple[str, ScramCredential]] = (),
         client_security: Any = None,
+        raft_tls: Any = None,
     ) -> None:
         self.node_id = node_id
         self.data_dir = data_dir
@@ -123,6 +124,7 @@ class MetadataQuorum:
         self.bootstrap_scram = tuple(bootstrap_scram)
         # how this broker reaches the controller's native listener (client/security.py)
         self.client_security = client_security
+        self.raft_tls = raft_tls  # security/settings.RaftTls: mutual TLS on the Raft port
         self.heartbeat_ms = heartbeat_ms
         self.loader = MetadataLoader()
         self.incarnation_id = uuid.uuid4().hex
@@ -219,6 +221,9 @@ class MetadataQuorum:
                 voters=voters,
                 on_config_error=self._on_config_error,
                 on_peer_hello=self._on_peer_hello,
+                server_ssl=self.raft_tls.server if self.raft_tls is not None else None,
+                client_ssl=self.raft_tls.client if self.raft_tls is not None else None,
+                admit_peer=self.raft_tls.admit if self.raft_tls is not None else None,
             )
         self.raft = RaftService(
             self.node_id,

@@ -22,6 +22,7 @@ import asyncio
 import contextlib
 import logging
 import socket
+import ssl
 from collections import deque
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -79,7 +80,12 @@ class _Peer:
                 # cancellation that meets a completing handshake, and this loop would
                 # then outlive stop(), which waits for it
                 async with asyncio.timeout(HANDSHAKE_TIMEOUT):
-                    reader, writer = await asyncio.open_connection(*self.address)
+                    tls = t.client_ssl
+                    reader, writer = await asyncio.open_connection(
+                        *self.address,
+                        ssl=tls,
+                        server_hostname=self.address[0] if tls is not None else None,
+                    )
                 _tune(writer)
                 writer.write(frame(t.hello()))
                 async with asyncio.timeout(HANDSHAKE_TIMEOUT):
@@ -149,8 +155,17 @@ class TcpTransport(RaftTransport):
         backoff_max: float = 1.0,
         on_config_error: Callable[[int, str], None] | None = None,
         on_peer_hello: Callable[[int, tuple[str, int]], None] | None = None,
+        server_ssl: ssl.SSLContext | None = None,
+        client_ssl: ssl.SSLContext | None = None,
+        admit_peer: Callable[[Any], str | None] | None = None,
     ) -> None:
         self.node_id = node_id
+        # mutual TLS between quorum members (controller.listener.names mapped to SSL):
+        # only holders of a certificate the truststore signs can speak Raft, and
+        # ``admit_peer`` (given the ssl object) may refuse a principal that is no broker
+        self.server_ssl = server_ssl
+        self.client_ssl = client_ssl
+        self.admit_peer = admit_peer
         self.listen = listen
         self.cluster_id = cluster_id
         self.voters = sorted(set(voters))
@@ -174,7 +189,12 @@ class TcpTransport(RaftTransport):
 
     async def start(self, on_message: Callable[[bytes], None]) -> None:
         self._on_message = on_message
-        self._server = await asyncio.start_server(self._accept, *self.listen)
+        self._server = await asyncio.start_server(
+            self._accept,
+            *self.listen,
+            ssl=self.server_ssl,
+            ssl_handshake_timeout=HANDSHAKE_TIMEOUT if self.server_ssl is not None else None,
+        )
         self.port = self._server.sockets[0].getsockname()[1]
         for node_id, (host, port) in self._addresses.items():
             self._start_peer(node_id, host, port)
@@ -315,6 +335,11 @@ class TcpTransport(RaftTransport):
         peer: Any = "?"
         try:
             _tune(writer)
+            if self.admit_peer is not None:
+                refused = self.admit_peer(writer.get_extra_info("ssl_object"))
+                if refused:
+                    log.warning("raft transport %d: refused a peer: %s", self.node_id, refused)
+                    return
             async with asyncio.timeout(HANDSHAKE_TIMEOUT):
                 data = await read_frame(reader, 1 << 16)
             problem = self.check_hello(data)

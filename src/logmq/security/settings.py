@@ -8,9 +8,11 @@ naming the property, before it listens anywhere. docs/security.md lists every pr
 
 from __future__ import annotations
 
+import dataclasses
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from logmq.errors import InvalidConfigError
 from logmq.security.listeners import (
@@ -18,10 +20,19 @@ from logmq.security.listeners import (
     advertised_endpoints,
     listener_setting,
     parse_listeners,
+    protocol_map,
 )
 from logmq.security.oauthbearer import OAuthBearerConfig, OAuthBearerValidator
 from logmq.security.sasl import MECHANISMS, PlainUsers, parse_jaas_entries
-from logmq.security.tls import CertificateReloader, PrincipalMapper, TlsSettings
+from logmq.security.tls import (
+    CertificateReloader,
+    NoMatchingRuleError,
+    PrincipalMapper,
+    TlsSettings,
+    client_context,
+    principal_from_peer_cert,
+    server_context,
+)
 
 log = logging.getLogger("logmq.security")
 
@@ -65,6 +76,8 @@ class SecuritySettings:
     failed_auth_delay_ms: int = DEFAULT_FAILED_AUTH_DELAY_MS
     quota_window_num: int = 11  # Kafka's quota.window.num
     quota_window_seconds: int = 1  # Kafka's quota.window.size.seconds
+    # how often keystore and truststore files are looked at (logmq's own property)
+    tls_reload_check_s: float = 10.0
 
     @property
     def native(self) -> Listener:
@@ -125,6 +138,7 @@ class SecuritySettings:
             ),
             quota_window_num=max(2, _int(props, "quota.window.num", 11)),
             quota_window_seconds=max(1, _int(props, "quota.window.size.seconds", 1)),
+            tls_reload_check_s=max(0.1, _int(props, "ssl.reload.check.interval.ms", 10_000) / 1000),
         )
 
     def warnings(self) -> list[str]:
@@ -215,6 +229,61 @@ def _plain_users(props: Mapping[str, str], listener: Listener) -> PlainUsers:
     raise InvalidConfigError(
         f"PLAIN on {listener.name} has no users: set {listener.prefix}plain.sasl.jaas.config "
         '(PlainLoginModule with user_<name>="<password>" options) or sasl.plain.users.file'
+    )
+
+
+@dataclass(frozen=True)
+class RaftTls:
+    """Mutual TLS on the Raft port: the contexts both ends use and who may speak."""
+
+    server: Any
+    client: Any
+    admit: Callable[[Any], str | None]
+
+
+def raft_tls(props: Mapping[str, str], settings: SecuritySettings) -> RaftTls | None:
+    """The Raft port's security, from Kafka's ``controller.listener.names``: its first
+    name's protocol (``listener.security.protocol.map``) is PLAINTEXT (none) or SSL,
+    which here means mutual TLS with that listener's ``ssl.*`` settings. With ACLs on,
+    a member's certificate must map to a super user."""
+    names = [n.strip().upper() for n in props.get("controller.listener.names", "").split(",")]
+    if not names or not names[0]:
+        return None
+    name = names[0]
+    protocol = protocol_map(props).get(name)
+    if protocol in (None, "PLAINTEXT"):
+        return None
+    if protocol != "SSL":
+        raise InvalidConfigError(
+            f"controller.listener.names: {name} is {protocol}; the Raft port takes "
+            "PLAINTEXT or SSL (mutual TLS between the brokers), not SASL"
+        )
+    prefix = f"listener.name.{name.lower()}."
+    tls = TlsSettings.from_properties(props, prefix)
+    if not tls.has_keystore or not tls.has_truststore:
+        raise InvalidConfigError(
+            f"the Raft port ({name}, SSL) needs ssl.keystore.location and "
+            f"ssl.truststore.location (or {prefix}ssl.*): each broker proves itself to "
+            "the others with its certificate"
+        )
+    mapper = PrincipalMapper(tls.principal_mapping_rules or "DEFAULT")
+
+    def admit(ssl_object: Any) -> str | None:
+        if not settings.acls_enabled:
+            return None  # any certificate the truststore signs
+        der = ssl_object.getpeercert(binary_form=True) if ssl_object is not None else None
+        try:
+            principal = principal_from_peer_cert(der, mapper)
+        except (NoMatchingRuleError, ValueError):
+            return "its certificate maps to no principal"
+        if principal in settings.super_users:
+            return None
+        return f"{principal} is not in super.users"
+
+    return RaftTls(
+        server_context(dataclasses.replace(tls, client_auth="required")),
+        client_context(tls),
+        admit,
     )
 
 

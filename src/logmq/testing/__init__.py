@@ -11,9 +11,11 @@ clients, and stops and removes everything on exit::
         kafka.create_topic("orders", partitions=3)
         producer = confluent_kafka.Producer({"bootstrap.servers": kafka.bootstrap_servers})
 
-``async with LogmqBroker() as kafka:`` works too. The pytest fixtures ``logmq_broker``,
-``logmq_cluster`` and ``logmq_topic`` come from ``logmq.testing.plugin``, which pytest
-loads by itself once logmq is installed.
+``async with LogmqBroker() as kafka:`` works too. ``LogmqBroker(security="SASL_SSL")``
+adds a secured Kafka listener with its own throwaway CA and users; ``client_config()``
+gives a client everything it needs to reach it. The pytest fixtures ``logmq_broker``,
+``logmq_cluster``, ``logmq_secure_broker`` and ``logmq_topic`` come from
+``logmq.testing.plugin``, which pytest loads by itself once logmq is installed.
 
 This package imports only the standard library: the plugin is imported by every pytest
 session of every project that has logmq installed, whether it uses a broker or not.
@@ -50,7 +52,14 @@ from logmq.testing._kafka import (
     KafkaError,
 )
 
-__all__ = ["DEFAULT_SERVER_ARGS", "BrokerNode", "BrokerStartError", "KafkaError", "LogmqBroker"]
+__all__ = [
+    "DEFAULT_SERVER_ARGS",
+    "DEFAULT_USERS",
+    "BrokerNode",
+    "BrokerStartError",
+    "KafkaError",
+    "LogmqBroker",
+]
 
 HOST = "127.0.0.1"
 
@@ -75,7 +84,17 @@ DEFAULT_SERVER_ARGS: tuple[str, ...] = (
     "warning",
 )
 
-_READY = re.compile(rb"logmq-server ready (\S+):(\d+)(?: kafka (\S+):(\d+))?")
+# A whole line: the listeners part comes last, and a chunk may end inside it.
+_READY = re.compile(
+    rb"logmq-server ready (\S+):(\d+)(?: kafka (\S+):(\d+))?(?: listeners (\S+))?[^\n]*\n"
+)
+SECURITY_PROTOCOLS = ("SSL", "SASL_PLAINTEXT", "SASL_SSL")
+SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+DEFAULT_USERS: Mapping[str, str] = {"test": "test-secret"}
+_STANDARD_AUTHORIZER = "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
+# names and passwords go unescaped into --add-scram specs and a JAAS config
+_USER_NAME = re.compile(r"[A-Za-z0-9._@-]+")
+_BAD_PASSWORD = re.compile(r'["\\\x00-\x1f]')
 _RETRIES = 3  # starts that lost a race for a pre-picked Raft port are tried again
 
 
@@ -99,6 +118,8 @@ class BrokerNode:
     process: subprocess.Popen | None = None
     port: int | None = None  # native protocol (logmq clients, the logmq CLI)
     kafka_port: int | None = None
+    # every Kafka listener by name ("PLAINTEXT", "SASL_SSL"...): "host:port"
+    listeners: dict[str, str] = field(default_factory=dict)
     _ready_buf: bytes = field(default=b"", repr=False)
 
     @property
@@ -133,6 +154,14 @@ class LogmqBroker:
     ``DEFAULT_SERVER_ARGS`` (pass ``defaults=False`` to leave those out). The brokers live
     under ``data_dir`` (kept afterwards) or a new temp dir (removed afterwards). A start
     that fails, or a body that raises, still stops every process and removes the temp dir.
+
+    ``security`` ("SSL", "SASL_PLAINTEXT" or "SASL_SSL") adds a second Kafka listener of
+    that protocol (``secure_bootstrap_servers``); the first stays PLAINTEXT, for this
+    helper's own readiness checks and ``create_topic``. TLS uses a CA and a certificate for
+    127.0.0.1 and localhost made in the data dir (``ca_path``). SASL knows ``users`` (name
+    to password) through ``mechanism``. ``acls=True`` turns Kafka's authorizer on with the
+    first user as a super user, so every other user needs ACLs; the PLAINTEXT listener's
+    anonymous clients are super users too, so that this helper keeps working.
     """
 
     def __init__(
@@ -144,9 +173,31 @@ class LogmqBroker:
         startup_timeout: float = 30.0,
         stop_timeout: float = 15.0,
         defaults: bool = True,
+        security: str | None = None,
+        users: Mapping[str, str] | None = None,
+        mechanism: str = "SCRAM-SHA-512",
+        acls: bool = False,
     ):
         if brokers < 1:
             raise ValueError("brokers must be at least 1")
+        self.security = security.upper() if security else None
+        if self.security is not None and self.security not in SECURITY_PROTOCOLS:
+            raise ValueError(f"security must be one of {', '.join(SECURITY_PROTOCOLS)} or None")
+        self.mechanism = mechanism.upper()
+        if self.mechanism not in SASL_MECHANISMS:
+            raise ValueError(f"mechanism must be one of {', '.join(SASL_MECHANISMS)}")
+        self.users = dict(DEFAULT_USERS if users is None else users)
+        for name, password in self.users.items():
+            if not _USER_NAME.fullmatch(name):
+                raise ValueError(f"user name {name!r}: letters, digits and ._@- only")
+            if not password or _BAD_PASSWORD.search(password):
+                raise ValueError(f"user {name!r}: a password without quotes or backslashes")
+        if self.sasl and not self.users:
+            raise ValueError("SASL needs at least one user")
+        if acls and not self.sasl:
+            raise ValueError("acls=True needs a SASL security protocol (users to grant to)")
+        self.acls = acls
+        self.ca_path: Path | None = None  # the CA certificate (PEM) while TLS brokers run
         self.brokers = brokers
         self.server_args = [*(DEFAULT_SERVER_ARGS if defaults else ()), *server_args]
         self.startup_timeout = startup_timeout
@@ -168,6 +219,84 @@ class LogmqBroker:
         """The native listeners, for logmq's own clients and the ``logmq`` CLI."""
         self._require_started()
         return ",".join(n.native_bootstrap for n in self.nodes)
+
+    @property
+    def tls(self) -> bool:
+        return self.security in ("SSL", "SASL_SSL")
+
+    @property
+    def sasl(self) -> bool:
+        return self.security in ("SASL_PLAINTEXT", "SASL_SSL")
+
+    @property
+    def secure_bootstrap_servers(self) -> str:
+        """The secured Kafka listeners (``bootstrap_servers`` for a broker without
+        ``security``)."""
+        self._require_started()
+        if self.security is None:
+            return self.bootstrap_servers
+        return ",".join(n.listeners[self.security] for n in self.nodes)
+
+    def _credentials(self, user: str | None, password: str | None) -> tuple[str, str]:
+        name = user if user is not None else next(iter(self.users))
+        if password is None:
+            if name not in self.users:
+                raise KeyError(f"no user {name!r} (users: {', '.join(self.users)})")
+            password = self.users[name]
+        return name, password
+
+    def client_config(self, user: str | None = None, *, password: str | None = None) -> dict:
+        """What a librdkafka client (confluent-kafka, kcat) needs for the secured
+        listener, as ``user`` (default: the first one), ``bootstrap.servers`` included:
+        ``Producer(broker.client_config())``. ``password`` overrides the user's (a test of
+        a wrong one)."""
+        conf: dict[str, str] = {"bootstrap.servers": self.secure_bootstrap_servers}
+        if self.security is None:
+            return conf
+        conf["security.protocol"] = self.security
+        if self.tls:
+            conf["ssl.ca.location"] = str(self.ca_path)
+        if self.sasl:
+            name, secret = self._credentials(user, password)
+            conf.update(
+                {"sasl.mechanism": self.mechanism, "sasl.username": name, "sasl.password": secret}
+            )
+        return conf
+
+    def kafka_python_config(
+        self, user: str | None = None, *, password: str | None = None
+    ) -> dict[str, Any]:
+        """``client_config`` in kafka-python's keyword names:
+        ``KafkaProducer(**broker.kafka_python_config())``."""
+        conf: dict[str, Any] = {"bootstrap_servers": self.secure_bootstrap_servers}
+        if self.security is None:
+            return conf
+        conf["security_protocol"] = self.security
+        if self.tls:
+            conf["ssl_cafile"] = str(self.ca_path)
+        if self.sasl:
+            name, secret = self._credentials(user, password)
+            conf.update(
+                {
+                    "sasl_mechanism": self.mechanism,
+                    "sasl_plain_username": name,
+                    "sasl_plain_password": secret,
+                }
+            )
+        return conf
+
+    def aiokafka_config(
+        self, user: str | None = None, *, password: str | None = None
+    ) -> dict[str, Any]:
+        """``kafka_python_config`` for aiokafka, which takes an ``ssl_context`` (trusting
+        ``ca_path``) instead of ``ssl_cafile``: ``AIOKafkaProducer(**broker.aiokafka_config())``."""
+        conf = self.kafka_python_config(user, password=password)
+        cafile = conf.pop("ssl_cafile", None)
+        if cafile is not None:
+            import ssl
+
+            conf["ssl_context"] = ssl.create_default_context(cafile=cafile)
+        return conf
 
     def _require_started(self) -> None:
         if not self.nodes or any(n.kafka_port is None for n in self.nodes):
@@ -213,6 +342,7 @@ class LogmqBroker:
                 f"{i}@{HOST}:{_free_port()}" for i in range(1, self.brokers + 1)
             )]  # fmt: skip
         env = {k: v for k, v in os.environ.items() if not k.startswith("LOGMQ_")}
+        security = self._security_args(base)
         self.nodes = [
             BrokerNode(i, base / f"broker-{i}", base / f"broker-{i}.log")
             for i in range(1, self.brokers + 1)
@@ -234,6 +364,7 @@ class LogmqBroker:
                 "0",
                 "--stop-on-stdin-close",
                 *voters,
+                *security,
                 *self.server_args,
             ]
             with open(node.log_path, "ab") as log:
@@ -274,12 +405,61 @@ class LogmqBroker:
                     match = _READY.search(node._ready_buf)
                     if match is not None and match.group(4) is not None:
                         node.port, node.kafka_port = int(match.group(2)), int(match.group(4))
+                        node.listeners = _parse_listeners(match.group(5))
+                        if self.security is not None and self.security not in node.listeners:
+                            raise BrokerStartError(
+                                f"logmq broker {node.node_id} named no {self.security} listener"
+                                f" in its ready line: {match.group(0).decode(errors='replace')}"
+                            )
                         sel.unregister(key.fd)
                         del waiting[key.fd]
                     elif match is not None:
                         raise BrokerStartError(
                             f"logmq broker {node.node_id} serves no Kafka listener (--no-kafka?)"
                         )
+
+    def _security_args(self, base: Path) -> list[str]:
+        """The ``logmq-server`` arguments of ``security``: a PLAINTEXT listener first (this
+        helper's), the secured one, certificates made under ``base``, users, authorizer."""
+        self.ca_path = None
+        if self.security is None:
+            return []
+        props = {"listeners": f"PLAINTEXT://{HOST}:0,{self.security}://{HOST}:0"}
+        if self.tls:
+            from logmq.testing.certs import make_ca, make_cert  # needs cryptography
+
+            tls_dir = base / "tls"
+            ca = make_ca(tls_dir)
+            cert = make_cert(ca, tls_dir, HOST, sans=(HOST, "localhost"))
+            self.ca_path = ca.cert_path
+            props.update(
+                {
+                    "ssl.keystore.type": "PEM",
+                    "ssl.keystore.location": str(cert.keystore_path),
+                    "ssl.truststore.type": "PEM",
+                    "ssl.truststore.location": str(ca.cert_path),
+                }
+            )
+        args: list[str] = []
+        if self.sasl:
+            props["sasl.enabled.mechanisms"] = self.mechanism
+            if self.mechanism == "PLAIN":
+                entries = " ".join(f'user_{n}="{p}"' for n, p in self.users.items())
+                props[f"listener.name.{self.security.lower()}.plain.sasl.jaas.config"] = (
+                    f"org.apache.kafka.common.security.plain.PlainLoginModule required {entries};"
+                )
+            else:
+                for name, password in self.users.items():
+                    spec = f'{self.mechanism}=[name="{name}",password="{password}"]'
+                    args += ["--add-scram", spec]
+        if self.acls:
+            props["authorizer.class.name"] = _STANDARD_AUTHORIZER
+            # the first user; and anonymous clients, who reach only the PLAINTEXT
+            # listener (the secured one authenticates everyone): create_topic's
+            props["super.users"] = f"User:{next(iter(self.users))};User:ANONYMOUS"
+        for key, value in props.items():
+            args += ["--override", f"{key}={value}"]
+        return args
 
     def _wait_serving_kafka(self, deadline: float) -> None:
         """A Kafka Metadata round trip with each broker, until it lists every broker.
@@ -302,6 +482,7 @@ class LogmqBroker:
             if self._given_dir is None and self.data_dir is not None:
                 shutil.rmtree(self.data_dir, ignore_errors=True)
                 self.data_dir = None
+                self.ca_path = None  # removed with it
             _live.discard(self)
 
     def _stop_processes(self) -> None:
@@ -341,7 +522,8 @@ class LogmqBroker:
 
     def __repr__(self) -> str:
         where = self.bootstrap_servers if self.nodes and self.nodes[0].kafka_port else "stopped"
-        return f"LogmqBroker(brokers={self.brokers}, {where})"
+        secured = f", security={self.security!r}" if self.security else ""
+        return f"LogmqBroker(brokers={self.brokers}{secured}, {where})"
 
     # -- helpers ------------------------------------------------------------------------
     def create_topic(
@@ -429,6 +611,14 @@ class LogmqBroker:
                 raise TimeoutError(f"timed out waiting for {what}") from error
             time.sleep(pause)
             pause = min(pause * 2, 0.05)
+
+
+def _parse_listeners(raw: bytes | None) -> dict[str, str]:
+    """The ready line's ``NAME=host:port,...`` (empty from a server too old to print it)."""
+    if not raw:
+        return {}
+    pairs = (item.partition("=") for item in raw.decode().split(","))
+    return {name: address for name, _, address in pairs if name and address}
 
 
 def _config_value(value: Any) -> str:

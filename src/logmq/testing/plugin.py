@@ -6,13 +6,15 @@ test asks for one, so a suite that uses none pays nothing.
 
 - ``logmq_broker``: one broker for the whole session (about half a second to start).
 - ``logmq_cluster``: three brokers forming one cluster, for the whole session.
+- ``logmq_secure_broker``: one broker with a SASL_SSL listener (SCRAM-SHA-512, user
+  ``test``/``test-secret``, a throwaway CA) for the whole session: ``.client_config()``.
 - ``logmq_topic``: a new, uniquely named one-partition topic on ``logmq_broker``, per test.
 
 Session scope because a broker is cheap to share and tests isolate themselves by name:
 topics, committed offsets and groups stay for the rest of the session, so give each test
 its own topic (``logmq_topic``) and group ids. A test that needs a broker of its own uses
-``LogmqBroker`` directly. Extra ``logmq-server`` arguments for both fixtures go in the
-``logmq_server_args`` ini option, e.g. ``logmq_server_args = --no-auto-create-topics``.
+``LogmqBroker`` directly. Extra ``logmq-server`` arguments for every broker fixture go in
+the ``logmq_server_args`` ini option, e.g. ``logmq_server_args = --no-auto-create-topics``.
 """
 
 from __future__ import annotations
@@ -31,7 +33,8 @@ _topic_numbers = itertools.count(1)
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addini(
         "logmq_server_args",
-        "extra logmq-server arguments for the logmq_broker and logmq_cluster fixtures",
+        "extra logmq-server arguments for the logmq_broker, logmq_cluster and "
+        "logmq_secure_broker fixtures",
         type="args",
         default=[],
     )
@@ -51,6 +54,21 @@ def logmq_cluster(pytestconfig: pytest.Config) -> Iterator[LogmqBroker]:
     ``replication_factor=3`` are replicated on all of them."""
     with LogmqBroker(3, server_args=pytestconfig.getini("logmq_server_args")) as cluster:
         yield cluster
+
+
+@pytest.fixture(scope="session")
+def logmq_secure_broker(pytestconfig: pytest.Config) -> Iterator[LogmqBroker]:
+    """A single broker whose secured listener takes SASL_SSL with SCRAM-SHA-512, shared by
+    the session: ``Producer(logmq_secure_broker.client_config())`` for confluent-kafka,
+    ``KafkaProducer(**logmq_secure_broker.kafka_python_config())`` for kafka-python. One
+    user, ``test`` (password ``test-secret``); TLS with a CA made for the session
+    (``.ca_path``). ``.bootstrap_servers`` is its PLAINTEXT listener."""
+    with LogmqBroker(
+        server_args=pytestconfig.getini("logmq_server_args"),
+        security="SASL_SSL",
+        mechanism="SCRAM-SHA-512",
+    ) as broker:
+        yield broker
 
 
 @pytest.fixture

@@ -1,0 +1,57 @@
+"""A broker's TLS certificate is replaced on disk: new connections get the new one
+without a restart; a broken file keeps the old one serving."""
+
+from __future__ import annotations
+
+import os
+import socket
+import ssl
+import time
+
+from logmq.testing.certs import make_ca, make_cert
+from tests.harness import BrokerProcess, free_port
+
+
+def served_certificate(port: int, ca_path: str) -> bytes:
+    ctx = ssl.create_default_context(cafile=ca_path)
+    raw = socket.create_connection(("127.0.0.1", port), timeout=10)
+    with raw, ctx.wrap_socket(raw, server_hostname="127.0.0.1") as tls:
+        return tls.getpeercert(binary_form=True)
+
+
+def test_a_rotated_certificate_is_served_without_a_restart(tmp_path):
+    ca = make_ca(tmp_path / "pki")
+    first = make_cert(ca, tmp_path / "pki", "127.0.0.1", file_stem="first")
+    second = make_cert(ca, tmp_path / "pki", "127.0.0.1", file_stem="second")
+    live = tmp_path / "pki" / "broker-keystore.pem"
+    live.write_bytes(first.keystore_path.read_bytes())
+    ssl_port = free_port()
+    broker = BrokerProcess(tmp_path / "data", log_level="info")
+    props = {
+        "listeners": f"PLAINTEXT://127.0.0.1:{broker.kafka_port},SSL://127.0.0.1:{ssl_port}",
+        "ssl.keystore.type": "PEM",
+        "ssl.keystore.location": str(live),
+        "ssl.reload.check.interval.ms": "200",
+    }
+    for key, value in props.items():
+        broker.extra_args += ["--override", f"{key}={value}"]
+    broker.start()
+    try:
+        before = served_certificate(ssl_port, str(ca.cert_path))
+        # replaced atomically, as operators (and cert-manager) do
+        tmp = live.with_suffix(".tmp")
+        tmp.write_bytes(second.keystore_path.read_bytes())
+        os.replace(tmp, live)
+        deadline = time.monotonic() + 20
+        after = before
+        while after == before and time.monotonic() < deadline:
+            time.sleep(0.2)  # the broker looks at the files every 200 ms
+            after = served_certificate(ssl_port, str(ca.cert_path))
+        assert after != before, "the new certificate is served"
+        # a half-written file: the broker keeps serving the certificate it has
+        live.write_bytes(b"-----BEGIN PRIVATE KEY-----\nnot a key")
+        time.sleep(1.0)
+        assert served_certificate(ssl_port, str(ca.cert_path)) == after
+        assert "keeps its TLS certificates" in broker.log_path.read_text()
+    finally:
+        broker.stop()
