@@ -13,12 +13,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from logmq.broker.security_admin import (
-    SecurityAdmin,
-    binding_body,
-    filter_body,
-    scram_upsertion_body,
-)
+from logmq.broker.security_admin import SecurityAdmin
 from logmq.cluster.controller_api import ClientQuotaAlteration
 from logmq.cluster.security_image import MATCH_EXACT, QuotaFilterComponent
 from logmq.errors import ErrorCode
@@ -33,6 +28,7 @@ from logmq.security.acl import (
     ResourcePattern,
     ResourceType,
 )
+from logmq.security.bodies import binding_body, filter_body, scram_upsertion_body
 from logmq.security.scram import ScramCredential
 from tests.harness import BrokerCluster, inprocess_broker
 from tests.net.raw_client import RawClient

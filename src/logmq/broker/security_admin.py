@@ -27,14 +27,16 @@ from logmq.cluster.security_image import (
 from logmq.errors import ErrorCode, LogMQError
 from logmq.net.codec import ApiKey
 from logmq.security.acl import (
-    AccessControlEntry,
     AclBinding,
     AclBindingFilter,
-    AclOperation,
-    AclPermissionType,
-    PatternType,
-    ResourcePattern,
-    ResourceType,
+)
+from logmq.security.bodies import (
+    SecurityBodyError,
+    binding_body,
+    field_of,
+    filter_body,
+    parse_binding,
+    scram_upsertion_body,
 )
 from logmq.security.scram import ScramCredential
 
@@ -44,94 +46,7 @@ if TYPE_CHECKING:
 RunOnController = Callable[[int, dict[str, Any]], Awaitable[dict[str, Any]]]
 
 
-class SecurityBodyError(ValueError):
-    """A native security body that does not say what it must (INVALID_REQUEST)."""
-
-
-# -- native bodies ----------------------------------------------------------------------------
-
-
-def binding_body(binding: AclBinding) -> dict[str, Any]:
-    p, e = binding.pattern, binding.entry
-    return {
-        "resource_type": int(p.resource_type),
-        "resource_name": p.name,
-        "pattern_type": int(p.pattern_type),
-        "principal": e.principal,
-        "host": e.host,
-        "operation": int(e.operation),
-        "permission_type": int(e.permission_type),
-    }
-
-
-def filter_body(f: AclBindingFilter) -> dict[str, Any]:
-    return {
-        "resource_type": int(f.resource_type),
-        "resource_name": f.name,
-        "pattern_type": int(f.pattern_type),
-        "principal": f.principal,
-        "host": f.host,
-        "operation": int(f.operation),
-        "permission_type": int(f.permission_type),
-    }
-
-
-def _get(body: Any, key: str, typ: type, *, optional: bool = False) -> Any:
-    if not isinstance(body, dict):
-        raise SecurityBodyError(f"expected a map around {key!r}, got {type(body).__name__}")
-    value = body.get(key)
-    if value is None and optional:
-        return None
-    if isinstance(value, bool) or not isinstance(value, typ):
-        raise SecurityBodyError(f"field {key!r} must be {typ.__name__}, got {value!r:.40}")
-    return value
-
-
-def _enum(enum: type, body: Any, key: str) -> Any:
-    value = _get(body, key, int)
-    try:
-        return enum(value)
-    except ValueError:
-        raise SecurityBodyError(f"field {key!r}: unknown code {value}") from None
-
-
-def parse_binding(body: Any) -> AclBinding:
-    return AclBinding(
-        ResourcePattern(
-            _enum(ResourceType, body, "resource_type"),
-            _get(body, "resource_name", str),
-            _enum(PatternType, body, "pattern_type"),
-        ),
-        AccessControlEntry(
-            _get(body, "principal", str),
-            _get(body, "host", str),
-            _enum(AclOperation, body, "operation"),
-            _enum(AclPermissionType, body, "permission_type"),
-        ),
-    )
-
-
-def parse_filter(body: Any) -> AclBindingFilter:
-    return AclBindingFilter(
-        _enum(ResourceType, body, "resource_type"),
-        _get(body, "resource_name", str, optional=True),
-        _enum(PatternType, body, "pattern_type"),
-        _get(body, "principal", str, optional=True),
-        _get(body, "host", str, optional=True),
-        _enum(AclOperation, body, "operation"),
-        _enum(AclPermissionType, body, "permission_type"),
-    )
-
-
-def scram_upsertion_body(name: str, cred: ScramCredential) -> dict[str, Any]:
-    return {
-        "name": name,
-        "mechanism": cred.mechanism,
-        "salt": cred.salt,
-        "stored_key": cred.stored_key,
-        "server_key": cred.server_key,
-        "iterations": cred.iterations,
-    }
+# the ACL and SCRAM bodies live in security/bodies.py (logmq's admin client writes them too)
 
 
 def entity_body(entity: QuotaEntity | Mapping[str, str | None]) -> list[dict[str, Any]]:
@@ -144,10 +59,10 @@ def parse_entity(body: Any) -> dict[str, str | None]:
         raise SecurityBodyError("'entity' must list {type, name} components")
     out: dict[str, str | None] = {}
     for part in body:
-        t = _get(part, "type", str)
+        t = field_of(part, "type", str)
         if t in out:
             raise SecurityBodyError(f"entity type {t!r} given twice")
-        out[t] = _get(part, "name", str, optional=True)
+        out[t] = field_of(part, "name", str, optional=True)
     return out
 
 
@@ -159,10 +74,10 @@ def quota_entry_body(entry: ClientQuotaAlteration) -> dict[str, Any]:
 
 
 def parse_quota_entry(body: Any) -> ClientQuotaAlteration:
-    entity = parse_entity(_get(body, "entity", list))
+    entity = parse_entity(field_of(body, "entity", list))
     ops: dict[str, float | None] = {}
-    for op in _get(body, "ops", list):
-        key = _get(op, "key", str)
+    for op in field_of(body, "ops", list):
+        key = field_of(op, "key", str)
         value = op.get("value")
         if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
             raise SecurityBodyError(f"the value of {key!r} must be a number or nil")
@@ -178,9 +93,9 @@ def component_body(c: QuotaFilterComponent) -> dict[str, Any]:
 
 def parse_component(body: Any) -> QuotaFilterComponent:
     return QuotaFilterComponent(
-        _get(body, "entity_type", str),
-        _get(body, "match_type", int),
-        _get(body, "match", str, optional=True),
+        field_of(body, "entity_type", str),
+        field_of(body, "match_type", int),
+        field_of(body, "match", str, optional=True),
     )
 
 

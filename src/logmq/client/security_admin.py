@@ -1,8 +1,7 @@
 """The admin client's side of the security APIs: ACLs, SCRAM users and client quotas.
 
-Bodies as native/security_api.py documents them. The encoders live here rather than
-being imported from broker/security_admin.py because the broker package imports the
-client package (tests/test_package_graph.py forbids the cycle); the shapes are the same.
+Bodies as native/security_api.py documents them; the ACL and SCRAM ones are
+security/bodies.py's, shared with the broker.
 Passwords are salted here (ScramCredential.from_password): only the salt, StoredKey and
 ServerKey travel, and describes answer mechanisms and iteration counts, never keys.
 """
@@ -15,14 +14,13 @@ from typing import Any
 
 from logmq.errors import ErrorCode, LogMQError, error_for
 from logmq.security.acl import (
-    AccessControlEntry,
     AclBinding,
-    AclBindingFilter,
-    AclOperation,
-    AclPermissionType,
-    PatternType,
-    ResourcePattern,
-    ResourceType,
+)
+from logmq.security.bodies import (  # noqa: F401  (the admin's encoders)
+    binding_body,
+    filter_body,
+    parse_binding,
+    scram_upsertion_body,
 )
 from logmq.security.scram import ScramCredential
 
@@ -84,58 +82,6 @@ class QuotaEntry:
 
 
 # -- bodies ---------------------------------------------------------------------------------
-
-
-def binding_body(b: AclBinding) -> dict[str, Any]:
-    p, e = b.pattern, b.entry
-    return {
-        "resource_type": int(p.resource_type),
-        "resource_name": p.name,
-        "pattern_type": int(p.pattern_type),
-        "principal": e.principal,
-        "host": e.host,
-        "operation": int(e.operation),
-        "permission_type": int(e.permission_type),
-    }
-
-
-def filter_body(f: AclBindingFilter) -> dict[str, Any]:
-    return {
-        "resource_type": int(f.resource_type),
-        "resource_name": f.name,
-        "pattern_type": int(f.pattern_type),
-        "principal": f.principal,
-        "host": f.host,
-        "operation": int(f.operation),
-        "permission_type": int(f.permission_type),
-    }
-
-
-def parse_binding(raw: Mapping[str, Any]) -> AclBinding:
-    return AclBinding(
-        ResourcePattern(
-            ResourceType(raw["resource_type"]),
-            raw["resource_name"],
-            PatternType(raw["pattern_type"]),
-        ),
-        AccessControlEntry(
-            raw["principal"],
-            raw["host"],
-            AclOperation(raw["operation"]),
-            AclPermissionType(raw["permission_type"]),
-        ),
-    )
-
-
-def scram_upsertion_body(name: str, cred: ScramCredential) -> dict[str, Any]:
-    return {
-        "name": name,
-        "mechanism": cred.mechanism,
-        "salt": cred.salt,
-        "stored_key": cred.stored_key,
-        "server_key": cred.server_key,
-        "iterations": cred.iterations,
-    }
 
 
 def entity_body(entity: Mapping[str, str | None]) -> list[dict[str, Any]]:

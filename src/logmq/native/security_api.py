@@ -33,15 +33,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from logmq.broker.security_admin import (
-    SecurityBodyError,
-    binding_body,
-    entity_body,
-    parse_binding,
-    parse_component,
-    parse_filter,
-    parse_quota_entry,
-)
+from logmq.broker.security_admin import entity_body, parse_component, parse_quota_entry
 from logmq.cluster.controller_api import ApiResult, ClientQuotaAlteration
 from logmq.cluster.security_image import scram_alteration_error
 from logmq.errors import ErrorCode
@@ -49,6 +41,7 @@ from logmq.native.request_fields import InvalidRequestError, req_field, req_list
 from logmq.net.codec import Request
 from logmq.net.reply import Reply
 from logmq.security.acl import AclBinding, AclBindingFilter, validate_filter
+from logmq.security.bodies import SecurityBodyError, binding_body, parse_binding, parse_filter
 from logmq.security.scram import ScramCredential
 
 if TYPE_CHECKING:
