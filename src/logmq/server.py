@@ -55,6 +55,7 @@ from logmq.kafka.apis import (
     KAFKA_READ_ONLY_APIS,
     KafkaApis,
     kafka_error_reply,
+    request_time_quota,
 )
 from logmq.kafka.authorization import KafkaAuthorization
 from logmq.kafka.codec import KafkaWire
@@ -543,7 +544,7 @@ class Broker:
                 cfg.topic_defaults,
                 self.authorization,
             ),
-            groups=KafkaGroupApis(self.groups),
+            groups=KafkaGroupApis(self.groups, self.authorization),
             membership=KafkaGroupMembershipApis(self.groups),
             consumer_groups=KafkaConsumerGroupApis(self.groups, lambda: self.quorum.image),
             configs=KafkaConfigApis(
@@ -564,6 +565,7 @@ class Broker:
             ),
         )
         self.kafka_pipeline.door.handlers.update(self.kafka.table())
+        self.kafka_pipeline.door.after = request_time_quota(self.kafka.quotas)
         security_admin = KafkaSecurityAdminApis(
             SecurityAdmin(self.forwarder.run_on_controller, lambda: self.quorum.image)
         )

@@ -304,3 +304,33 @@ def test_kafka_python_acl_admin(acl_broker):
             alice.describe_acls(flt)
     finally:
         alice.close()
+
+
+def test_list_groups_shows_only_the_groups_a_principal_may_describe(acl_broker):
+    topic = _topic(acl_broker, "lg")
+    group = f"lg-{topic}"
+    _create_acls(
+        acl_broker,
+        _acl("User:alice", kadmin.AclOperation.READ, kadmin.ResourceType.TOPIC, topic),
+        _acl("User:alice", kadmin.AclOperation.READ, kadmin.ResourceType.GROUP, group),
+    )
+    consumer = confluent_kafka.Consumer(
+        {**conf(acl_broker, "alice", "alice-secret"), "group.id": group}
+    )
+    consumer.subscribe([topic])
+    for _ in range(50):
+        consumer.poll(0.1)
+        if consumer.assignment():
+            break
+    try:
+
+        def listed(user: str, password: str, mechanism: str = "PLAIN") -> set[str]:
+            admin = kadmin.AdminClient(conf(acl_broker, user, password, mechanism))
+            result = admin.list_consumer_groups(request_timeout=10).result(timeout=30)
+            return {g.group_id for g in result.valid}
+
+        assert group in listed("alice", "alice-secret")  # READ implies DESCRIBE
+        assert group not in listed("bob", "bob-secret")
+        assert group in listed("admin", "admin-secret", "SCRAM-SHA-512")  # a super user
+    finally:
+        consumer.close()

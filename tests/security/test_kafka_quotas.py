@@ -147,3 +147,15 @@ def test_a_producer_over_its_quota_is_throttled_and_others_are_not(broker):
     assert not fast_throttles
     fast_rate = fast[-1][1] / fast[-1][0]
     assert fast_rate > 3 * QUOTA, f"the unthrottled client ran at {fast_rate:.0f} B/s"
+
+
+def test_a_client_over_its_request_percentage_is_throttled(broker):
+    """request_percentage: a share of the broker's request-handling time (here the one
+    event loop's); 0.1% is a millisecond a second, which a busy producer passes at once."""
+    admin = kadmin.AdminClient({"bootstrap.servers": broker.kafka_bootstrap})
+    admin.create_topics([kadmin.NewTopic("busy-t", 1, 1)])["busy-t"].result(timeout=30)
+    assert int(alter(broker, "busy", "request_percentage", 0.1).entries[0].error_code) == 0
+    results: dict = {}
+    produce_for(broker, "busy", "busy-t", 3.0, results)
+    _, throttled = results["busy"]
+    assert throttled, "the request-time quota throttled the busy client"

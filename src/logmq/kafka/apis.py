@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import logging
+import struct
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any
@@ -91,9 +92,35 @@ def kafka_error_reply(req: Request, code: ErrorCode, message: str) -> Reply:
     return Reply(entity)
 
 
+_THROTTLE = struct.Struct(">i")
+
+
 def _millis(ms: int) -> Any:
     """A throttle time as kio's i32 duration."""
     return i32Timedelta.parse(datetime.timedelta(milliseconds=ms))
+
+
+def request_time_quota(
+    quotas: QuotaEnforcer,
+) -> Callable[[Request, Reply | None, float], Reply | None]:
+    """The Kafka door's step after each handler: a client over its request_percentage
+    quota gets the throttle in its answer's throttle_time and is muted (KIP-219)."""
+
+    def after(req: Request, reply: Reply | None, seconds: float) -> Reply | None:
+        if reply is None:
+            return None
+        throttle = quotas.request_time(req.context, req.client_id, seconds)
+        if throttle <= reply.throttle_ms:
+            return reply
+        reply.throttle_ms = throttle
+        body: Any = reply.body
+        if isinstance(body, (bytes, bytearray)):  # a Fetch answer: throttle_time_ms first
+            reply.body = _THROTTLE.pack(throttle) + bytes(body[4:])  # type: ignore[assignment]
+        elif "throttle_time" in getattr(body, "__dataclass_fields__", ()):
+            reply.body = dataclasses.replace(body, throttle_time=_millis(throttle))
+        return reply
+
+    return after
 
 
 def _denied_topic(topic: str) -> LogMQError:

@@ -22,6 +22,9 @@ from logmq.group.consumer_protocol import encode_assignment
 from logmq.kafka.messages import NO_THROTTLE, UNKNOWN_OPERATIONS, build, kio_code, response_module
 from logmq.net.codec import Request
 from logmq.net.reply import Reply
+from logmq.security.acl import AclOperation as Op
+from logmq.security.acl import ResourceType
+from logmq.security.authorization import CLUSTER, Authorization
 
 if TYPE_CHECKING:
     from logmq.broker.group_coordinator import GroupCoordinatorService
@@ -52,8 +55,20 @@ async def per_group(
 
 
 class KafkaGroupApis:
-    def __init__(self, groups: GroupCoordinatorService) -> None:
+    def __init__(self, groups: GroupCoordinatorService, authz: Authorization | None = None) -> None:
         self.groups = groups
+        self.authz = authz  # ListGroups lists what the principal may describe
+
+    def _may_describe(self, req: Request, group: str) -> bool:
+        """Kafka's ListGroups: every group with DESCRIBE on the cluster, else those the
+        principal may DESCRIBE (no audit line for the ones left out)."""
+        authz = self.authz
+        if authz is None or not authz.enabled:
+            return True
+        context = req.context
+        return authz.allowed(
+            context, Op.DESCRIBE, ResourceType.CLUSTER, CLUSTER, log_denial=False
+        ) or authz.allowed(context, Op.DESCRIBE, ResourceType.GROUP, group, log_denial=False)
 
     # -- ListGroups --------------------------------------------------------------------
     async def list_groups(self, req: Request) -> Reply:
@@ -89,6 +104,7 @@ class KafkaGroupApis:
             for g in listings
             if (not wanted or _STATES.get(g.state.value, "").lower() in wanted)
             and (not types or g.type in types)
+            and self._may_describe(req, g.group_id)
         )
         return Reply(
             build(

@@ -24,6 +24,7 @@ alone knows when the answer left and how many bytes it took.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -76,6 +77,9 @@ class FrontDoor:
     api_name: Callable[[int], str] = str
     unknown_api: ErrorCode = ErrorCode.UNSUPPORTED_VERSION  # Kafka's answer to an unknown key
     guards: list[GuardStep] = field(default_factory=list)
+    # after each handler: (request, its answer, seconds it took) -> the answer to send
+    # (the request-time quota, which throttles an answer: security/quota_enforcer.py)
+    after: Callable[[Request, Reply | None, float], Reply | None] | None = None
 
 
 class RequestPipeline:
@@ -112,7 +116,11 @@ class RequestPipeline:
                     answer = await step.guard(request)
                     if answer is not None:
                         return answer
-            return await handler(request)
+            if door.after is None:
+                return await handler(request)
+            start = time.perf_counter()
+            reply = await handler(request)
+            return door.after(request, reply, time.perf_counter() - start)
         except LogMQError as e:
             return self._refuse(request, e.code, str(e))
         except Exception as e:

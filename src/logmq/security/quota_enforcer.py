@@ -55,6 +55,14 @@ class QuotaEnforcer:
         user = quota_user(context.principal if context is not None else None)
         return self.quotas.produce(user, client_id or "", nbytes, self._now())
 
+    def request_time(self, context: Any, client_id: str, seconds: float) -> int:
+        """Throttle time (ms) after a request that took ``seconds`` of the broker's time
+        (Kafka's request_percentage: a share of one request thread, here the loop)."""
+        if not self._active():
+            return 0
+        user = quota_user(context.principal if context is not None else None)
+        return self.quotas.request_time(user, client_id or "", seconds, self._now())
+
     def fetch(self, context: Any, client_id: str, nbytes: int) -> int:
         """Throttle time (ms) after a fetch answer of ``nbytes`` to this client."""
         if not self._active():
