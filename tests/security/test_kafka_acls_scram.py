@@ -334,3 +334,28 @@ def test_list_groups_shows_only_the_groups_a_principal_may_describe(acl_broker):
         assert group in listed("admin", "admin-secret", "SCRAM-SHA-512")  # a super user
     finally:
         consumer.close()
+
+
+def test_delete_groups_answers_each_group_on_its_own(acl_broker):
+    """DeleteGroups names two groups: the one the principal may delete is tried (it does
+    not exist), the other is GROUP_AUTHORIZATION_FAILED, each in its own entry."""
+    from kafka import KafkaAdminClient
+
+    allowed, other = f"mine-{uuid.uuid4().hex[:6]}", f"theirs-{uuid.uuid4().hex[:6]}"
+    _create_acls(
+        acl_broker,
+        _acl("User:alice", kadmin.AclOperation.DELETE, kadmin.ResourceType.GROUP, allowed),
+    )
+    admin = KafkaAdminClient(
+        bootstrap_servers=acl_broker.kafka_bootstrap,
+        security_protocol="SASL_PLAINTEXT",
+        sasl_mechanism="PLAIN",
+        sasl_plain_username="alice",
+        sasl_plain_password="alice-secret",
+    )
+    try:
+        results = dict(admin.delete_groups([allowed, other], group_coordinator_id=1))
+    finally:
+        admin.close()
+    assert results[other] == "GroupAuthorizationFailedError"
+    assert results[allowed] == "GroupIdNotFoundError"

@@ -16,7 +16,6 @@ from logmq.errors import ErrorCode
 from logmq.kafka.apis import kafka_error_reply
 from logmq.kafka.messages import (
     NO_THROTTLE,
-    UNKNOWN_OPERATIONS,
     build,
     kio_code,
     response_module,
@@ -53,10 +52,6 @@ def _group_ids(req: Request) -> list[str]:
         if req.api_version >= 4:
             return list(body.coordinator_keys) if body.key_type == 0 else []
         return [body.key] if getattr(body, "key_type", 0) == 0 else []
-    if key == 15:  # DescribeGroups
-        return list(body.groups)
-    if key == 42:  # DeleteGroups
-        return list(body.groups_names)
     return [body.group_id]
 
 
@@ -69,8 +64,6 @@ GROUP_APIS: dict[int, Op] = {
     12: Op.READ,  # Heartbeat
     13: Op.READ,  # LeaveGroup
     14: Op.READ,  # SyncGroup
-    15: Op.DESCRIBE,  # DescribeGroups
-    42: Op.DELETE,  # DeleteGroups
     47: Op.DELETE,  # OffsetDelete
     68: Op.READ,  # ConsumerGroupHeartbeat
     69: Op.DESCRIBE,  # ConsumerGroupDescribe (group_ids)
@@ -251,26 +244,6 @@ def _denied(req: Request, code: ErrorCode, what: str) -> Reply:
             for r in body.resources
         )
         return Reply(cls(throttle_time=NO_THROTTLE, responses=responses))
-    if key == 15:  # DescribeGroups: every group
-        groups = tuple(
-            build(
-                m.DescribedGroup,
-                error_code=kio,
-                group_id=g,
-                group_state="",
-                protocol_type="",
-                protocol_data="",
-                members=(),
-                authorized_operations=UNKNOWN_OPERATIONS,
-            )
-            for g in body.groups
-        )
-        return Reply(build(m.DescribeGroupsResponse, throttle_time=NO_THROTTLE, groups=groups))
-    if key == 42:  # DeleteGroups
-        results = tuple(
-            m.DeletableGroupResult(group_id=g, error_code=kio) for g in body.groups_names
-        )
-        return Reply(build(m.DeleteGroupsResponse, throttle_time=NO_THROTTLE, results=results))
     if key == 10 and version >= 4:  # FindCoordinator, batched
         coordinators = tuple(
             m.Coordinator(
