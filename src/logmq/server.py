@@ -537,7 +537,7 @@ class Broker:
             produce_path=self.produce_path,
             producer_ids=self.producer_ids,
             auto_create=self.topic_creator.auto_create,
-            offsets=KafkaOffsetApis(self.groups, self._kafka_endpoint),
+            offsets=KafkaOffsetApis(self.groups, self._kafka_endpoint, self.authorization),
             topics=KafkaTopicApis(
                 TopicAdmin(self.forwarder.run_on_controller),
                 lambda: self.quorum.image,

@@ -359,3 +359,26 @@ def test_delete_groups_answers_each_group_on_its_own(acl_broker):
         admin.close()
     assert results[other] == "GroupAuthorizationFailedError"
     assert results[allowed] == "GroupIdNotFoundError"
+
+
+def test_offset_fetch_answers_per_topic(acl_broker):
+    """OffsetFetch (librdkafka's committed(), v8+): a topic the principal may not
+    describe is answered TOPIC_AUTHORIZATION_FAILED per partition, beside the others."""
+    topic = _topic(acl_broker, "of")
+    hidden = _topic(acl_broker, "of-hidden")
+    group = f"of-{topic}"
+    _create_acls(
+        acl_broker,
+        _acl("User:alice", kadmin.AclOperation.READ, kadmin.ResourceType.TOPIC, topic),
+        _acl("User:alice", kadmin.AclOperation.READ, kadmin.ResourceType.GROUP, group),
+    )
+    consumer = confluent_kafka.Consumer(
+        {**conf(acl_broker, "alice", "alice-secret"), "group.id": group}
+    )
+    try:
+        tps = [confluent_kafka.TopicPartition(topic, 0), confluent_kafka.TopicPartition(hidden, 0)]
+        got = {tp.topic: tp for tp in consumer.committed(tps, timeout=10)}
+        assert got[topic].error is None
+        assert got[hidden].error.code() == confluent_kafka.KafkaError.TOPIC_AUTHORIZATION_FAILED
+    finally:
+        consumer.close()

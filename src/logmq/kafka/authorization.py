@@ -43,14 +43,10 @@ CLUSTER_APIS: dict[int, Op] = {
 
 
 def _group_ids(req: Request) -> list[str]:
-    """The groups a group request names (one, or several for the batched ones)."""
+    """The group a single-group request names (the batched ones are the handlers')."""
     body = req.body
     key = req.api_key
-    if key == 9 and req.api_version >= 8:  # OffsetFetch, batched
-        return [g.group_id for g in body.groups]
-    if key == 10:  # FindCoordinator: groups only (key type 0)
-        if req.api_version >= 4:
-            return list(body.coordinator_keys) if body.key_type == 0 else []
+    if key == 10:  # FindCoordinator v0-3: groups only (key type 0)
         return [body.key] if getattr(body, "key_type", 0) == 0 else []
     return [body.group_id]
 
@@ -127,7 +123,10 @@ class KafkaAuthorization:
                 return None
             return _denied(req, ErrorCode.CLUSTER_AUTHORIZATION_FAILED, f"{op.name} on the cluster")
         op = GROUP_APIS.get(req.api_key)
-        if op is not None:
+        batched = (req.api_key == 9 and req.api_version >= 8) or (
+            req.api_key == 10 and req.api_version >= 4
+        )
+        if op is not None and not batched:  # batched ones: per group, in the handler
             groups = list(req.body.group_ids) if req.api_key == 69 else _group_ids(req)
             for group in groups:
                 if not authz.allowed(context, op, ResourceType.GROUP, group):
@@ -151,7 +150,7 @@ def _denied(req: Request, code: ErrorCode, what: str) -> Reply:
     m = response_module(req.body)
     kio = kio_code(code)
     body = req.body
-    key, version = req.api_key, req.api_version
+    key = req.api_key
     if key == 8:  # OffsetCommit: every partition
         topics = tuple(
             m.OffsetCommitResponseTopic(
@@ -244,20 +243,4 @@ def _denied(req: Request, code: ErrorCode, what: str) -> Reply:
             for r in body.resources
         )
         return Reply(cls(throttle_time=NO_THROTTLE, responses=responses))
-    if key == 10 and version >= 4:  # FindCoordinator, batched
-        coordinators = tuple(
-            m.Coordinator(
-                key=k, node_id=-1, host="", port=-1, error_code=kio, error_message=message
-            )
-            for k in body.coordinator_keys
-        )
-        return Reply(
-            build(m.FindCoordinatorResponse, throttle_time=NO_THROTTLE, coordinators=coordinators)
-        )
-    if key == 9 and version >= 8:  # OffsetFetch, batched
-        groups = tuple(
-            m.OffsetFetchResponseGroup(group_id=g.group_id, topics=(), error_code=kio)
-            for g in body.groups
-        )
-        return Reply(build(m.OffsetFetchResponse, throttle_time=NO_THROTTLE, groups=groups))
     return kafka_error_reply(req, code, message)

@@ -21,6 +21,9 @@ from logmq.group import group_id_error
 from logmq.kafka.messages import NO_THROTTLE, build, kio_code, response_module
 from logmq.net.codec import Request
 from logmq.net.reply import Reply
+from logmq.security.acl import AclOperation as Op
+from logmq.security.acl import ResourceType
+from logmq.security.authorization import Authorization
 
 if TYPE_CHECKING:
     from logmq.broker.group_coordinator import GroupCoordinatorService
@@ -40,9 +43,23 @@ class KafkaOffsetApis:
         self,
         groups: GroupCoordinatorService,
         kafka_endpoint: Callable[[int, str | None], tuple[str, int] | None],
+        authz: Authorization | None = None,
     ) -> None:
         self.groups = groups
         self.kafka_endpoint = kafka_endpoint
+        # per group of the batched versions, per topic of OffsetFetch (the pipeline
+        # decides the single-group versions: kafka/authorization.py)
+        self.authz = authz
+
+    def _denied(self, req: Request, op: Op, rtype: ResourceType, name: str) -> bool:
+        authz = self.authz
+        return (
+            authz is not None
+            and authz.enabled
+            and not authz.allowed(
+                req.context, op, rtype, name, log_denial=rtype is not ResourceType.TOPIC
+            )
+        )
 
     # -- FindCoordinator ---------------------------------------------------------------
     async def find_coordinator(self, req: Request) -> Reply:
@@ -50,7 +67,19 @@ class KafkaOffsetApis:
         m = response_module(body)
         key_type = getattr(body, "key_type", 0)
         if req.api_version >= 4:
-            found = [await self._coordinator(key, key_type, req) for key in body.coordinator_keys]
+            refused = (
+                KioErrorCode.group_authorization_failed,
+                "not authorized to DESCRIBE the group",
+                -1,
+                "",
+                -1,
+            )
+            found = [
+                refused
+                if key_type == 0 and self._denied(req, Op.DESCRIBE, ResourceType.GROUP, key)
+                else await self._coordinator(key, key_type, req)
+                for key in body.coordinator_keys
+            ]
             coordinators = tuple(
                 m.Coordinator(
                     key=key, node_id=node, host=host, port=port, error_code=code, error_message=msg
@@ -154,14 +183,23 @@ class KafkaOffsetApis:
         if req.api_version >= 8:
             groups = []
             for g in body.groups:
-                code, topics = await self._fetch(m, req.api_version, g.group_id, g.topics)
+                if self._denied(req, Op.DESCRIBE, ResourceType.GROUP, g.group_id):
+                    groups.append(
+                        m.OffsetFetchResponseGroup(
+                            group_id=g.group_id,
+                            topics=(),
+                            error_code=kio_code(ErrorCode.GROUP_AUTHORIZATION_FAILED),
+                        )
+                    )
+                    continue
+                code, topics = await self._fetch(m, req.api_version, g.group_id, g.topics, req)
                 groups.append(
                     m.OffsetFetchResponseGroup(
                         group_id=g.group_id, topics=topics, error_code=kio_code(code)
                     )
                 )
             return Reply(m.OffsetFetchResponse(throttle_time=NO_THROTTLE, groups=tuple(groups)))
-        code, topics = await self._fetch(m, req.api_version, body.group_id, body.topics)
+        code, topics = await self._fetch(m, req.api_version, body.group_id, body.topics, req)
         return Reply(
             build(
                 m.OffsetFetchResponse,
@@ -172,7 +210,7 @@ class KafkaOffsetApis:
         )
 
     async def _fetch(
-        self, m: Any, version: int, group_id: str, wanted: Any
+        self, m: Any, version: int, group_id: str, wanted: Any, req: Request
     ) -> tuple[ErrorCode, tuple[Any, ...]]:
         topic_cls = getattr(m, "OffsetFetchResponseTopics", None) or m.OffsetFetchResponseTopic
         part_cls = getattr(m, "OffsetFetchResponsePartitions", None) or (
@@ -191,10 +229,16 @@ class KafkaOffsetApis:
                 code, found = await self.groups.shard_for(group_id).submit(fetch)
             except LogMQError as e:
                 code = e.code
+        hidden = {
+            name
+            for name in {t for t, _ in found} | {t.name for t in wanted or ()}
+            if self._denied(req, Op.DESCRIBE, ResourceType.TOPIC, name)
+        }
         if wanted is None:
             shape: dict[str, list[int]] = {}
             for t, p in found:
-                shape.setdefault(t, []).append(p)
+                if t not in hidden:  # all topics: those it may not describe are left out
+                    shape.setdefault(t, []).append(p)
             wanted_pairs = list(shape.items())
         else:
             wanted_pairs = [(t.name, list(t.partition_indexes)) for t in wanted]
@@ -207,10 +251,14 @@ class KafkaOffsetApis:
                     build(
                         part_cls,
                         partition_index=p,
-                        committed_offset=-1 if (c := found.get((name, p))) is None else c.offset,
+                        committed_offset=-1
+                        if (c := None if name in hidden else found.get((name, p))) is None
+                        else c.offset,
                         committed_leader_epoch=-1,
                         metadata=None if c is None else c.metadata,
-                        error_code=kio_code(part_code),
+                        error_code=kio_code(
+                            ErrorCode.TOPIC_AUTHORIZATION_FAILED if name in hidden else part_code
+                        ),
                     )
                     for p in parts
                 ),
