@@ -546,7 +546,9 @@ class Broker:
             ),
             groups=KafkaGroupApis(self.groups, self.authorization),
             membership=KafkaGroupMembershipApis(self.groups),
-            consumer_groups=KafkaConsumerGroupApis(self.groups, lambda: self.quorum.image),
+            consumer_groups=KafkaConsumerGroupApis(
+                self.groups, lambda: self.quorum.image, self.authorization
+            ),
             configs=KafkaConfigApis(
                 cfg, lambda: self.quorum.image, self.forwarder.run_on_controller
             ),

@@ -62,7 +62,6 @@ GROUP_APIS: dict[int, Op] = {
     14: Op.READ,  # SyncGroup
     47: Op.DELETE,  # OffsetDelete
     68: Op.READ,  # ConsumerGroupHeartbeat
-    69: Op.DESCRIBE,  # ConsumerGroupDescribe (group_ids)
 }
 
 
@@ -127,7 +126,7 @@ class KafkaAuthorization:
             req.api_key == 10 and req.api_version >= 4
         )
         if op is not None and not batched:  # batched ones: per group, in the handler
-            groups = list(req.body.group_ids) if req.api_key == 69 else _group_ids(req)
+            groups = _group_ids(req)
             for group in groups:
                 if not authz.allowed(context, op, ResourceType.GROUP, group):
                     return _denied(

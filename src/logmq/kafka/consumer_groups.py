@@ -21,7 +21,7 @@ from kio.static.primitive import i32Timedelta
 from logmq.errors import ErrorCode, LogMQError
 from logmq.group import JOIN_EPOCH, TEMPORARY_LEAVE_EPOCH, MemberOptions, group_id_error
 from logmq.group.assignors import ASSIGNORS
-from logmq.kafka.groups import per_group
+from logmq.kafka.groups import per_allowed_group
 from logmq.kafka.messages import (
     NO_THROTTLE,
     UNKNOWN_OPERATIONS,
@@ -32,6 +32,8 @@ from logmq.kafka.messages import (
 )
 from logmq.net.codec import Request
 from logmq.net.reply import Reply
+from logmq.security.acl import AclOperation as Op
+from logmq.security.authorization import Authorization
 
 if TYPE_CHECKING:
     from logmq.broker.group_coordinator import GroupCoordinatorService
@@ -52,9 +54,15 @@ def _uuid(topic_id: str) -> uuid.UUID | None:
 
 
 class KafkaConsumerGroupApis:
-    def __init__(self, groups: GroupCoordinatorService, image: Callable[[], MetadataImage]) -> None:
+    def __init__(
+        self,
+        groups: GroupCoordinatorService,
+        image: Callable[[], MetadataImage],
+        authz: Authorization | None = None,
+    ) -> None:
         self.groups = groups
         self.image = image
+        self.authz = authz  # ConsumerGroupDescribe answers a denied group in its entry
 
     def _ids(self) -> tuple[dict[str, uuid.UUID | None], dict[uuid.UUID | None, str]]:
         image = self.image()
@@ -168,7 +176,9 @@ class KafkaConsumerGroupApis:
         def describe(group_id: str):
             return lambda core, now_ms: core.describe(group_id)
 
-        results = await per_group(self.groups, body.group_ids, describe)
+        results = await per_allowed_group(
+            self.groups, self.authz, req, Op.DESCRIBE, body.group_ids, describe
+        )
         out = []
         for group_id, result in zip(body.group_ids, results, strict=True):
             code, d = (result.code, None) if isinstance(result, LogMQError) else result

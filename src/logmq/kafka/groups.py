@@ -54,6 +54,25 @@ async def per_group(
     return results
 
 
+async def per_allowed_group(
+    groups: GroupCoordinatorService,
+    authz: Authorization | None,
+    req: Request,
+    op: Op,
+    group_ids: Sequence[str],
+    make: Any,
+) -> list[Any]:
+    """``per_group`` over the groups the principal may ``op``; the others answer
+    GROUP_AUTHORIZATION_FAILED in their own entries, as Kafka answers them."""
+    denied: set[str] = set()
+    if authz is not None and authz.enabled:
+        denied = {g for g in group_ids if not authz.allowed(req.context, op, ResourceType.GROUP, g)}
+    allowed = [g for g in group_ids if g not in denied]
+    done = iter(await per_group(groups, allowed, make))
+    refused = LogMQError(f"not authorized to {op.name}", ErrorCode.GROUP_AUTHORIZATION_FAILED)
+    return [refused if g in denied else next(done) for g in group_ids]
+
+
 class KafkaGroupApis:
     def __init__(self, groups: GroupCoordinatorService, authz: Authorization | None = None) -> None:
         self.groups = groups
@@ -69,22 +88,6 @@ class KafkaGroupApis:
         return authz.allowed(
             context, Op.DESCRIBE, ResourceType.CLUSTER, CLUSTER, log_denial=False
         ) or authz.allowed(context, Op.DESCRIBE, ResourceType.GROUP, group, log_denial=False)
-
-    async def _allowed_per_group(
-        self, req: Request, op: Op, group_ids: Sequence[str], make: Any
-    ) -> list[Any]:
-        """``per_group`` over the groups the principal may ``op``; the others answer
-        GROUP_AUTHORIZATION_FAILED in their own entries, as Kafka answers them."""
-        authz = self.authz
-        denied: set[str] = set()
-        if authz is not None and authz.enabled:
-            denied = {
-                g for g in group_ids if not authz.allowed(req.context, op, ResourceType.GROUP, g)
-            }
-        allowed = [g for g in group_ids if g not in denied]
-        done = iter(await per_group(self.groups, allowed, make))
-        refused = LogMQError(f"not authorized to {op.name}", ErrorCode.GROUP_AUTHORIZATION_FAILED)
-        return [refused if g in denied else next(done) for g in group_ids]
 
     # -- ListGroups --------------------------------------------------------------------
     async def list_groups(self, req: Request) -> Reply:
@@ -142,7 +145,9 @@ class KafkaGroupApis:
         def describe(group_id: str):
             return lambda core, now_ms: core.describe(group_id)
 
-        results = await self._allowed_per_group(req, Op.DESCRIBE, body.groups, describe)
+        results = await per_allowed_group(
+            self.groups, self.authz, req, Op.DESCRIBE, body.groups, describe
+        )
         out = []
         for group_id, result in zip(body.groups, results, strict=True):
             code, d = (result.code, None) if isinstance(result, LogMQError) else result
@@ -201,7 +206,9 @@ class KafkaGroupApis:
         def delete(group_id: str):
             return lambda core, now_ms: core.delete_group(group_id)
 
-        results = await self._allowed_per_group(req, Op.DELETE, body.groups_names, delete)
+        results = await per_allowed_group(
+            self.groups, self.authz, req, Op.DELETE, body.groups_names, delete
+        )
         out = []
         for group_id, result in zip(body.groups_names, results, strict=True):
             code = result.code if isinstance(result, LogMQError) else result
