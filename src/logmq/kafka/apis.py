@@ -441,7 +441,7 @@ class KafkaApis:
         if acks not in (0, 1, -1):
             return self._produce_errors(m, req, ErrorCode.INVALID_REQUIRED_ACKS, "acks")
         denied: set[str] = set()
-        if self.authz is not None:
+        if self.authz is not None and self.authz.enabled:
             denied = self.authz.denied_topics(
                 req.context, Op.WRITE, (t.name for t in body.topic_data)
             )
@@ -465,7 +465,7 @@ class KafkaApis:
         if acks == 0:
             return None
         throttle = 0
-        if self.quotas is not None:
+        if self.quotas is not None and self.quotas.active():
             size = sum(len(p.records or b"") for t in body.topic_data for p in t.partition_data)
             throttle = self.quotas.produce(req.context, req.client_id, size)
         if not throttle:
@@ -549,7 +549,7 @@ class KafkaApis:
             if name_of(t) is None
         ]
         denied: set[str] = set()
-        if self.authz is not None:
+        if self.authz is not None and self.authz.enabled:
             denied = self.authz.denied_topics(
                 req.context, Op.READ, (n for t in body.topics if (n := name_of(t)) is not None)
             )
@@ -622,7 +622,7 @@ class KafkaApis:
         if ids is not None:
             answer = _by_topic_id(answer, image.topic_uuids, unknown)
         throttle = 0
-        if self.quotas is not None:
+        if self.quotas is not None and self.quotas.active():
             size = sum(p.size for _, parts in answer for p in parts)
             throttle = self.quotas.fetch(req.context, req.client_id, size)
         head, rest = encode_fetch_response(
@@ -635,7 +635,7 @@ class KafkaApis:
         body = req.body
         m = response_module(body)
         denied: set[str] = set()
-        if self.authz is not None:
+        if self.authz is not None and self.authz.enabled:
             denied = self.authz.denied_topics(
                 req.context, Op.DESCRIBE, (t.name for t in body.topics)
             )

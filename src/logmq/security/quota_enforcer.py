@@ -34,7 +34,8 @@ class QuotaEnforcer:
         self._seen: Any = None
         self._next_expiry = 0.0
 
-    def _active(self) -> bool:
+    def active(self) -> bool:
+        """Is any quota configured? (Callers skip measuring a request when not.)"""
         quotas = self._image().security.quotas
         if quotas is not self._seen:
             self._seen = quotas
@@ -50,7 +51,7 @@ class QuotaEnforcer:
 
     def produce(self, context: Any, client_id: str, nbytes: int) -> int:
         """Throttle time (ms) after a produce of ``nbytes`` by this connection's client."""
-        if not self._active():
+        if not self.active():
             return 0
         user = quota_user(context.principal if context is not None else None)
         return self.quotas.produce(user, client_id or "", nbytes, self._now())
@@ -58,14 +59,14 @@ class QuotaEnforcer:
     def request_time(self, context: Any, client_id: str, seconds: float) -> int:
         """Throttle time (ms) after a request that took ``seconds`` of the broker's time
         (Kafka's request_percentage: a share of one request thread, here the loop)."""
-        if not self._active():
+        if not self.active():
             return 0
         user = quota_user(context.principal if context is not None else None)
         return self.quotas.request_time(user, client_id or "", seconds, self._now())
 
     def fetch(self, context: Any, client_id: str, nbytes: int) -> int:
         """Throttle time (ms) after a fetch answer of ``nbytes`` to this client."""
-        if not self._active():
+        if not self.active():
             return 0
         user = quota_user(context.principal if context is not None else None)
         return self.quotas.fetch(user, client_id or "", nbytes, self._now())
