@@ -10,14 +10,12 @@ from __future__ import annotations
 
 import asyncio
 import datetime
-import sys
-from typing import Any
 
 from kio.static.primitive import i64Timedelta
 
 from logmq.errors import ErrorCode
 from logmq.kafka.apis import kafka_error_reply
-from logmq.kafka.messages import build, kio_code
+from logmq.kafka.messages import build, kio_code, response_module
 from logmq.net.codec import Request
 from logmq.net.reply import Reply
 from logmq.security.authentication import Authenticator
@@ -26,16 +24,12 @@ SASL_HANDSHAKE, SASL_AUTHENTICATE = 17, 36
 HANDSHAKE_APIS = frozenset({18, SASL_HANDSHAKE, SASL_AUTHENTICATE})  # with ApiVersions
 
 
-def _module(req: Request) -> Any:
-    return sys.modules[type(req.body).__module__.replace(".request", ".response")]
-
-
 class KafkaSaslApis:
     def __init__(self, authenticator: Authenticator) -> None:
         self.auth = authenticator
 
     async def sasl_handshake(self, req: Request) -> Reply:
-        m = _module(req)
+        m = response_module(req.body)
         context = req.context
         error = self.auth.handshake(context, req.body.mechanism)
         mechanisms = self.auth.mechanisms(context)
@@ -45,7 +39,7 @@ class KafkaSaslApis:
         )
 
     async def sasl_authenticate(self, req: Request) -> Reply:
-        m = _module(req)
+        m = response_module(req.body)
         answer = self.auth.authenticate(req.context, req.body.auth_bytes)
         if answer.close:
             # Kafka's connection.failed.authentication.delay.ms: a guesser waits for
