@@ -75,6 +75,28 @@ def _create_acls(broker, *bindings) -> None:
         assert f.result(timeout=30) is None
 
 
+def kafka_python_admin(broker, user: str, password: str, mechanism: str = "PLAIN"):
+    from kafka import KafkaAdminClient
+
+    return KafkaAdminClient(
+        bootstrap_servers=broker.kafka_bootstrap,
+        security_protocol="SASL_PLAINTEXT",
+        sasl_mechanism=mechanism,
+        sasl_plain_username=user,
+        sasl_plain_password=password,
+    )
+
+
+def alice_reading(broker, topic: str, group: str):
+    """A consumer of ``group`` as alice, who may READ ``topic`` and ``group``."""
+    _create_acls(
+        broker,
+        _acl("User:alice", kadmin.AclOperation.READ, kadmin.ResourceType.TOPIC, topic),
+        _acl("User:alice", kadmin.AclOperation.READ, kadmin.ResourceType.GROUP, group),
+    )
+    return confluent_kafka.Consumer({**conf(broker, "alice", "alice-secret"), "group.id": group})
+
+
 def _topic(broker, prefix: str) -> str:
     name = f"{prefix}-{uuid.uuid4().hex[:8]}"
     admin = kadmin.AdminClient(admin_conf(broker))
@@ -257,15 +279,7 @@ def test_kafka_python_acl_admin(acl_broker):
     )
     from kafka.errors import ClusterAuthorizationFailedError
 
-    from kafka import KafkaAdminClient
-
-    admin = KafkaAdminClient(
-        bootstrap_servers=acl_broker.kafka_bootstrap,
-        security_protocol="SASL_PLAINTEXT",
-        sasl_mechanism="SCRAM-SHA-512",
-        sasl_plain_username="admin",
-        sasl_plain_password="admin-secret",
-    )
+    admin = kafka_python_admin(acl_broker, "admin", "admin-secret", "SCRAM-SHA-512")
     try:
         topic = f"kp-{uuid.uuid4().hex[:8]}"
         acl = ACL(
@@ -292,13 +306,7 @@ def test_kafka_python_acl_admin(acl_broker):
         assert len(deleted[0][1]) == 1
     finally:
         admin.close()
-    alice = KafkaAdminClient(
-        bootstrap_servers=acl_broker.kafka_bootstrap,
-        security_protocol="SASL_PLAINTEXT",
-        sasl_mechanism="PLAIN",
-        sasl_plain_username="alice",
-        sasl_plain_password="alice-secret",
-    )
+    alice = kafka_python_admin(acl_broker, "alice", "alice-secret", "PLAIN")
     try:
         with pytest.raises(ClusterAuthorizationFailedError):
             alice.describe_acls(flt)
@@ -309,14 +317,7 @@ def test_kafka_python_acl_admin(acl_broker):
 def test_list_groups_shows_only_the_groups_a_principal_may_describe(acl_broker):
     topic = _topic(acl_broker, "lg")
     group = f"lg-{topic}"
-    _create_acls(
-        acl_broker,
-        _acl("User:alice", kadmin.AclOperation.READ, kadmin.ResourceType.TOPIC, topic),
-        _acl("User:alice", kadmin.AclOperation.READ, kadmin.ResourceType.GROUP, group),
-    )
-    consumer = confluent_kafka.Consumer(
-        {**conf(acl_broker, "alice", "alice-secret"), "group.id": group}
-    )
+    consumer = alice_reading(acl_broker, topic, group)
     consumer.subscribe([topic])
     for _ in range(50):
         consumer.poll(0.1)
@@ -339,20 +340,13 @@ def test_list_groups_shows_only_the_groups_a_principal_may_describe(acl_broker):
 def test_delete_groups_answers_each_group_on_its_own(acl_broker):
     """DeleteGroups names two groups: the one the principal may delete is tried (it does
     not exist), the other is GROUP_AUTHORIZATION_FAILED, each in its own entry."""
-    from kafka import KafkaAdminClient
 
     allowed, other = f"mine-{uuid.uuid4().hex[:6]}", f"theirs-{uuid.uuid4().hex[:6]}"
     _create_acls(
         acl_broker,
         _acl("User:alice", kadmin.AclOperation.DELETE, kadmin.ResourceType.GROUP, allowed),
     )
-    admin = KafkaAdminClient(
-        bootstrap_servers=acl_broker.kafka_bootstrap,
-        security_protocol="SASL_PLAINTEXT",
-        sasl_mechanism="PLAIN",
-        sasl_plain_username="alice",
-        sasl_plain_password="alice-secret",
-    )
+    admin = kafka_python_admin(acl_broker, "alice", "alice-secret", "PLAIN")
     try:
         results = dict(admin.delete_groups([allowed, other], group_coordinator_id=1))
     finally:
@@ -367,14 +361,7 @@ def test_offset_fetch_answers_per_topic(acl_broker):
     topic = _topic(acl_broker, "of")
     hidden = _topic(acl_broker, "of-hidden")
     group = f"of-{topic}"
-    _create_acls(
-        acl_broker,
-        _acl("User:alice", kadmin.AclOperation.READ, kadmin.ResourceType.TOPIC, topic),
-        _acl("User:alice", kadmin.AclOperation.READ, kadmin.ResourceType.GROUP, group),
-    )
-    consumer = confluent_kafka.Consumer(
-        {**conf(acl_broker, "alice", "alice-secret"), "group.id": group}
-    )
+    consumer = alice_reading(acl_broker, topic, group)
     try:
         tps = [confluent_kafka.TopicPartition(topic, 0), confluent_kafka.TopicPartition(hidden, 0)]
         got = {tp.topic: tp for tp in consumer.committed(tps, timeout=10)}
