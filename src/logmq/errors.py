@@ -79,6 +79,7 @@ class ErrorCode(IntEnum):
     ELECTION_NOT_NEEDED = 84
     NO_REASSIGNMENT_IN_PROGRESS = 85  # cancel of a partition that is not moving
     INVALID_RECORD = 87
+    THROTTLING_QUOTA_EXCEEDED = 89  # controller_mutation_rate (KIP-599); retry after the throttle
     RESOURCE_NOT_FOUND = 91
     DUPLICATE_RESOURCE = 92
     UNACCEPTABLE_CREDENTIAL = 93

@@ -55,7 +55,7 @@ from logmq.kafka.apis import (
     KAFKA_READ_ONLY_APIS,
     KafkaApis,
     kafka_error_reply,
-    request_time_quota,
+    throttled_reply,
 )
 from logmq.kafka.authorization import KafkaAuthorization
 from logmq.kafka.codec import KafkaWire
@@ -80,13 +80,14 @@ from logmq.native.api_table import (
     Handler,
     handler_table,
 )
-from logmq.native.authorization import NativeAuthorization
+from logmq.native.authorization import NativeAuthorization, from_broker
 from logmq.native.cluster_api import ClusterApi
 from logmq.native.controller_forwarding import ControllerForwarder
 from logmq.native.data_api import DataApi
 from logmq.native.group_api import GroupApi
 from logmq.native.reassignment_api import ReassignmentApi
 from logmq.native.sasl_api import NativeSaslApi
+from logmq.native.throttling import throttled
 from logmq.net.codec import ApiKey, Request
 from logmq.net.pipeline import FrontDoor, RequestPipeline
 from logmq.net.reply import Reply
@@ -94,7 +95,7 @@ from logmq.net.server import ServerOptions, TcpServer
 from logmq.security.authentication import Authenticator
 from logmq.security.authorization import Authorization
 from logmq.security.listeners import listener_setting, registered_endpoints
-from logmq.security.quota_enforcer import QuotaEnforcer
+from logmq.security.quota_enforcer import QuotaEnforcer, RequestTimeQuota
 from logmq.security.settings import SecuritySettings, jaas_options, raft_tls
 from logmq.storage.config import LogConfig
 from logmq.storage.dir_lock import DataDirLock
@@ -516,14 +517,28 @@ class Broker:
         self.produce_path = ProducePath(
             self.replicas, lambda: self.quorum.image, self.topic_creator
         )
+        # one set of client quota sensors for both doors: a client is one client
+        # whichever door it comes through
+        quotas = QuotaEnforcer(
+            lambda: self.quorum.image,
+            window_num=self.security.quota_window_num,
+            window_seconds=self.security.quota_window_seconds,
+        )
         self.data = DataApi(
             produce_path=self.produce_path,
             replicas=self.replicas,
             metrics=self.metrics,
             max_fetch_wait_ms=cfg.max_fetch_wait_ms,
+            quotas=quotas,
         )
         self.admin = AdminApi(
-            cfg, self.quorum, self.topics, self.topic_creator, self.producer_ids, self.metrics
+            cfg,
+            self.quorum,
+            self.topics,
+            self.topic_creator,
+            self.producer_ids,
+            self.metrics,
+            quotas=quotas,
         )
         self.group_api = GroupApi(self.groups, self.metrics)
         views = PartitionViews(cfg.node_id, lambda: self.quorum.image, logs)
@@ -560,14 +575,11 @@ class Broker:
             ),
             max_fetch_wait_ms=cfg.max_fetch_wait_ms,
             authz=self.authorization,
-            quotas=QuotaEnforcer(
-                lambda: self.quorum.image,
-                window_num=self.security.quota_window_num,
-                window_seconds=self.security.quota_window_seconds,
-            ),
+            quotas=quotas,
         )
         self.kafka_pipeline.door.handlers.update(self.kafka.table())
-        self.kafka_pipeline.door.after = request_time_quota(self.kafka.quotas)
+        self.kafka_pipeline.door.after = RequestTimeQuota(quotas, throttled_reply)
+        self.native_pipeline.door.after = RequestTimeQuota(quotas, throttled, from_broker)
         security_admin = KafkaSecurityAdminApis(
             SecurityAdmin(self.forwarder.run_on_controller, lambda: self.quorum.image)
         )

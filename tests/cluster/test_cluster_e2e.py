@@ -386,3 +386,22 @@ def test_kafka_admin_deletes_records_moves_and_elects_across_brokers(cluster):
         if t["name"] == topic and t["partitions"]
     }
     assert holders == set(target)
+
+
+def test_controller_mutation_rate_is_metered_for_the_cluster_on_the_controller(cluster):
+    """KIP-599's quota is the controller's: a client's topic creations through any broker
+    draw on one bucket, because each broker forwards its client's identity with them."""
+    pytest.importorskip("confluent_kafka")
+    from tests.security.test_kafka_quotas import alter, create_topics
+
+    running = [node for node in cluster.nodes.values() if node.running]
+    assert len(running) >= 2
+    assert (
+        int(alter(running[0], "spread", "controller_mutation_rate", 1.0).entries[0].error_code) == 0
+    )
+    # 11 credits (1/s for quota.window.num windows), whichever broker a request reaches
+    assert create_topics(running[0], 6, "spread", {"spread-a": 8})[1] == {"spread-a": 0}
+    assert create_topics(running[1], 6, "spread", {"spread-b": 5})[1] == {"spread-b": 0}
+    answer, codes = create_topics(running[-1], 6, "spread", {"spread-c": 1})
+    assert codes == {"spread-c": 89}
+    assert answer.throttle_time.total_seconds() > 1

@@ -23,7 +23,7 @@ from logmq.kafka.versions import SUPPORTED
 from logmq.storage import batch as b
 from tests.harness import BrokerProcess
 from tests.kafka.test_kafka_clients import create
-from tests.kafka.test_kafka_listener import connect, read_frame, request
+from tests.kafka.test_kafka_listener import api_versions, connect, read_frame, request
 
 ZERO_UUID = uuid.UUID(int=0)
 BAD_NAMES = ("bad topic!", "x" * 300)
@@ -32,14 +32,19 @@ BAD_NAMES = ("bad topic!", "x" * 300)
 def call(broker: BrokerProcess, api_key: int, version: int, **fields):
     """One request on a fresh connection, its answer decoded with kio."""
     cls = load_request_schema(api_key, version)
+    return answer_of(broker, api_key, version, build(cls, **fields), sized=True)
+
+
+def answer_of(broker: BrokerProcess, api_key: int, version: int, body, *, sized=False):
     resp = load_response_schema(api_key, version)
     with connect(broker) as s:
-        s.sendall(request(api_key, version, build(cls, **fields), 7))
+        s.sendall(request(api_key, version, body, 7))
         frame = read_frame(s)
     assert frame is not None, "connection closed without an answer"
     header, pos = entity_reader(resp.__header_schema__)(frame, 0)
     assert header.correlation_id == 7
-    return entity_reader(resp)(frame, pos)[0], len(frame)
+    answer = entity_reader(resp)(frame, pos)[0]
+    return (answer, len(frame)) if sized else answer
 
 
 def module_of(api_key: int, version: int):
@@ -173,23 +178,26 @@ def test_metadata_still_auto_creates_beside_invalid_names(tmp_path):
 BIG = 900_000  # one record, one batch of a little more
 
 
-def produce_raw(broker, topic, partition, batches, version=8):
+def produce_body(topic, partition, batches, version=8, acks=-1):
     m = module_of(0, version)
-    data = b"".join(batches)
-    answer, _ = call(
-        broker,
-        0,
-        version,
+    return build(
+        load_request_schema(0, version),
         transactional_id=None,
-        acks=-1,
+        acks=acks,
         timeout=datetime.timedelta(seconds=10),
         topic_data=(
             m.TopicProduceData(
                 name=topic,
-                partition_data=(m.PartitionProduceData(index=partition, records=data),),
+                partition_data=(
+                    m.PartitionProduceData(index=partition, records=b"".join(batches)),
+                ),
             ),
         ),
     )
+
+
+def produce_raw(broker, topic, partition, batches, version=8):
+    answer = answer_of(broker, 0, version, produce_body(topic, partition, batches, version))
     [topic_answer] = answer.responses
     [part] = topic_answer.partition_responses
     return part
@@ -332,3 +340,29 @@ def test_librdkafka_fails_only_the_keyless_records_with_invalid_record(kbroker):
     codes = {code for key, code in outcomes if key is not None}
     assert ck.KafkaError._INVALID_DIFFERENT_RECORD in codes
     assert codes <= {ck.KafkaError._INVALID_DIFFERENT_RECORD, 0}
+
+
+# -- Produce with acks=0 -------------------------------------------------------------------
+def test_acks_0_is_not_answered_and_a_failed_one_closes_the_connection(kbroker):
+    """As Kafka: no answer to an acks=0 Produce; a partition that fails closes the
+    connection, the only way the client can learn of it (it then refreshes metadata)."""
+    create(kbroker, "acks0", 1)
+    batch = b.encode_values([b"v"], timestamp=1_700_000_000_000)
+    with connect(kbroker) as s:
+        s.sendall(request(0, 8, produce_body("acks0", 0, [batch], acks=0), 5))
+        assert api_versions(s, 6)[0] == 6  # the next answer is ApiVersions': none for 5
+        s.sendall(request(0, 8, produce_body("acks0", 7, [batch], acks=0), 8))  # no such partition
+        assert read_frame(s) is None
+    m = module_of(1, 4)
+    part = m.FetchPartition(partition=0, fetch_offset=0, partition_max_bytes=1 << 20)
+    fetch = build(
+        load_request_schema(1, 4),
+        replica_id=-1,
+        max_wait=datetime.timedelta(0),
+        min_bytes=1,
+        max_bytes=1 << 20,
+        isolation_level=0,
+        topics=(m.FetchTopic(topic="acks0", partitions=(part,)),),
+    )
+    [topic] = answer_of(kbroker, 1, 4, fetch).responses  # the first one's record is there
+    assert topic.partitions[0].high_watermark == 1

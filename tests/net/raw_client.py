@@ -16,15 +16,23 @@ TIMEOUT = 30.0
 
 
 class RawClient:
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter):
+    def __init__(
+        self,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        client_id: str = "raw-test",
+    ):
         self.reader = reader
         self.writer = writer
+        self.client_id = client_id
         self._corr = itertools.count(1)
 
     @classmethod
-    async def connect(cls, port: int, host: str = "127.0.0.1") -> RawClient:
+    async def connect(
+        cls, port: int, host: str = "127.0.0.1", client_id: str = "raw-test"
+    ) -> RawClient:
         reader, writer = await asyncio.open_connection(host, port, limit=1 << 26)
-        return cls(reader, writer)
+        return cls(reader, writer, client_id)
 
     async def close(self) -> None:
         self.writer.close()
@@ -49,7 +57,7 @@ class RawClient:
         correlation_id: int | None = None,
     ) -> int:
         corr = next(self._corr) if correlation_id is None else correlation_id
-        self.writer.writelines(encode_request(api_key, version, corr, "raw-test", body, tail))
+        self.writer.writelines(encode_request(api_key, version, corr, self.client_id, body, tail))
         return corr
 
     def send_raw(self, data: bytes) -> None:

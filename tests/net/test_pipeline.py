@@ -104,3 +104,68 @@ async def test_a_handler_fault_is_logged_with_its_traceback_counted_and_answered
     assert counts.failures == [("door", 1)]
     record = next(r for r in caplog.records if r.levelno == logging.ERROR)
     assert record.exc_info is not None and "test-client" in record.getMessage()
+
+
+class Measured:
+    """An after-step that records what it was given."""
+
+    def __init__(self, on: bool = True) -> None:
+        self.on = on
+        self.seen: list[float] = []
+
+    def active(self) -> bool:
+        return self.on
+
+    def __call__(self, req, reply, seconds):
+        self.seen.append(seconds)
+        return reply
+
+
+async def test_the_after_step_gets_the_handlers_time_on_the_loop_not_its_waits():
+    import asyncio
+    import time
+
+    async def parked(req: Request) -> Reply:
+        deadline = time.perf_counter() + 0.02
+        while time.perf_counter() < deadline:  # 20 ms of work
+            pass
+        await asyncio.sleep(0.3)  # a long poll: waiting, not working
+        return Reply({"error": 0})
+
+    p, _ = pipeline({1: parked})
+    p.door.after = Measured()
+    await p(request(1))
+    [seconds] = p.door.after.seen
+    assert 0.02 <= seconds < 0.3
+
+
+async def test_a_cancelled_handler_is_cancelled_through_the_measurement():
+    import asyncio
+
+    started = asyncio.Event()
+    cancelled = []
+
+    async def slow(req: Request) -> Reply:
+        started.set()
+        try:
+            await asyncio.sleep(30)
+        except asyncio.CancelledError:
+            cancelled.append(True)
+            raise
+        return Reply({"error": 0})
+
+    p, _ = pipeline({1: slow})
+    p.door.after = Measured()
+    task = asyncio.ensure_future(p(request(1)))
+    await started.wait()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert cancelled == [True] and p.door.after.seen == []
+
+
+async def test_an_inactive_after_step_is_skipped():
+    p, _ = pipeline({1: ok})
+    p.door.after = Measured(on=False)
+    await p(request(1))
+    assert p.door.after.seen == []

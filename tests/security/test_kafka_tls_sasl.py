@@ -296,3 +296,69 @@ def test_kcat_over_sasl_ssl(secured, pki):
         timeout=30,
     )
     assert out.stdout.decode().split() == [f"line{i}" for i in range(5)]
+
+
+def _handshake_v0(s, mechanism: str) -> None:
+    from kio.index import load_request_schema, load_response_schema
+    from kio.serial import entity_reader
+
+    from tests.kafka.test_kafka_listener import read_frame, request
+
+    s.sendall(request(17, 0, load_request_schema(17, 0)(mechanism=mechanism), 3))
+    frame = read_frame(s)
+    resp = load_response_schema(17, 0)
+    header, pos = entity_reader(resp.__header_schema__)(frame, 0)
+    assert header.correlation_id == 3
+    assert int(entity_reader(resp)(frame, pos)[0].error_code) == 0
+
+
+@pytest.mark.parametrize("password", ["alice-secret", "guess"])
+def test_sasl_handshake_v0_exchanges_raw_tokens(secured, password):
+    """Handshake v0: the exchange goes on in raw size-prefixed tokens with no Kafka header
+    (PLAIN's answer is an empty token), then Kafka's framing again; a wrong password gets
+    no answer but the closed connection, as from Kafka."""
+    import socket
+    import struct
+
+    from tests.kafka.test_kafka_listener import api_versions, read_frame
+
+    with socket.create_connection(("127.0.0.1", secured.ports["SASL_PLAINTEXT"]), 10) as s:
+        _handshake_v0(s, "PLAIN")
+        token = b"\0alice\0" + password.encode()
+        s.sendall(struct.pack(">i", len(token)) + token)
+        if password == "guess":
+            assert read_frame(s) is None  # closed, after the failure delay
+            return
+        assert read_frame(s) == b""  # the raw empty token
+        assert api_versions(s, 4)[0] == 4  # Kafka framing, authenticated
+
+
+def test_kafka_python_with_an_old_api_version_logs_in_with_handshake_v0(secured, monkeypatch):
+    """kafka-python told a pre-1.0 broker version speaks SaslHandshake v0 and raw tokens."""
+    from kafka.protocol import sasl
+
+    from kafka import KafkaAdminClient
+
+    raw_tokens: list[bytes] = []
+    original = sasl.SaslBytesRequest.__init__
+
+    def counted(self, data):
+        raw_tokens.append(data)
+        original(self, data)
+
+    monkeypatch.setattr(sasl.SaslBytesRequest, "__init__", counted)
+
+    topic = _topic("kp-v0", secured)
+    admin = KafkaAdminClient(
+        bootstrap_servers=f"127.0.0.1:{secured.ports['SASL_PLAINTEXT']}",
+        security_protocol="SASL_PLAINTEXT",
+        sasl_mechanism="PLAIN",
+        sasl_plain_username="alice",
+        sasl_plain_password="alice-secret",
+        api_version=(0, 11),
+    )
+    try:
+        assert topic in admin.list_topics()
+    finally:
+        admin.close()
+    assert raw_tokens, "the login went through raw tokens"

@@ -17,12 +17,14 @@ from logmq.cluster.security_image import (
 )
 from logmq.security.quotas import (
     CLIENT_ID,
+    CONTROLLER_MUTATION,
     FETCH,
     PRODUCE,
     QUOTA_KINDS,
     REQUEST,
     USER,
     ClientQuotas,
+    TokenBucket,
     WindowedRate,
     quota_user,
     resolve_quota,
@@ -373,3 +375,52 @@ def test_bad_settings():
         ClientQuotas(window_seconds=0.0)
     with pytest.raises(ValueError):
         ClientQuotas(max_sensors=0)
+
+
+# -- controller_mutation_rate: Kafka's token bucket (KIP-599) ---------------------------
+
+
+def test_token_bucket_starts_full_refills_at_the_quota_and_caps_at_the_burst():
+    bucket = TokenBucket(window_num=11, window_ms=1000)
+    assert bucket.tokens(5.0, 0) == 55.0  # 5/s for 11 windows of 1 s
+    bucket.record(60.0, 0, 5.0)  # Kafka's own example: a burst beyond the credit
+    assert bucket.tokens(5.0, 0) == -5.0
+    assert bucket.tokens(5.0, 1000) == 0.0  # one second at 5/s earns it back
+    assert bucket.tokens(5.0, 100_000) == 55.0  # and never more than the burst
+
+
+def mutation_quotas(rate: float) -> ClientQuotas:
+    return ClientQuotas(quotas={entity(client="app"): {CONTROLLER_MUTATION: rate}})
+
+
+def test_a_mutation_is_taken_whole_then_the_next_waits_for_the_bucket():
+    q = mutation_quotas(1.0)
+    assert q.mutation_throttle("u", "app", 0.0) == 0
+    assert q.mutations("u", "app", 8, 0.0) == 0  # 11 credits: 3 left
+    assert q.mutations("u", "app", 5, 0.0) == 2000  # -2: two seconds at 1/s
+    assert q.mutation_throttle("u", "app", 0.0) == 2000
+    assert q.mutation_throttle("u", "app", 1.5) == 500
+    assert q.mutation_throttle("u", "app", 2.0) == 0
+    assert q.mutation_throttle("u", "other", 0.0) == 0  # another client: unmetered
+    assert q.mutations("u", "app", -5, 2.0) == 0  # giving back refused ones: 5 credits
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    rate=st.sampled_from([0.5, 1.0, 10.0]),
+    asks=st.lists(st.tuples(st.integers(1, 40), st.integers(0, 3000)), max_size=60),
+)
+def test_strict_mutations_never_exceed_the_burst_plus_the_rate(rate, asks):
+    """Whatever clients ask and when, what the strict check admits is bounded by the burst
+    plus the rate over the elapsed time, plus the one mutation taken whole."""
+    q = mutation_quotas(rate)
+    t = 0.0
+    admitted = 0
+    biggest = 0
+    for partitions, gap_ms in asks:
+        t += gap_ms / 1000
+        if q.mutation_throttle("u", "app", t) == 0:
+            q.mutations("u", "app", partitions, t)
+            admitted += partitions
+            biggest = max(biggest, partitions)
+    assert admitted <= rate * 11 + rate * t + biggest + 1e-6

@@ -798,10 +798,20 @@ class ReplicaManager:
                 return self._read_for_consumer(wanted, max_bytes)[0]
 
     async def fetch_session_for_consumer(
-        self, session: FetchSession, full: bool, max_wait_ms: int, min_bytes: int, max_bytes: int
-    ) -> list[TopicRead]:
+        self,
+        session: FetchSession,
+        full: bool,
+        max_wait_ms: int,
+        min_bytes: int,
+        max_bytes: int,
+        admit: Callable[[list[TopicRead]], bool] | None = None,
+    ) -> list[TopicRead] | None:
         """A consumer's fetch in a session (fetch_sessions.py): reads only the session's
-        ready partitions, and an incremental answer only those with something new."""
+        ready partitions, and an incremental answer only those with something new.
+
+        ``admit(read)`` False (a client over its fetch quota) answers None and leaves the
+        session as it was, so the next fetch reads the same partitions: Kafka's
+        throttled answer is empty and does not update the session either."""
         loop = self._loop()
         deadline = loop.time() + max_wait_ms / 1000
         more = self._below_hw
@@ -811,11 +821,14 @@ class ReplicaManager:
             )
             remaining = deadline - loop.time()
             if full or total >= min_bytes or any_error or remaining <= 0:
-                return session.answered(topics, full, more)
+                break
             session.settle(topics, more)
             if not await self.waiters.wait_session(session, remaining):
                 topics = self._read_for_consumer(session.to_read(), max_bytes, partial=not full)[0]
-                return session.answered(topics, full, more)
+                break
+        if admit is not None and not admit(topics):
+            return None
+        return session.answered(topics, full, more)
 
     async def new_logs_made(self, keys: Iterable[TopicPartition]) -> None:
         """Before a produce request's appends: new logs' files exist (LogManager)."""

@@ -50,6 +50,13 @@ class TopicOutcome:
         return self.error is ErrorCode.NONE
 
 
+class TopicOutcomes(list[TopicOutcome]):
+    """One outcome per topic in request order, and the controller's throttle of the
+    caller's controller_mutation_rate (KIP-599; 0: none), which the door answers."""
+
+    throttle_ms: int = 0
+
+
 class TopicAdmin:
     """Typed topic requests run on the controller (``run_on_controller`` from
     native/controller_forwarding.py, given by the composition root)."""
@@ -57,44 +64,69 @@ class TopicAdmin:
     def __init__(self, run_on_controller: RunOnController) -> None:
         self._run = run_on_controller
 
+    # ``caller``: who the controller meters the mutation as, ``{"user", "client_id",
+    # "strict"}`` (native/controller_forwarding.quota_caller); None: not metered.
+
     async def create_topics(
-        self, specs: Sequence[TopicSpec], *, validate_only: bool = False
-    ) -> list[TopicOutcome]:
+        self,
+        specs: Sequence[TopicSpec],
+        *,
+        validate_only: bool = False,
+        caller: Mapping[str, Any] | None = None,
+    ) -> TopicOutcomes:
         body = {
             "topics": [_create_entry(s) for s in specs],
             "validate_only": validate_only,
         }
-        return await self._outcomes(ApiKey.CREATE_TOPICS, body, [s.name for s in specs])
+        return await self._outcomes(ApiKey.CREATE_TOPICS, body, [s.name for s in specs], caller)
 
-    async def delete_topics(self, names: Sequence[str]) -> list[TopicOutcome]:
-        return await self._outcomes(ApiKey.DELETE_TOPICS, {"topics": list(names)}, names)
+    async def delete_topics(
+        self, names: Sequence[str], *, caller: Mapping[str, Any] | None = None
+    ) -> TopicOutcomes:
+        body = {"topics": list(names)}
+        return await self._outcomes(ApiKey.DELETE_TOPICS, body, names, caller)
 
     async def create_partitions(
-        self, counts: Sequence[tuple[str, int]], *, validate_only: bool = False
-    ) -> list[TopicOutcome]:
+        self,
+        counts: Sequence[tuple[str, int]],
+        *,
+        validate_only: bool = False,
+        caller: Mapping[str, Any] | None = None,
+    ) -> TopicOutcomes:
         """Grow each named topic to its new total partition count."""
         body = {
             "topics": [{"topic": name, "count": count} for name, count in counts],
             "timeout_ms": 0,
             "validate_only": validate_only,
         }
-        return await self._outcomes(ApiKey.CREATE_PARTITIONS, body, [n for n, _ in counts])
+        names = [n for n, _ in counts]
+        return await self._outcomes(ApiKey.CREATE_PARTITIONS, body, names, caller)
 
     async def _outcomes(
-        self, api_key: int, body: dict[str, Any], names: Sequence[str]
-    ) -> list[TopicOutcome]:
+        self,
+        api_key: int,
+        body: dict[str, Any],
+        names: Sequence[str],
+        caller: Mapping[str, Any] | None,
+    ) -> TopicOutcomes:
         if not names:
-            return []
+            return TopicOutcomes()
+        if caller is not None:
+            body["quota"] = dict(caller)
         try:
             answer = await self._run(api_key, body)
         except LogMQError as e:  # no controller answered: every topic failed alike
-            return [TopicOutcome(n, e.code, str(e)) for n in names]
+            return TopicOutcomes(TopicOutcome(n, e.code, str(e)) for n in names)
         entries = answer.get("topics")
         by_name = {
             e.get("topic"): e for e in (entries if isinstance(entries, list) else ()) if _is_map(e)
         }
         lost = {"error": int(ErrorCode.UNKNOWN_SERVER_ERROR), "message": "no answer for it"}
-        return [_outcome(n, by_name.get(n, lost)) for n in names]
+        out = TopicOutcomes(_outcome(n, by_name.get(n, lost)) for n in names)
+        throttle = answer.get("throttle_ms")
+        if isinstance(throttle, int) and throttle > 0:
+            out.throttle_ms = throttle
+        return out
 
 
 def _create_entry(spec: TopicSpec) -> dict[str, Any]:

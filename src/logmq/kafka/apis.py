@@ -22,7 +22,6 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode as KioErrorCode
-from kio.static.primitive import i32Timedelta
 
 from logmq.broker.fetch_results import PartitionRead, TopicRead, failed
 from logmq.broker.fetch_sessions import (
@@ -43,6 +42,7 @@ from logmq.kafka.messages import (
     build,
     kio_code,
     response_module,
+    throttle_time,
 )
 from logmq.kafka.versions import api_versions_response
 from logmq.net.codec import Request
@@ -95,32 +95,16 @@ def kafka_error_reply(req: Request, code: ErrorCode, message: str) -> Reply:
 _THROTTLE = struct.Struct(">i")
 
 
-def _millis(ms: int) -> Any:
-    """A throttle time as kio's i32 duration."""
-    return i32Timedelta.parse(datetime.timedelta(milliseconds=ms))
-
-
-def request_time_quota(
-    quotas: QuotaEnforcer,
-) -> Callable[[Request, Reply | None, float], Reply | None]:
-    """The Kafka door's step after each handler: a client over its request_percentage
-    quota gets the throttle in its answer's throttle_time and is muted (KIP-219)."""
-
-    def after(req: Request, reply: Reply | None, seconds: float) -> Reply | None:
-        if reply is None:
-            return None
-        throttle = quotas.request_time(req.context, req.client_id, seconds)
-        if throttle <= reply.throttle_ms:
-            return reply
-        reply.throttle_ms = throttle
-        body: Any = reply.body
-        if isinstance(body, (bytes, bytearray)):  # a Fetch answer: throttle_time_ms first
-            reply.body = _THROTTLE.pack(throttle) + bytes(body[4:])  # type: ignore[assignment]
-        elif "throttle_time" in getattr(body, "__dataclass_fields__", ()):
-            reply.body = dataclasses.replace(body, throttle_time=_millis(throttle))
-        return reply
-
-    return after
+def throttled_reply(reply: Reply, throttle_ms: int) -> Reply:
+    """``reply`` carrying ``throttle_ms`` in its throttle_time and muting its connection
+    (the request-time quota's step: security/quota_enforcer.RequestTimeQuota)."""
+    reply.throttle_ms = throttle_ms
+    body: Any = reply.body
+    if isinstance(body, (bytes, bytearray)):  # a Fetch answer: throttle_time_ms first
+        reply.body = _THROTTLE.pack(throttle_ms) + bytes(body[4:])  # type: ignore[assignment]
+    elif "throttle_time" in getattr(body, "__dataclass_fields__", ()):
+        reply.body = dataclasses.replace(body, throttle_time=throttle_time(throttle_ms))
+    return reply
 
 
 def _denied_topic(topic: str) -> LogMQError:
@@ -462,16 +446,22 @@ class KafkaApis:
                     rejected=record_errors(outcome),
                 ))  # fmt: skip
             responses.append(m.TopicProduceResponse(name=t.name, partition_responses=tuple(parts)))
-        if acks == 0:
-            return None
         throttle = 0
         if self.quotas is not None and self.quotas.active():
             size = sum(len(p.records or b"") for t in body.topic_data for p in t.partition_data)
             throttle = self.quotas.produce(req.context, req.client_id, size)
+        if acks == 0:
+            # No answer; as Kafka, a failed partition closes the connection (the client
+            # learns of it only so, and refreshes its metadata), and a client over its
+            # byte rate is muted all the same.
+            failed = any(p.error_code for r in responses for p in r.partition_responses)
+            if failed or throttle:
+                return Reply(None, silent=True, close=failed, throttle_ms=throttle)  # type: ignore[arg-type]
+            return None
         if not throttle:
             return Reply(m.ProduceResponse(responses=tuple(responses), throttle_time=NO_THROTTLE))
         return Reply(
-            m.ProduceResponse(responses=tuple(responses), throttle_time=_millis(throttle)),
+            m.ProduceResponse(responses=tuple(responses), throttle_time=throttle_time(throttle)),
             throttle_ms=throttle,
         )
 
@@ -510,6 +500,8 @@ class KafkaApis:
         return m.PartitionProduceResponse(**fields)
 
     def _produce_errors(self, m: Any, req: Request, code: ErrorCode, message: str) -> Reply:
+        if req.body.acks == 0:  # no answer is read: the closed connection is the error
+            return Reply(None, silent=True, close=True)  # type: ignore[arg-type]
         responses = tuple(
             m.TopicProduceResponse(
                 name=t.name,
@@ -572,6 +564,10 @@ class KafkaApis:
         ]
         max_wait_ms = max(0, min(int(body.max_wait.total_seconds() * 1000), self.max_fetch_wait_ms))
         max_bytes = body.max_bytes if version >= 3 else 0x7FFFFFFF
+        gate = self.quotas.fetch_gate(req.context, req.client_id) if self.quotas else None
+        if gate is not None:
+            max_bytes = self.quotas.fetch_max_bytes(req.context, req.client_id, max_bytes)
+        min_bytes = min(body.min_bytes, max_bytes)
         session_id = getattr(body, "session_id", 0) if version >= 7 else 0
         epoch = getattr(body, "session_epoch", FINAL_EPOCH) if version >= 7 else FINAL_EPOCH
         session: FetchSession | None = None
@@ -604,14 +600,27 @@ class KafkaApis:
                 else []
             )
             self.sessions.update(session, named, forgotten)
-            answer: list = await self.replicas.fetch_session_for_consumer(
-                session, full, max_wait_ms, body.min_bytes, max_bytes
+            read = await self.replicas.fetch_session_for_consumer(
+                session, full, max_wait_ms, min_bytes, max_bytes, gate
             )
+            if read is None:  # throttled: as Kafka, empty and no session opened
+                assert gate is not None
+                if full:
+                    self.sessions.close(session_id)
+                    session_id = 0
+                head, rest = encode_fetch_response(
+                    version, [], session_id=session_id, throttle_ms=gate.throttle_ms
+                )
+                return Reply(head, rest, throttle_ms=gate.throttle_ms)
+            answer: list = read
         else:
             wanted = [(topic, [p[:4] for p in parts]) for topic, parts in named]
             answer = await self.replicas.fetch_for_consumer(
-                wanted, max_wait_ms, body.min_bytes, max_bytes
+                wanted, max_wait_ms, min_bytes, max_bytes
             )
+            if gate is not None and not gate(answer):
+                head, rest = encode_fetch_response(version, [], throttle_ms=gate.throttle_ms)
+                return Reply(head, rest, throttle_ms=gate.throttle_ms)
         if denied:  # answered every time they are named, never read
             code = ErrorCode.TOPIC_AUTHORIZATION_FAILED
             answer = answer + [
@@ -621,14 +630,8 @@ class KafkaApis:
             ]
         if ids is not None:
             answer = _by_topic_id(answer, image.topic_uuids, unknown)
-        throttle = 0
-        if self.quotas is not None and self.quotas.active():
-            size = sum(p.size for _, parts in answer for p in parts)
-            throttle = self.quotas.fetch(req.context, req.client_id, size)
-        head, rest = encode_fetch_response(
-            version, answer, session_id=session_id, throttle_ms=throttle
-        )
-        return Reply(head, rest, throttle_ms=throttle)
+        head, rest = encode_fetch_response(version, answer, session_id=session_id)
+        return Reply(head, rest)
 
     # -- ListOffsets -------------------------------------------------------------------
     async def list_offsets(self, req: Request) -> Reply:

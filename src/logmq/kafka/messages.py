@@ -28,6 +28,11 @@ def millis(value: Any, default: int = 0) -> int:
     return int(value.total_seconds() * 1000)
 
 
+def throttle_time(ms: int) -> Any:
+    """A throttle time in milliseconds as kio's i32 duration."""
+    return i32Timedelta.parse(datetime.timedelta(milliseconds=ms))
+
+
 def kio_code(code: ErrorCode | int) -> KioErrorCode:
     """Kafka's error code for ours; a logmq-only code reads as UNKNOWN_SERVER_ERROR."""
     try:

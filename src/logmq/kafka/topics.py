@@ -7,6 +7,7 @@ validation and internal-topic protection are the same for both front doors.
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
@@ -14,12 +15,13 @@ from typing import TYPE_CHECKING, Any
 from logmq.broker.config_view import topic_configs
 from logmq.broker.topic_admin import TopicAdmin, TopicOutcome, TopicSpec
 from logmq.errors import ErrorCode
-from logmq.kafka.messages import NO_THROTTLE, build, kio_code, response_module
+from logmq.kafka.messages import NO_THROTTLE, build, kio_code, response_module, throttle_time
 from logmq.net.codec import Request
 from logmq.net.reply import Reply
 from logmq.security.acl import AclOperation as Op
 from logmq.security.acl import ResourceType
 from logmq.security.authorization import CLUSTER, Authorization
+from logmq.security.quota_enforcer import quota_caller
 
 if TYPE_CHECKING:
     from logmq.cluster.metadata_image import MetadataImage
@@ -73,7 +75,10 @@ class KafkaTopicApis:
         validate_only = bool(getattr(body, "validate_only", False))  # v1+
         denied = self._denied(req, Op.CREATE, [s.name for s in specs], cluster_too=True)
         allowed = [s for s in specs if s.name not in denied]
-        created = iter(await self.admin.create_topics(allowed, validate_only=validate_only))
+        # KIP-599: v6+ clients know THROTTLING_QUOTA_EXCEEDED; older ones are throttled
+        caller = quota_caller(req.context, req.client_id, req.api_version >= 6)
+        done = await self.admin.create_topics(allowed, validate_only=validate_only, caller=caller)
+        created = iter(done)
         outcomes = [
             _refused(s.name, "CREATE") if s.name in denied else next(created) for s in specs
         ]
@@ -91,7 +96,10 @@ class KafkaTopicApis:
                     configs=self._configs(m, r.error, t) if req.api_version >= 5 else (),
                 )
             )
-        return Reply(build(m.CreateTopicsResponse, throttle_time=NO_THROTTLE, topics=tuple(topics)))
+        return _throttled(
+            build(m.CreateTopicsResponse, throttle_time=NO_THROTTLE, topics=tuple(topics)),
+            done.throttle_ms,
+        )
 
     def _configs(self, m: Any, code: ErrorCode, t: Any) -> tuple[Any, ...] | None:
         """The new topic's effective configs (v5+, KIP-525), as DescribeConfigs has them."""
@@ -125,7 +133,10 @@ class KafkaTopicApis:
             wanted = [(name, None) for name in body.topic_names]
         names = [name for name, _ in wanted if name is not None]
         denied = self._denied(req, Op.DELETE, names)
-        deleted = await self.admin.delete_topics([n for n in names if n not in denied])
+        deleted = await self.admin.delete_topics(
+            [n for n in names if n not in denied],
+            caller=quota_caller(req.context, req.client_id, req.api_version >= 5),
+        )
         results = {r.name: r for r in deleted}
         results.update({n: _refused(n, "DELETE") for n in denied})
         unknown_id = TopicOutcome("", ErrorCode.UNKNOWN_TOPIC_ID, "no topic has this id")
@@ -139,7 +150,10 @@ class KafkaTopicApis:
             )
             for name, topic_id in wanted
         )
-        return Reply(build(m.DeleteTopicsResponse, throttle_time=NO_THROTTLE, responses=responses))
+        return _throttled(
+            build(m.DeleteTopicsResponse, throttle_time=NO_THROTTLE, responses=responses),
+            deleted.throttle_ms,
+        )
 
     # -- CreatePartitions --------------------------------------------------------------
     async def create_partitions(self, req: Request) -> Reply:
@@ -152,7 +166,11 @@ class KafkaTopicApis:
         counts = [
             (t.name, t.count) for t in body.topics if not t.assignments and t.name not in denied
         ]
-        grown = await self.admin.create_partitions(counts, validate_only=bool(body.validate_only))
+        grown = await self.admin.create_partitions(
+            counts,
+            validate_only=bool(body.validate_only),
+            caller=quota_caller(req.context, req.client_id, req.api_version >= 3),
+        )
         results = {r.name: r for r in grown}
         results.update({n: _refused(n, "ALTER") for n in denied})
         out = tuple(
@@ -165,7 +183,17 @@ class KafkaTopicApis:
             )
             for t in body.topics
         )
-        return Reply(m.CreatePartitionsResponse(throttle_time=NO_THROTTLE, results=out))
+        return _throttled(
+            m.CreatePartitionsResponse(throttle_time=NO_THROTTLE, results=out), grown.throttle_ms
+        )
+
+
+def _throttled(answer: Any, throttle_ms: int) -> Reply:
+    """The answer with the controller's mutation-quota throttle, the client muted that long."""
+    if not throttle_ms:
+        return Reply(answer)
+    answer = dataclasses.replace(answer, throttle_time=throttle_time(throttle_ms))
+    return Reply(answer, throttle_ms=throttle_ms)
 
 
 def _refused(name: str, what: str) -> TopicOutcome:

@@ -38,14 +38,14 @@ SUPPORTED: dict[int, tuple[int, int]] = {
     14: (0, 5),  # SyncGroup
     15: (0, 5),  # DescribeGroups
     16: (0, 5),  # ListGroups (v5: group types)
-    17: (0, 1),  # SaslHandshake (v0's raw tokens are refused after it: kafka/sasl.py)
+    17: (0, 1),  # SaslHandshake (v0: raw tokens follow it, kafka/sasl.py)
     18: (0, 4),  # ApiVersions
     19: (0, 7),  # CreateTopics (v5+: configs in the answer; v7: topic ids)
     20: (0, 6),  # DeleteTopics (v6: by name or topic id)
     21: (0, 2),  # DeleteRecords
     22: (0, 5),  # InitProducerId
     23: (0, 4),  # OffsetForLeaderEpoch (librdkafka validates positions with v2)
-    29: (1, 3),  # DescribeAcls (v0, before pattern types, is pre-2.0 clients' only)
+    29: (1, 3),  # DescribeAcls (v0, before pattern types, went in Kafka 4.0: KIP-896)
     30: (1, 3),  # CreateAcls
     31: (1, 3),  # DeleteAcls
     32: (0, 4),  # DescribeConfigs (v0: is_default, no synonyms)

@@ -41,6 +41,7 @@ if TYPE_CHECKING:
     from logmq.broker.producer_ids import ProducerIdManager
     from logmq.broker.topic_creation import TopicCreator
     from logmq.cluster.metadata_image import MetadataImage
+    from logmq.security.quota_enforcer import MutationQuota, QuotaEnforcer
 
 MAX_PRODUCER_EPOCH = 32767
 
@@ -51,6 +52,14 @@ def _config_entry(v: ConfigView) -> dict:
 
 def _entry(name: str, code: ErrorCode = ErrorCode.NONE, message: str | None = None) -> dict:
     return {"topic": name, "error": int(code), "message": message}
+
+
+def _throttled(name: str, quota: MutationQuota) -> dict:
+    return _entry(
+        name,
+        ErrorCode.THROTTLING_QUOTA_EXCEEDED,
+        f"controller_mutation_rate quota exceeded: retry in {quota.throttle_ms} ms",
+    )
 
 
 class AdminApi:
@@ -64,8 +73,10 @@ class AdminApi:
         topic_creator: TopicCreator,
         producer_ids: ProducerIdManager,
         metrics: BrokerMetrics,
+        quotas: QuotaEnforcer | None = None,
     ) -> None:
         self.config = config
+        self.quotas = quotas  # controller_mutation_rate, metered here on the controller
         self.quorum = quorum
         self.topics = topics
         self.topic_creator = topic_creator
@@ -158,11 +169,44 @@ class AdminApi:
             }
         )
 
-    def _done(self, req: Request, body: dict[str, Any]) -> Reply:
-        """A controller answer; a forwarding broker also gets the metadata offset to await."""
-        if req.body.get("forwarded_by") is not None:
+    def _done(
+        self, req: Request, body: dict[str, Any], quota: MutationQuota | None = None
+    ) -> Reply:
+        """A controller answer; a forwarding broker also gets the metadata offset to await.
+
+        A throttle of the mutation quota goes in the answer; the connection is muted only
+        when it is the client's own (a forwarding broker mutes its client's instead)."""
+        forwarded = req.body.get("forwarded_by") is not None
+        if forwarded:
             body["metadata_offset"] = self.quorum.image.offset
-        return Reply(body)
+        throttle = quota.throttle_ms if quota is not None else 0
+        if not throttle:
+            return Reply(body)
+        body["throttle_ms"] = throttle
+        return Reply(body, throttle_ms=0 if forwarded or req.context is None else throttle)
+
+    def _mutation_quota(self, req: Request) -> MutationQuota | None:
+        """The request's controller_mutation_rate metering, or None when unmetered.
+
+        The caller is the client: the connection's own, or for a request a broker runs
+        here or forwards (auth'd as a broker: CLUSTER_ACTION), the ``quota`` identity the
+        broker sends along. A broker's own topic requests (auto-creation, internal
+        topics) name none and are not metered."""
+        quotas = self.quotas
+        if quotas is None or not quotas.active():
+            return None
+        body = req.body
+        from_broker = req.context is None or body.get("forwarded_by") is not None
+        caller = body.get("quota") if from_broker else None
+        if isinstance(caller, dict):
+            user, client_id = caller.get("user"), caller.get("client_id")
+            if not isinstance(user, str) or not isinstance(client_id, str):
+                raise InvalidRequestError("quota names a user and a client id")
+            return quotas.mutation_quota(user, client_id, strict=caller.get("strict") is not False)
+        if from_broker:
+            return None
+        user, client_id = quotas.identity(req.context, req.client_id)
+        return quotas.mutation_quota(user, client_id, strict=True)
 
     # -- CreateTopics / DeleteTopics (on the controller) ------------------------------
     def _new_topic(self, spec: Any) -> NewTopic:
@@ -213,6 +257,19 @@ class AdminApi:
             except LogMQError as e:
                 self.metrics.error(req.api_key, e.code)
                 results[i] = _entry(name, e.code, str(e))
+        quota = self._mutation_quota(req)
+        counted: dict[str, int] = {}
+        if quota is not None and not validate_only:
+            admitted = []
+            for i, t in wanted:
+                n = t.num_partitions if t.num_partitions > 0 else self.config.default_partitions
+                n = len(t.assignments) if t.assignments else n
+                if quota.admit(n):
+                    admitted.append((i, t))
+                    counted[t.name] = n
+                else:
+                    results[i] = _throttled(t.name, quota)
+            wanted = admitted
         if wanted:
             topics = [t for _, t in wanted]
             created = await self.quorum.submit(
@@ -222,19 +279,22 @@ class AdminApi:
                 r = created[t.name]
                 if r.error is not ErrorCode.NONE:
                     self.metrics.error(req.api_key, r.error)
+                    if quota is not None:
+                        quota.give_back(counted.get(t.name, 0))
                 results[i] = _entry(t.name, r.error, r.message or None)
                 if r.topic_id:
                     results[i]["topic_id"] = r.topic_id
                 if r.partitions:  # what the defaults or an assignment came to
                     results[i]["partitions"] = len(r.partitions)
                     results[i]["replication_factor"] = len(r.partitions[0].replicas)
-        return self._done(req, {"topics": [results[i] for i in sorted(results)]})
+        return self._done(req, {"topics": [results[i] for i in sorted(results)]}, quota)
 
     # -- CreatePartitions -------------------------------------------------------------
     async def create_partitions(self, req: Request) -> Reply:
         specs = req_list(req.body, "topics")
         req_int(req.body, "timeout_ms", 0)  # answered once committed
         validate_only = req_field(req.body, "validate_only", bool, False)
+        quota = None if validate_only else self._mutation_quota(req)
         out = []
         seen: set[str] = set()
         for spec in specs:
@@ -263,21 +323,29 @@ class AdminApi:
                         f"got {count}",
                         ErrorCode.INVALID_PARTITIONS,
                     )
+                info = self.quorum.image.topics.get(name)
+                added = count - len(info.partitions) if info is not None else 0
+                if quota is not None and not quota.admit(added):
+                    out.append(_throttled(name, quota))
+                    continue
                 result = await self.quorum.submit(
                     lambda c, n=name, k=count: c.create_partitions(
                         n, k, validate_only=validate_only
                     )
                 )
                 if not result.ok:
+                    if quota is not None:
+                        quota.give_back(added)
                     raise LogMQError(result.message, result.error)
                 out.append(_entry(name))
             except LogMQError as e:
                 self.metrics.error(req.api_key, e.code)
                 out.append(_entry(name, e.code, str(e)))
-        return self._done(req, {"topics": out})
+        return self._done(req, {"topics": out}, quota)
 
     async def delete_topics(self, req: Request) -> Reply:
         names = req_list(req.body, "topics")
+        quota = self._mutation_quota(req)
         out = []
         for name in names:
             if not isinstance(name, str):
@@ -291,10 +359,16 @@ class AdminApi:
                 message = f"{name!r} is an internal topic and cannot be deleted"
                 out.append(_entry(name, ErrorCode.INVALID_TOPIC_EXCEPTION, message))
                 continue
+            partitions = len(self.quorum.image.topics[name].partitions)
+            if quota is not None and not quota.admit(partitions):
+                out.append(_throttled(name, quota))
+                continue
             results = await self.quorum.submit(lambda c, n=name: c.delete_topics([n]))
             r = results[name]
+            if r.error is not ErrorCode.NONE and quota is not None:
+                quota.give_back(partitions)
             out.append(_entry(name, r.error, r.message or None))
-        return self._done(req, {"topics": out})
+        return self._done(req, {"topics": out}, quota)
 
     # -- Configs ----------------------------------------------------------------------
     def _topic_configs(self, info: TopicInfo) -> list[dict]:

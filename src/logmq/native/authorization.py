@@ -124,6 +124,19 @@ NEEDS: dict[int, Callable[[Any], list[Need]]] = {
 }
 
 
+def from_broker(req: Request) -> bool:
+    """Is this a request only brokers send: an inter-broker API, a request forwarded to
+    the controller, a follower's fetch? (CLUSTER_ACTION; exempt from client quotas.)"""
+    body = req.body
+    if req.api_key in BROKER_ONLY:
+        return True
+    if not isinstance(body, dict):
+        return False
+    if body.get("forwarded_by") is not None:
+        return True
+    return req.api_key == ApiKey.FETCH and body.get("replica_id", -1) != -1
+
+
 class NativeAuthorization:
     def __init__(self, authorization: Authorization) -> None:
         self.authz = authorization
@@ -137,11 +150,7 @@ class NativeAuthorization:
             return None
         body = req.body
         key = req.api_key
-        forwarded = isinstance(body, dict) and body.get("forwarded_by") is not None
-        follower = (
-            key == ApiKey.FETCH and isinstance(body, dict) and body.get("replica_id", -1) != -1
-        )
-        if key in BROKER_ONLY or forwarded or follower:
+        if from_broker(req):
             # brokers only: the forwarding broker checked its client's ACLs already
             if self._cluster_action(req):
                 return None

@@ -21,8 +21,12 @@ from logmq.native.api_table import Handler
 from logmq.native.cluster_api import alter_partition_response
 from logmq.net.codec import ApiKey, Request
 from logmq.net.reply import Reply
+from logmq.security.quota_enforcer import quota_caller
 
 log = logging.getLogger("logmq.broker")
+
+# the topic mutations metered by controller_mutation_rate (KIP-599)
+MUTATIONS = frozenset({ApiKey.CREATE_TOPICS, ApiKey.DELETE_TOPICS, ApiKey.CREATE_PARTITIONS})
 
 FORWARD_TIMEOUT_S = 15.0
 
@@ -78,13 +82,21 @@ class ControllerForwarder:
             return out
 
     async def controller_request(self, request: Request) -> Reply:
-        """A client's metadata change: run here on the controller, else forwarded."""
+        """A client's metadata change: run here on the controller, else forwarded.
+
+        A topic mutation carries its client's quota identity (the controller meters
+        controller_mutation_rate for the cluster); its throttle mutes the client here."""
         if self.quorum.is_controller:
             handler = self._handlers[request.api_key]
             reply = await handler(request)
             assert reply is not None
             return reply
-        return Reply(await self.run_on_controller(request.api_key, request.body))
+        body = request.body
+        if request.api_key in MUTATIONS and isinstance(body, dict):
+            body = {**body, "quota": quota_caller(request.context, request.client_id, True)}
+        answer = await self.run_on_controller(request.api_key, body)
+        throttle = answer.get("throttle_ms", 0)
+        return Reply(answer, throttle_ms=throttle if isinstance(throttle, int) else 0)
 
     async def allocate_producer_ids(self, count: int) -> int:
         """A fresh block of ``count`` producer ids from the controller; its first id."""

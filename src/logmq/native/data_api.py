@@ -40,6 +40,7 @@ if TYPE_CHECKING:
     from logmq.broker.produce_path import Outcome, ProducePath
     from logmq.broker.replica_manager import ReplicaManager
     from logmq.net.reply import FileRegion
+    from logmq.security.quota_enforcer import QuotaEnforcer
 
 log = logging.getLogger("logmq.broker")
 
@@ -75,6 +76,12 @@ def _fetch_reply(read: list[TopicRead], session_id: int) -> Reply:
     return Reply({"error": 0, "session_id": session_id, "topics": topics}, tail)
 
 
+def _throttled_fetch(session_id: int, throttle_ms: int) -> Reply:
+    """A consumer over its fetch quota: an empty answer, and the connection muted."""
+    body = {"error": 0, "session_id": session_id, "topics": [], "throttle_ms": throttle_ms}
+    return Reply(body, throttle_ms=throttle_ms)
+
+
 class DataApi:
     """Produce, Fetch, ListOffsets and OffsetForLeaderEpoch over the logs and replicas."""
 
@@ -85,8 +92,10 @@ class DataApi:
         replicas: ReplicaManager,
         metrics: BrokerMetrics,
         max_fetch_wait_ms: int,
+        quotas: QuotaEnforcer | None = None,
     ) -> None:
         self.produce_path = produce_path
+        self.quotas = quotas  # client byte-rate quotas, shared with the Kafka door
         self.replicas = replicas
         self.metrics = metrics
         self.max_fetch_wait_ms = max_fetch_wait_ms
@@ -147,9 +156,14 @@ class DataApi:
         for name, parts in work:
             out.append({"topic": name, "partitions": results[i : i + len(parts)]})
             i += len(parts)
-        if acks == 0:
-            return None
-        return Reply({"topics": out})
+        throttle = 0
+        if self.quotas is not None and self.quotas.active():
+            throttle = self.quotas.produce(req.context, req.client_id, len(tail))
+        if acks == 0:  # no answer, but a client over its quota is muted all the same
+            return Reply(None, silent=True, throttle_ms=throttle) if throttle else None  # type: ignore[arg-type]
+        if not throttle:
+            return Reply({"topics": out})
+        return Reply({"topics": out, "throttle_ms": throttle}, throttle_ms=throttle)
 
     def _result(self, api_key: int, topic: str, partition: int, outcome: Outcome) -> dict:
         """One partition's entry of a Produce answer (produce_path.append_all's outcome)."""
@@ -209,6 +223,13 @@ class DataApi:
                     {"error": int(e.code), "message": str(e), "session_id": 0, "topics": []}
                 )
             full = False
+        # a consumer's fetch quota, as on the Kafka door (followers have the
+        # reassignment throttle instead)
+        quotas = self.quotas
+        gate = quotas.fetch_gate(req.context, req.client_id) if quotas and replica_id < 0 else None
+        if gate is not None:
+            max_bytes = quotas.fetch_max_bytes(req.context, req.client_id, max_bytes)  # type: ignore[union-attr]
+            min_bytes = min(min_bytes, max_bytes)
         if session is not None:
             self.sessions.update(session, named, forgotten)
             if replica_id >= 0:
@@ -217,8 +238,13 @@ class DataApi:
                 )
             else:
                 read = await self.replicas.fetch_session_for_consumer(
-                    session, full, max_wait_ms, min_bytes, max_bytes
+                    session, full, max_wait_ms, min_bytes, max_bytes, gate
                 )
+            if read is None:  # throttled: empty, and a new session not opened (as Kafka)
+                assert gate is not None
+                if full:
+                    self.sessions.close(session.id)
+                return _throttled_fetch(0 if full else session.id, gate.throttle_ms)
             return _fetch_reply(read, session.id)
 
         wanted = [(topic, [p[:4] for p in parts]) for topic, parts in named]
@@ -229,6 +255,8 @@ class DataApi:
             )
         else:
             read = await self.replicas.fetch_for_consumer(wanted, max_wait_ms, min_bytes, max_bytes)
+            if gate is not None and not gate(read):
+                return _throttled_fetch(0, gate.throttle_ms)
         return _fetch_reply(read, 0)
 
     # -- OffsetsForLeaderEpoch ----------------------------------------------------------

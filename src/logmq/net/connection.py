@@ -68,6 +68,10 @@ class ServerConnection:
         self.in_flight = 0
         self.closing = False  # after a fatal error: read nothing more
 
+    def switch_wire(self, wire: WireCodec) -> None:
+        """Read the frames from now on with ``wire`` (Reply.wire)."""
+        self._wire = wire
+
     @property
     def wants_read(self) -> bool:
         return not self.closing and self.in_flight < self.max_in_flight

@@ -77,9 +77,60 @@ class FrontDoor:
     api_name: Callable[[int], str] = str
     unknown_api: ErrorCode = ErrorCode.UNSUPPORTED_VERSION  # Kafka's answer to an unknown key
     guards: list[GuardStep] = field(default_factory=list)
-    # after each handler: (request, its answer, seconds it took) -> the answer to send
-    # (the request-time quota, which throttles an answer: security/quota_enforcer.py)
-    after: Callable[[Request, Reply | None, float], Reply | None] | None = None
+    # after each handler while it is active: the request-time quota, which throttles an
+    # answer by the handler's time on the loop (security/quota_enforcer.py)
+    after: AfterHandler | None = None
+
+
+class AfterHandler(Protocol):
+    def active(self) -> bool:
+        """Measure handlers now? (Not measuring costs nothing.)"""
+        ...
+
+    def __call__(self, request: Request, reply: Reply | None, seconds: float) -> Reply | None:
+        """The answer to send, given the handler's answer and its seconds on the loop."""
+        ...
+
+
+class LoopTime:
+    """Awaits a handler's coroutine and adds up the time it runs on the event loop.
+
+    Kafka's request_percentage counts a request thread's busy time, not the time a request
+    waits in purgatory; here that is the time between a handler's suspensions: a Fetch
+    parked for ``max_wait_ms`` or a Produce awaiting its replicas costs only what it ran.
+    """
+
+    __slots__ = ("_coro", "seconds")
+
+    def __init__(self, coro: Awaitable[Any]) -> None:
+        self._coro = coro
+        self.seconds = 0.0
+
+    def __await__(self) -> Any:
+        steps = self._coro.__await__()
+        clock = time.perf_counter
+        value: Any = None
+        error: BaseException | None = None
+        while True:
+            start = clock()
+            try:
+                if error is None:
+                    yielded = steps.send(value)
+                else:
+                    yielded = steps.throw(error)
+            except StopIteration as done:
+                self.seconds += clock() - start
+                return done.value
+            except BaseException:
+                self.seconds += clock() - start
+                raise
+            self.seconds += clock() - start
+            try:
+                value = yield yielded
+                error = None
+            except BaseException as e:  # a cancellation, passed on into the handler
+                value = None
+                error = e
 
 
 class RequestPipeline:
@@ -116,11 +167,12 @@ class RequestPipeline:
                     answer = await step.guard(request)
                     if answer is not None:
                         return answer
-            if door.after is None:
+            after = door.after
+            if after is None or not after.active():
                 return await handler(request)
-            start = time.perf_counter()
-            reply = await handler(request)
-            return door.after(request, reply, time.perf_counter() - start)
+            timed = LoopTime(handler(request))
+            reply = await timed
+            return after(request, reply, timed.seconds)
         except LogMQError as e:
             return self._refuse(request, e.code, str(e))
         except Exception as e:

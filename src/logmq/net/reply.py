@@ -49,6 +49,14 @@ class Reply:
     # a client over its quota (KIP-219): the answer goes out at once, carrying this in
     # its throttle_time, and the connection then reads no request for this long
     throttle_ms: int = 0
+    # nothing is written (Kafka's acks=0 Produce): the connection is still muted for
+    # throttle_ms and closed if close is set, as Kafka's sendNoOpResponse and
+    # closeConnection do
+    silent: bool = False
+    # the connection's codec from this answer on (net/wire.py): SaslHandshake v0 switches
+    # to raw SASL tokens and the last token back (kafka/sasl.py). Frames after this
+    # answer are read with it; this answer is still written with the old one.
+    wire: Any = None
 
 
 # Part class -> is it a FileRegion. isinstance() against a runtime_checkable protocol

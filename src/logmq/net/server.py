@@ -424,7 +424,9 @@ class ClientConnection(asyncio.BufferedProtocol):
                 reply = None
                 await self._answer_failure(ev.request)
             sent = 0
-            if reply is not None and not self._closed.is_set():
+            if reply is not None and reply.wire is not None:
+                self._conn.switch_wire(reply.wire)  # before the client can answer it
+            if reply is not None and not reply.silent and not self._closed.is_set():
                 try:
                     sent = await self._write(ev.request, reply)
                 except (OSError, asyncio.CancelledError):
@@ -437,6 +439,8 @@ class ClientConnection(asyncio.BufferedProtocol):
                 self._server.name, ev.request.api_key, time.perf_counter() - start, ev.size, sent
             )
             self._conn.request_done()
+            if reply is not None and reply.wire is not None:
+                self._wire = reply.wire
             if reply is not None and reply.throttle_ms > 0:
                 self._mute(reply.throttle_ms / 1000)
             if reply is not None and reply.close:

@@ -52,6 +52,7 @@ class SaslState:
     server: SaslServer | None = None
     expires_at_ms: int | None = None  # the session ends here (KIP-368)
     reauthenticating: bool = False
+    raw: bool = False  # handshake v0: tokens outside Kafka's framing (kafka/sasl.py)
 
 
 @dataclass(frozen=True, slots=True)

@@ -180,6 +180,47 @@ class WindowedRate:
         return total * 1000.0 / span
 
 
+class TokenBucket:
+    """Kafka's ``TokenBucket`` (KIP-599), which meters ``controller_mutation_rate``:
+    credits refill at the quota per second up to a burst of quota x ``window_num`` windows;
+    a mutation spends its partitions' worth, and the quota is exhausted below zero credits.
+
+    Unlike a windowed rate, one big burst costs only the time to earn it back. The bucket
+    starts full. Its quota is given at each call, so a changed quota applies at once.
+    """
+
+    __slots__ = ("_burst_s", "_tokens", "_updated", "last_record")
+
+    def __init__(self, window_num: int, window_ms: int) -> None:
+        self._burst_s = window_num * window_ms / 1000.0  # seconds of quota the burst holds
+        self._tokens: float | None = None  # None: full
+        self._updated = 0
+        self.last_record = 0
+
+    def tokens(self, quota: float, t: int) -> float:
+        burst = quota * self._burst_s
+        if self._tokens is None:
+            self._tokens = burst
+        else:
+            self._tokens = min(burst, self._tokens + quota * (t - self._updated) / 1000.0)
+        self._updated = t
+        return self._tokens
+
+    def record(self, value: float, t: int, quota: float) -> None:
+        self._tokens = min(quota * self._burst_s, self.tokens(quota, t) - value)
+        self.last_record = t
+
+
+Sensor = WindowedRate | TokenBucket
+
+
+def bucket_throttle_ms(tokens: float, quota: float) -> int:
+    """How long until an overdrawn bucket is back at zero credits (0 when it is not)."""
+    if tokens >= 0:
+        return 0
+    return min(MAX_THROTTLE_MS, math.floor(-tokens / quota * 1000 + 0.5))
+
+
 class ClientQuotas:
     """Every client quota one broker enforces: resolution, sensors and throttle times.
 
@@ -216,8 +257,8 @@ class ClientQuotas:
         self.max_sensors = max_sensors
         self._idle_ms = round(idle_seconds * 1000)
         self._quotas: dict[QuotaEntity, Mapping[str, float]] = {}
-        self._sensors: OrderedDict[tuple[str, str | None, str | None], WindowedRate] = OrderedDict()
-        self._overflow: dict[str, WindowedRate] = {}  # kind -> the catch-all sensor
+        self._sensors: OrderedDict[tuple[str, str | None, str | None], Sensor] = OrderedDict()
+        self._overflow: dict[str, Sensor] = {}  # kind -> the catch-all sensor
         if quotas:
             self.update(quotas)
 
@@ -288,6 +329,34 @@ class ClientQuotas:
         window, as Kafka caps request-quota throttles."""
         return self._record(REQUEST, user, client_id, seconds * 100.0, now, cap=self.window_ms)
 
+    def mutation_throttle(self, user: str, client_id: str, now: float) -> int:
+        """Is the pair's controller_mutation_rate exhausted already? Its throttle time (ms),
+        0 when a mutation may go ahead. Kafka's strict check (CreateTopics v6+,
+        DeleteTopics v5+, CreatePartitions v3+ refuse a topic with
+        THROTTLING_QUOTA_EXCEEDED then); nothing is recorded."""
+        found = resolve_quota(self._quotas, CONTROLLER_MUTATION, user, client_id)
+        if found is None:
+            return 0
+        t = _ms(now)
+        bucket = self._existing(CONTROLLER_MUTATION, found.key)
+        if bucket is None:
+            return 0  # a fresh bucket is full
+        assert isinstance(bucket, TokenBucket)
+        return bucket_throttle_ms(bucket.tokens(found.value, t), found.value)
+
+    def mutations(self, user: str, client_id: str, partitions: int, now: float) -> int:
+        """Partitions created or deleted by the pair; the throttle time (ms) after them, 0
+        while the bucket is not overdrawn. A mutation that passed the check is taken whole,
+        even when it overdraws the bucket, as in Kafka."""
+        found = resolve_quota(self._quotas, CONTROLLER_MUTATION, user, client_id)
+        if found is None:
+            return 0
+        t = _ms(now)
+        bucket = self._sensor(CONTROLLER_MUTATION, found.key, t)
+        assert isinstance(bucket, TokenBucket)
+        bucket.record(float(partitions), t, found.value)
+        return bucket_throttle_ms(bucket.tokens(found.value, t), found.value)
+
     def _record(
         self, kind: str, user: str, client_id: str, value: float, now: float, cap: int | None = None
     ) -> int:
@@ -301,7 +370,7 @@ class ClientQuotas:
         throttle = throttle_time_ms(total * 1000.0 / span, found.value, span)
         return throttle if cap is None else min(throttle, cap)
 
-    def _sensor(self, kind: str, key: QuotaKey, t: int) -> WindowedRate:
+    def _sensor(self, kind: str, key: QuotaKey, t: int) -> Sensor:
         name = (kind, *key)
         sensor = self._sensors.get(name)
         if sensor is not None:
@@ -312,10 +381,15 @@ class ClientQuotas:
         if len(self._sensors) >= self.max_sensors:
             sensor = self._overflow.get(kind)
             if sensor is None:
-                sensor = self._overflow[kind] = WindowedRate(self.window_num, self.window_ms)
+                sensor = self._overflow[kind] = self._new_sensor(kind)
             return sensor
-        sensor = self._sensors[name] = WindowedRate(self.window_num, self.window_ms)
+        sensor = self._sensors[name] = self._new_sensor(kind)
         return sensor
+
+    def _new_sensor(self, kind: str) -> Sensor:
+        if kind == CONTROLLER_MUTATION:
+            return TokenBucket(self.window_num, self.window_ms)
+        return WindowedRate(self.window_num, self.window_ms)
 
     # -- memory ----------------------------------------------------------------------------
 
@@ -353,7 +427,7 @@ class ClientQuotas:
         sensor = self._existing(kind, found.key)
         return None if sensor is None else sensor.rate(_ms(now))
 
-    def _existing(self, kind: str, key: QuotaKey) -> WindowedRate | None:
+    def _existing(self, kind: str, key: QuotaKey) -> Sensor | None:
         """The sensor ``key`` records into now, without making one."""
         sensor = self._sensors.get((kind, *key))
         if sensor is None and len(self._sensors) >= self.max_sensors:
