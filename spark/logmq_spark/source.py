@@ -2,11 +2,18 @@
 
 Spark instantiates the data source with the user's options wherever it needs one
 (driver planning, the streaming driver process, write planning); each method parses
-and checks the options it needs, so a bad option fails at ``load()``/``start()`` with
-a message naming it.
+and checks the options it needs. ``schema()`` is the one call Spark makes at ``load()``
+(batch and streaming alike), so it checks the source options there and a bad one fails
+at ``load()`` with a message naming it; only an option that is wrong for the mode alone
+(``endingOffsets`` on a stream, ``startingOffsets=latest`` in a batch) waits for the
+reader. A sink is called first when the write runs: ``save()`` for a batch write, the
+query's first batch for a stream (``start()`` has returned by then; the query stops
+with the error).
 """
 
 from __future__ import annotations
+
+from collections.abc import Mapping
 
 from pyspark.sql.datasource import DataSource
 from pyspark.sql.types import StructType
@@ -16,6 +23,17 @@ from logmq_spark.batch_reader import LogMQBatchReader
 from logmq_spark.options import OptionError, sink_options, source_options
 from logmq_spark.stream_reader import LogMQStreamReader
 from logmq_spark.writer import LogMQBatchWriter, LogMQStreamWriter, check_topic, sink_columns
+
+
+def check_source_options(options: Mapping[str, str]) -> None:
+    """Raise the OptionError of options no read could take, batch or streaming."""
+    try:
+        source_options(options, streaming=False)
+    except OptionError as batch_error:
+        try:
+            source_options(options, streaming=True)
+        except OptionError:
+            raise batch_error from None
 
 
 def _check_schema(schema: StructType) -> None:
@@ -34,6 +52,9 @@ class LogMQDataSource(DataSource):
         return "logmq"
 
     def schema(self) -> StructType:
+        # Spark asks for the schema at load(), and only of a source: check its options
+        # now. The mode is not known yet, so options valid in either mode pass here.
+        check_source_options(self.options)
         return SCHEMA
 
     def reader(self, schema: StructType) -> LogMQBatchReader:

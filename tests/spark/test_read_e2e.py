@@ -154,3 +154,36 @@ def test_max_records_per_trigger_is_respected(spark, spark_broker, topic_name, t
     sizes = [p["numInputRows"] for p in query.recentProgress if p["numInputRows"]]
     assert sizes == [300, 300, 300, 100]
     assert from_rows(spark.read.parquet(str(tmp_path / "out")).collect()) == produced
+
+
+def test_a_bad_source_option_fails_at_load_naming_it(spark, spark_broker) -> None:
+    """docs/spark.md: options are checked when the query is defined, not at its first
+    action (Spark calls a source's schema() at load(), batch and streaming alike)."""
+    for reader in (lambda: spark.read, lambda: spark.readStream):  # a reader keeps options
+        bad = reader().format("logmq").option("bootstrap", spark_broker.bootstrap)
+        bad = bad.option("topic", "t").option("maxRecordsPerPartition", "-3")
+        with pytest.raises(Exception, match="maxRecordsPerPartition"):
+            bad.load()
+        with pytest.raises(Exception, match="bootstrap"):
+            reader().format("logmq").option("topic", "t").load()
+
+
+def test_a_bad_sink_option_stops_the_streaming_query_with_its_name(
+    spark, spark_broker, tmp_path
+) -> None:
+    """Spark calls a streaming sink first from the query's own thread, after start()
+    returned: the query stops with the option's error (docs/spark.md says so)."""
+    query = (
+        spark.readStream.format("rate")
+        .load()
+        .selectExpr("cast(value as string) as value")
+        .writeStream.format("logmq")
+        .option("bootstrap", spark_broker.bootstrap)
+        .option("topic", "sink-bad-option")
+        .option("acks", "sometimes")
+        .option("checkpointLocation", str(tmp_path / "ckpt"))
+        .start()
+    )
+    with pytest.raises(Exception, match="acks"):
+        query.awaitTermination(TIMEOUT)
+    assert not query.isActive
