@@ -58,6 +58,11 @@ class ErrorCode(IntEnum):
     OUT_OF_ORDER_SEQUENCE_NUMBER = 45
     DUPLICATE_SEQUENCE_NUMBER = 46
     INVALID_PRODUCER_EPOCH = 47
+    INVALID_TXN_STATE = 48
+    INVALID_PRODUCER_ID_MAPPING = 49
+    INVALID_TRANSACTION_TIMEOUT = 50
+    CONCURRENT_TRANSACTIONS = 51  # a state change of that transactional id is under way
+    TRANSACTION_COORDINATOR_FENCED = 52
     TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 53
     SECURITY_DISABLED = 54
     STORAGE_ERROR = 56
@@ -80,6 +85,7 @@ class ErrorCode(IntEnum):
     NO_REASSIGNMENT_IN_PROGRESS = 85  # cancel of a partition that is not moving
     INVALID_RECORD = 87
     THROTTLING_QUOTA_EXCEEDED = 89  # controller_mutation_rate (KIP-599); retry after the throttle
+    PRODUCER_FENCED = 90
     RESOURCE_NOT_FOUND = 91
     DUPLICATE_RESOURCE = 92
     UNACCEPTABLE_CREDENTIAL = 93
@@ -87,10 +93,12 @@ class ErrorCode(IntEnum):
     UNKNOWN_TOPIC_ID = 100
     BROKER_ID_NOT_REGISTERED = 102
     INCONSISTENT_CLUSTER_ID = 104
+    TRANSACTIONAL_ID_NOT_FOUND = 105
     INELIGIBLE_REPLICA = 107
     FENCED_MEMBER_EPOCH = 110
     UNSUPPORTED_ASSIGNOR = 112
     STALE_MEMBER_EPOCH = 113
+    TRANSACTION_ABORTABLE = 120
     # logmq-specific codes start at 1000.
     REQUEST_TOO_LARGE = 1000
     UNKNOWN_API = 1001
@@ -129,6 +137,7 @@ _RETRIABLE = frozenset(
         ErrorCode.ELIGIBLE_LEADERS_NOT_AVAILABLE,
         ErrorCode.FETCH_SESSION_ID_NOT_FOUND,  # start a new session
         ErrorCode.INVALID_FETCH_SESSION_EPOCH,
+        ErrorCode.CONCURRENT_TRANSACTIONS,  # retry once the pending change is written
     }
 )
 
