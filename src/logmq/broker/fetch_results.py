@@ -18,6 +18,7 @@ class PartitionRead:
     """One partition of a fetch answer (a slotted class: one per partition per fetch)."""
 
     __slots__ = (
+        "aborted",
         "error",
         "high_watermark",
         "last_stable_offset",
@@ -36,6 +37,7 @@ class PartitionRead:
         records: FileRegion | bytes | None = None,
         message: str | None = None,
         last_stable_offset: int | None = None,
+        aborted: list[tuple[int, int]] | None = None,
     ) -> None:
         self.partition = partition
         self.error = error
@@ -43,9 +45,11 @@ class PartitionRead:
         self.log_start_offset = log_start_offset
         self.records = records
         self.message = message
-        # no transactions yet: everything below the HW is stable
         lso = last_stable_offset
         self.last_stable_offset = high_watermark if lso is None else lso
+        # a read_committed read: (producer id, first offset) of the aborted transactions
+        # in its records, which the consumer drops (None: read_uncommitted, or none)
+        self.aborted = aborted
 
     @property
     def size(self) -> int:

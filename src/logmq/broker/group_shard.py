@@ -1,155 +1,61 @@
 """One ``__consumer_offsets`` partition's group coordinator at run time (a *shard*).
 
-The deterministic :class:`~logmq.group.GroupCoordinator` decides; this shell feeds it
-and makes what it decides durable before anybody hears about it:
+The deterministic :class:`~logmq.group.GroupCoordinator` decides; the generic shard
+machinery (:mod:`logmq.broker.coordinator_shard`: load, ordered rounds, one append per
+round, answers once fsynced and replicated, reload on a failed append, the timer,
+parked requests) makes what it decides durable before anybody hears about it.
 
-* **Load.** On becoming leader of the partition (at one leader epoch: a new epoch means a
-  new shard) the shard replays the partition's records (newest value per key) into a
-  fresh core. Until then requests get COORDINATOR_LOAD_IN_PROGRESS; while loading keeps
-  failing, COORDINATOR_NOT_AVAILABLE.
-* **One operation at a time, written in batches.** Every request is an operation on the
-  core. One worker runs them in arrival order, so the order of records is the order of
-  states. It runs all the operations waiting at that moment, appends their records with
-  one append (an operation's records never straddle two batches, so each operation is
-  atomic on disk), stamped with the replica's current leader epoch.
-* **Answered once replicated.** A round is answered only once an fsync covers its append
-  *and* the partition's high watermark has passed it: the records are on the disk of
-  every in-sync replica, with min.insync.replicas honoured, exactly as for an acks=all
-  produce (``ShardReplication``; a single node is its own ISR). Read-only operations are
-  answered once everything they could have seen is that durable, so nobody is ever told
-  of a state that a failover could roll back. While one round waits, the worker already
-  applies and appends the next ones; their fsync is shared (the log manager's group
-  commit) and so is the replication round trip.
-* **Failure.** If a round cannot be appended (no longer leader, too few in-sync replicas,
-  a storage error) memory is ahead of the log: its operations fail with that retriable
-  error, everything pending fails, the core is dropped and the partition is loaded again
-  from the log. If a round was appended but not replicated in time, its operations fail
-  (REQUEST_TIMED_OUT: the outcome is unknown, as for a produce) and the shard goes on;
-  later rounds wait for the same high watermark.
-* **Time.** One timer task sleeps until the core's next deadline and runs ``tick`` as an
-  ordinary operation. Any change of state may bring a deadline forward (a member with a
-  short session joins), so the worker pokes the timer after every round that wrote
-  something; the timer then looks again, at most every ``TIMER_RESOLUTION_S``.
+What is particular to groups: the core is built with the cluster's topic partition
+counts and replays its records group by group (a group that cannot be read is logged
+and left out, the others load); topics created, deleted or grown reach the groups as
+an ordinary operation (``metadata_changed``), and a newly loaded core runs one first,
+since counts may have changed while no coordinator ran; JoinGroup and SyncGroup may
+park (``submit_parked``); groups have no side effects beyond their records.
 """
 
 from __future__ import annotations
 
 import asyncio
-import collections
-import contextlib
-import itertools
 import logging
-import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
-from enum import StrEnum
-from typing import Any, Protocol, TypeVar
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, TypeVar
 
-from logmq.errors import ErrorCode, LogMQError, StorageError
-from logmq.group import PARKED, GroupConfig, GroupCoordinator, GroupRecord
-from logmq.storage import batch as b
+from logmq.broker.coordinator_shard import (
+    APPEND_ERRORS,
+    CoordinatorError,
+    CoordinatorShard,
+    ShardReplication,
+    ShardState,
+    encode_records,
+    wall_clock_ms,
+)
+from logmq.group import OFFSETS_TOPIC, PARKED, GroupConfig, GroupCoordinator, GroupRecord
 from logmq.storage.log_manager import LogManager
 from logmq.storage.partition_log import PartitionLog
+
+__all__ = [
+    "CoordinatorError",
+    "GroupShard",
+    "Operation",
+    "ShardReplication",
+    "ShardState",
+    "wall_clock_ms",
+]
 
 log = logging.getLogger("logmq.group")
 
 T = TypeVar("T")
 Operation = Callable[[GroupCoordinator, int], T]  # (core, now_ms) -> answer
 
-MAX_OPS_PER_ROUND = 2000  # bounds the time one round keeps the event loop
-MAX_ROUNDS_IN_FLIGHT = 16  # appended rounds waiting for their fsync
-BATCH_TARGET_BYTES = 1 << 20  # start a new batch once one holds this much
-LOAD_CHUNK_BYTES = 4 << 20
-TIMER_RESOLUTION_S = 0.05
-LOAD_RETRY_MAX_S = 10.0
+
+class _GroupCore(GroupCoordinator):
+    """The group core as the shard drives it: it has no side effects to hand out."""
+
+    def take_effects(self) -> list[Any]:
+        return []
 
 
-def wall_clock_ms() -> int:
-    return int(time.time() * 1000)
-
-
-class ShardState(StrEnum):
-    LOADING = "loading"
-    ACTIVE = "active"
-    FAILED = "failed"  # loading failed; retrying with backoff
-    UNLOADED = "unloaded"
-
-
-_UNAVAILABLE = {
-    ShardState.LOADING: ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
-    ShardState.FAILED: ErrorCode.COORDINATOR_NOT_AVAILABLE,
-    ShardState.UNLOADED: ErrorCode.NOT_COORDINATOR,
-}
-
-
-class CoordinatorError(LogMQError):
-    """The shard could not carry out an operation; the code says why (mostly retriable)."""
-
-
-class ShardReplication(Protocol):
-    """How a shard's appends become durable beyond this broker's disk."""
-
-    def check(self) -> tuple[ErrorCode, int]:
-        """Before appending: (error, the leader epoch to stamp), as for an acks=all produce."""
-        ...
-
-    def appended(self, plog: PartitionLog) -> None:
-        """The shard appended to ``plog`` (the HW may move, reads wake)."""
-        ...
-
-    async def replicated(self, offset: int, timeout_ms: int) -> ErrorCode:
-        """Wait until the high watermark reaches ``offset``; NONE or why not."""
-        ...
-
-
-# What an append or replication error means to a group request (all retriable).
-_APPEND_ERRORS = {
-    ErrorCode.NOT_LEADER_OR_FOLLOWER: ErrorCode.NOT_COORDINATOR,
-    ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND: ErrorCode.NOT_ENOUGH_REPLICAS,
-}
-
-
-def _group_error(code: ErrorCode) -> ErrorCode:
-    return _APPEND_ERRORS.get(code, code)
-
-
-@dataclass(slots=True)
-class _Op:
-    fn: Operation[Any]
-    future: asyncio.Future[Any]
-
-
-@dataclass(slots=True)
-class _Round:
-    """Operations applied together, and the log end offset their answers wait for."""
-
-    answers: list[tuple[_Op, Any]]
-    end_offset: int  # the log end offset after the round: answers wait for the HW there
-    wrote: bool
-    deadline: float  # loop time by which the round must be replicated
-    completions: list[tuple[int, Any]]  # parked requests this round answered (ticket, answer)
-
-
-@dataclass(slots=True)
-class _Run:
-    """Everything that lives as long as one loaded core; replaced on every reload."""
-
-    core: GroupCoordinator
-    plog: PartitionLog
-    queue: collections.deque[_Op] = field(default_factory=collections.deque)
-    wakeup: asyncio.Event = field(default_factory=asyncio.Event)
-    timer_poke: asyncio.Event = field(default_factory=asyncio.Event)
-    rounds: asyncio.Queue[_Round] = field(
-        default_factory=lambda: asyncio.Queue(MAX_ROUNDS_IN_FLIGHT)
-    )
-    syncing: _Round | None = None  # the round the completer waits on
-    tasks: list[asyncio.Task[None]] = field(default_factory=list)
-    # requests parked in the core (JoinGroup, SyncGroup), by ticket
-    parked: dict[int, asyncio.Future[Any]] = field(default_factory=dict)
-    tickets: Iterator[int] = field(default_factory=itertools.count)
-
-
-class GroupShard:
+class GroupShard(CoordinatorShard[_GroupCore]):
     """The coordinator of the groups that live in one offsets partition."""
 
     def __init__(
@@ -166,131 +72,27 @@ class GroupShard:
         replication_timeout_ms: int = 5_000,
         clock: Callable[[], int] = wall_clock_ms,
     ) -> None:
-        self.partition = partition
+        super().__init__(
+            OFFSETS_TOPIC,
+            partition,
+            logs,
+            get_log,
+            self._build_core,
+            replication=replication,
+            leader_epoch=leader_epoch,
+            replication_timeout_ms=replication_timeout_ms,
+            clock=clock,
+            error_map=APPEND_ERRORS,
+            parked_marker=PARKED,
+            kind="group",
+            logger=log,
+        )
         self.partition_count = partition_count
-        self.leader_epoch = leader_epoch
-        self._replication = replication
-        self._replication_timeout_ms = replication_timeout_ms
-        self._logs = logs
-        self._get_log = get_log
         self._config = config
         self._topic_partitions = topic_partitions
-        self._clock = clock
-        self.state = ShardState.UNLOADED
-        self.last_error = ""
-        self._run: _Run | None = None
         self._deleted_topics: set[str] = set()  # deleted while loading: applied after
-        self._tasks: set[asyncio.Task[None]] = set()
 
-    # -- lifecycle ----------------------------------------------------------------------
-    def load(self) -> None:
-        """Become the coordinator: replay the partition in an owned task."""
-        if self.state is not ShardState.UNLOADED:
-            return
-        self._start_loading()
-
-    async def unload(self) -> None:
-        """Stop coordinating: pending requests get NOT_COORDINATOR, tasks end."""
-        run = self._run
-        self.state = ShardState.UNLOADED
-        if run is not None:
-            self._abandon(run, ErrorCode.NOT_COORDINATOR, "the coordinator moved or stopped")
-        tasks = list(self._tasks)
-        for task in tasks:
-            task.cancel()
-        for task in tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-
-    def _spawn(self, coro: Any, name: str) -> asyncio.Task[None]:
-        task = asyncio.get_running_loop().create_task(coro, name=f"{name}-{self.partition}")
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-        return task
-
-    def _start_loading(self) -> None:
-        self.state = ShardState.LOADING
-        self._spawn(self._load(), "group-load")
-
-    # -- requests -----------------------------------------------------------------------
-    def check_available(self) -> None:
-        """Raise CoordinatorError with the retriable code of a shard that is not active."""
-        if self.state is ShardState.ACTIVE:
-            return
-        message = f"the coordinator of __consumer_offsets-{self.partition} is {self.state}"
-        if self.state is ShardState.FAILED:
-            message += f" ({self.last_error})"
-        raise CoordinatorError(message, _UNAVAILABLE[self.state])
-
-    def submit(self, fn: Operation[T]) -> asyncio.Future[T]:
-        """Queue ``fn(core, now_ms)``; the future has its answer once it is on disk.
-
-        Synchronous on purpose: requests of one connection enqueue in arrival order
-        even when their handlers run concurrently. Raises CoordinatorError
-        when the shard is not active; the future fails with it if the shard has to
-        reload before the operation is durable.
-        """
-        self.check_available()
-        run = self._run
-        assert run is not None
-        future: asyncio.Future[T] = asyncio.get_running_loop().create_future()
-        run.queue.append(_Op(fn, future))
-        run.wakeup.set()
-        return future
-
-    def submit_parked(self, fn: Callable[[GroupCoordinator, int, int], Any]) -> asyncio.Future[Any]:
-        """Queue ``fn(core, now_ms, ticket)`` for a request the core may park.
-
-        The future gets the answer ``fn`` returns, or, if that is PARKED, the answer the
-        core later completes the ticket with (another request or a tick does), each only
-        once the round that produced it is durable.
-        """
-        self.check_available()
-        run = self._run
-        assert run is not None
-        ticket = next(run.tickets)
-        result: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        run.parked[ticket] = result
-        op = self.submit(lambda core, now_ms: fn(core, now_ms, ticket))
-
-        def settle(f: asyncio.Future[Any]) -> None:
-            if f.cancelled():
-                run.parked.pop(ticket, None)
-                result.cancel()
-            elif (exc := f.exception()) is not None:
-                run.parked.pop(ticket, None)
-                if not result.done():
-                    result.set_exception(exc)
-            elif f.result() is not PARKED:
-                run.parked.pop(ticket, None)
-                if not result.done():
-                    result.set_result(f.result())
-
-        op.add_done_callback(settle)
-        return result
-
-    def submit_background(self, fn: Operation[Any], what: str) -> None:
-        """Queue an operation nobody waits for (metadata changes, ticks); log failures."""
-        try:
-            future = self.submit(fn)
-        except CoordinatorError:
-            return  # a (re)load applies the current metadata anyway
-        future.add_done_callback(lambda f: self._log_failure(f, what))
-
-    def _log_failure(self, future: asyncio.Future[Any], what: str) -> None:
-        if future.cancelled() or (exc := future.exception()) is None:
-            return
-        # Leadership moving on is no problem: the next coordinator runs the same update
-        # after loading. Anything else is worth a warning.
-        moved = isinstance(exc, LogMQError) and exc.code is ErrorCode.NOT_COORDINATOR
-        log.log(
-            logging.DEBUG if moved else logging.WARNING,
-            "%s on __consumer_offsets-%d failed: %s",
-            what,
-            self.partition,
-            exc,
-        )
-
+    # -- topic metadata -----------------------------------------------------------------
     def metadata_changed(self, deleted_topics: Iterable[str] = ()) -> None:
         """Topics were created, deleted or grown: tell the groups (persisted like a request)."""
         deleted = set(deleted_topics)
@@ -321,275 +123,39 @@ class GroupShard:
             return 0, 0
         return len(run.core.group_ids()), run.core.member_count()
 
-    # -- loading ------------------------------------------------------------------------
-    async def _load(self) -> None:
-        delay = 0.1
-        while True:
-            try:
-                plog = self._get_log()
-                if plog is None:
-                    raise StorageError(f"__consumer_offsets-{self.partition} is offline")
-                core = await self._replay(plog)
-                break
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
-                self.state = ShardState.FAILED
-                self.last_error = f"{type(exc).__name__}: {exc}"
-                log.error(
-                    "cannot load groups of __consumer_offsets-%d (retry in %.1fs): %s",
-                    self.partition,
-                    delay,
-                    self.last_error,
-                )
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, LOAD_RETRY_MAX_S)
-                self.state = ShardState.LOADING
-        run = _Run(core, plog)
-        self._run = run
-        self.state = ShardState.ACTIVE
-        self.last_error = ""
-        run.tasks = [
-            self._spawn(self._work(run), "group-worker"),
-            self._spawn(self._complete(run), "group-completer"),
-            self._spawn(self._timer(run), "group-timer"),
-        ]
-        for task in run.tasks:
-            task.add_done_callback(lambda t: self._check_task(run, t))
-        deleted, self._deleted_topics = self._deleted_topics, set()
-        # Partition counts may have changed while no coordinator ran (docs: Persistence).
-        self.submit_background(self._metadata_op(deleted), "metadata update after load")
-        groups = len(core.group_ids())
-        level = logging.INFO if groups else logging.DEBUG
-        log.log(level, "loaded %d groups of __consumer_offsets-%d", groups, self.partition)
-
-    async def _replay(self, plog: PartitionLog) -> GroupCoordinator:
-        """Newest value of every key of the partition, replayed into a fresh core.
-
-        Nothing else appends to the partition while it loads (the shard is the only
-        writer and refuses work until loaded), so reading up to the end offset seen at
-        the start reads everything. File reads run in a worker thread, chunk by chunk.
-        """
-        newest: dict[bytes, bytes | None] = {}
-        offset, end = plog.log_start_offset, plog.log_end_offset
-        while offset < end:
-            region = plog.read(offset, LOAD_CHUNK_BYTES, max_offset=end)
-            if region is None or region.length == 0:
-                break
-            data = await asyncio.to_thread(region.read)
-            next_offset = offset
-            for pos, header in b.iter_headers(data):
-                b.validate(data, pos, contiguous=False)
-                if header.next_offset <= offset:
-                    continue  # a batch before the one we asked for
-                for row in b.decode_rows(data, pos, header):
-                    key = row[2]
-                    if isinstance(key, bytes) and header.base_offset + row[0] >= offset:
-                        newest[key] = row[3]
-                next_offset = header.next_offset
-            if next_offset <= offset:
-                raise StorageError(f"no progress reading __consumer_offsets at {offset}")
-            offset = next_offset
-        core = GroupCoordinator(
+    # -- the shard's hooks --------------------------------------------------------------
+    def _build_core(self, newest: dict[bytes, bytes], now_ms: int) -> _GroupCore:
+        core = _GroupCore(
             self.partition,
             self.partition_count,
             self._config,
             topic_partitions=self._topic_partitions(),
         )
-        records = [GroupRecord(k, v) for k, v in newest.items() if v is not None]
-        for group_id, reason in core.replay(records, self._clock()).items():
-            log.error(
-                "__consumer_offsets-%d: group %r not loaded: %s", self.partition, group_id, reason
-            )
+        records = [GroupRecord(k, v) for k, v in newest.items()]
+        for group_id, reason in core.replay(records, now_ms).items():
+            log.error("%s: group %r not loaded: %s", self.name, group_id, reason)
         return core
 
-    # -- the worker ---------------------------------------------------------------------
-    async def _work(self, run: _Run) -> None:
-        """Apply queued operations in order, append their records, hand rounds on."""
-        while True:
-            while not run.queue:
-                run.wakeup.clear()
-                await run.wakeup.wait()
-            ops = [run.queue.popleft() for _ in range(min(len(run.queue), MAX_OPS_PER_ROUND))]
-            now = self._clock()
-            answers: list[tuple[_Op, Any]] = []
-            completions: list[tuple[int, Any]] = []
-            batches: list[list[GroupRecord]] = [[]]
-            size = 0
-            for i, op in enumerate(ops):
-                try:
-                    answer = op.fn(run.core, now)
-                except Exception as exc:  # a bug: the core's state is unknown now
-                    log.exception("group operation failed on __consumer_offsets-%d", self.partition)
-                    reason = f"{type(exc).__name__}: {exc}"
-                    for failed in ops[i:]:
-                        _fail(failed.future, ErrorCode.UNKNOWN_SERVER_ERROR, reason)
-                    self._reload(run, answers, f"operation failed: {reason}")
-                    return
-                answers.append((op, answer))
-                completions += run.core.take_completions()
-                records = run.core.take_records()
-                if records:
-                    if size >= BATCH_TARGET_BYTES:
-                        batches.append([])
-                        size = 0
-                    batches[-1] += records
-                    size += sum(len(r.key) + len(r.value or b"") for r in records)
-            wrote = bool(batches[0])
-            if wrote:
-                error, epoch = self._replication.check()
-                if error is not ErrorCode.NONE:
-                    # Nothing appended, but the core applied it: rebuild it from the log.
-                    code = _group_error(error)
-                    reason = f"__consumer_offsets-{self.partition} cannot take writes: {code.name}"
-                    self._reload(run, answers, reason, code)
-                    return
-                try:
-                    data = b"".join(_encode(batch, now) for batch in batches)
-                    run.plog.append(data, leader_epoch=epoch)
-                except Exception as exc:
-                    log.error(
-                        "append to __consumer_offsets-%d failed, reloading: %s", self.partition, exc
-                    )
-                    self._reload(run, answers, f"append failed: {exc}")
-                    return
-                self._replication.appended(run.plog)
-            # a write, or a join that parks, may have brought a deadline forward
-            run.timer_poke.set()
-            deadline = asyncio.get_running_loop().time() + self._replication_timeout_ms / 1000
-            await run.rounds.put(
-                _Round(answers, run.plog.log_end_offset, wrote, deadline, completions)
-            )
+    def _after_load(self, core: _GroupCore) -> Operation[None]:
+        # Partition counts may have changed while no coordinator ran (docs: Persistence).
+        deleted, self._deleted_topics = self._deleted_topics, set()
+        return self._metadata_op(deleted)
 
-    async def _complete(self, run: _Run) -> None:
-        """Answer rounds in order, each once fsynced and replicated past its records."""
-        loop = asyncio.get_running_loop()
-        while True:
-            round_ = run.syncing = await run.rounds.get()
-            if round_.end_offset > run.plog.recovery_point:
-                try:
-                    await self._logs.sync(run.plog)
-                except Exception as exc:
-                    log.error(
-                        "fsync of __consumer_offsets-%d failed, reloading: %s", self.partition, exc
-                    )
-                    self._reload(run, [], f"fsync failed: {exc}")
-                    return
-            error = ErrorCode.NONE
-            if round_.wrote or run.plog.high_watermark < round_.end_offset:
-                remaining_ms = max(0, int((round_.deadline - loop.time()) * 1000))
-                error = await self._replication.replicated(round_.end_offset, remaining_ms)
-            run.syncing = None
-            if error is not ErrorCode.NONE:
-                code = _group_error(error)
-                what = "write" if round_.wrote else "read"
-                reason = (
-                    f"group {what} on __consumer_offsets-{self.partition} not replicated to "
-                    f"the in-sync replicas up to offset {round_.end_offset}: {error.name}"
-                )
-                for op, _ in round_.answers:
-                    _fail(op.future, code, reason)
-                for ticket, _ in round_.completions:
-                    if (parked := run.parked.pop(ticket, None)) is not None:
-                        _fail(parked, code, reason)
-                continue
-            for op, answer in round_.answers:
-                if not op.future.done():
-                    op.future.set_result(answer)
-            for ticket, answer in round_.completions:
-                parked = run.parked.pop(ticket, None)
-                if parked is not None and not parked.done():
-                    parked.set_result(answer)
-
-    async def _timer(self, run: _Run) -> None:
-        """Run ``tick`` when the earliest session or revocation deadline passes."""
-        ticked_at: int | None = None
-        while True:
-            deadline = run.core.next_deadline_ms()
-            now = self._clock()
-            if deadline is not None and deadline <= now:
-                if deadline == ticked_at:  # the tick did not move it: do not spin
-                    await asyncio.sleep(TIMER_RESOLUTION_S)
-                ticked_at = deadline
-                try:
-                    await self.submit(_tick)
-                except CoordinatorError:
-                    if self._run is not run:
-                        return  # reloading or unloaded: the next run has its own timer
-                    await asyncio.sleep(TIMER_RESOLUTION_S)  # not replicated: try again
-                continue
-            run.timer_poke.clear()
-            delay = None if deadline is None else (deadline - now) / 1000
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(delay):
-                    await run.timer_poke.wait()
-            if run.timer_poke.is_set():
-                # A heartbeat may have brought a deadline forward; looking costs a pass
-                # over the members, so look at most this often.
-                await asyncio.sleep(TIMER_RESOLUTION_S)
-
-    # -- failure ------------------------------------------------------------------------
-    def _check_task(self, run: _Run, task: asyncio.Task[None]) -> None:
-        """A task of the run died of a bug: nobody would answer any more, so reload."""
-        if task.cancelled() or task.exception() is None:
-            return
-        log.error(
-            "%s died, reloading the coordinator",
-            task.get_name(),
-            exc_info=task.exception(),
+    def _loaded(self, core: _GroupCore) -> None:
+        groups = len(core.group_ids())
+        log.log(
+            logging.INFO if groups else logging.DEBUG,
+            "loaded %d groups of %s",
+            groups,
+            self.name,
         )
-        self._reload(run, [], f"internal error: {task.exception()!r}")
 
-    def _reload(
-        self,
-        run: _Run,
-        answers: list[tuple[_Op, Any]],
-        reason: str,
-        code: ErrorCode = ErrorCode.COORDINATOR_NOT_AVAILABLE,
-    ) -> None:
-        """Memory may be ahead of the log: fail what is pending, load again."""
-        if self._run is not run:
-            return
-        for op, _ in answers:
-            _fail(op.future, code, reason)
-        self._abandon(run, ErrorCode.COORDINATOR_NOT_AVAILABLE, reason)
-        self.last_error = reason
-        if self.state is ShardState.ACTIVE:
-            self._start_loading()
-
-    def _abandon(self, run: _Run, code: ErrorCode, reason: str) -> None:
-        """Fail every operation of ``run`` not answered yet and stop its tasks."""
-        if self._run is run:
-            self._run = None
-        while run.queue:
-            _fail(run.queue.popleft().future, code, reason)
-        rounds = [run.syncing] if run.syncing is not None else []
-        while not run.rounds.empty():
-            rounds.append(run.rounds.get_nowait())
-        for round_ in rounds:
-            for op, _ in round_.answers:
-                _fail(op.future, code, reason)
-        for parked in run.parked.values():  # the core that would complete them is gone
-            _fail(parked, code, reason)
-        run.parked.clear()
-        current = asyncio.current_task()
-        for task in run.tasks:
-            if task is not current:
-                task.cancel()
-
-
-def _tick(core: GroupCoordinator, now_ms: int) -> None:
-    expired = core.tick(now_ms)
-    for group_id, members in expired.items():
-        if members:
-            log.info("group %r: session or revocation timeout expired %s", group_id, members)
-
-
-def _fail(future: asyncio.Future[Any], code: ErrorCode, message: str) -> None:
-    if not future.done():
-        future.set_exception(CoordinatorError(message, code))
+    def _ticked(self, result: Any) -> None:
+        for group_id, members in result.items():
+            if members:
+                log.info("group %r: session or revocation timeout expired %s", group_id, members)
 
 
 def _encode(records: list[GroupRecord], now_ms: int) -> bytes:
-    rows = [[i, 0, r.key, r.value, None] for i, r in enumerate(records)]
-    return b.encode_rows(rows, first_timestamp=now_ms)
+    """One batch of group records (kept for callers that write offsets records)."""
+    return encode_records(records, now_ms)

@@ -781,21 +781,31 @@ class ReplicaManager:
         return plog
 
     async def fetch_for_consumer(
-        self, wanted, max_wait_ms: int, min_bytes: int, max_bytes: int
+        self,
+        wanted,
+        max_wait_ms: int,
+        min_bytes: int,
+        max_bytes: int,
+        *,
+        committed: bool = False,
     ) -> list[TopicRead]:
-        """A consumer's fetch: read below the HW, long-polling on appends until
-        ``min_bytes`` are there, an error is, or ``max_wait_ms`` has passed."""
+        """A consumer's fetch: read below the HW (``committed``: read_committed, below
+        the LSO, with the aborted transactions of what it read), long-polling on
+        appends until ``min_bytes`` are there, an error is, or ``max_wait_ms`` has
+        passed."""
         loop = self._loop()
         deadline = loop.time() + max_wait_ms / 1000
         tps = [(name, p[0]) for name, parts in wanted for p in parts]
         while True:
-            topics, total, any_error = self._read_for_consumer(wanted, max_bytes)
+            topics, total, any_error = self._read_for_consumer(
+                wanted, max_bytes, committed=committed
+            )
             remaining = deadline - loop.time()
             if total >= min_bytes or any_error or remaining <= 0 or not tps:
                 return topics
             if not await self.waiters.wait(tps, remaining):
                 # timed out; one last read so the answer is current
-                return self._read_for_consumer(wanted, max_bytes)[0]
+                return self._read_for_consumer(wanted, max_bytes, committed=committed)[0]
 
     async def fetch_session_for_consumer(
         self,
@@ -805,6 +815,8 @@ class ReplicaManager:
         min_bytes: int,
         max_bytes: int,
         admit: Callable[[list[TopicRead]], bool] | None = None,
+        *,
+        committed: bool = False,
     ) -> list[TopicRead] | None:
         """A consumer's fetch in a session (fetch_sessions.py): reads only the session's
         ready partitions, and an incremental answer only those with something new.
@@ -814,17 +826,19 @@ class ReplicaManager:
         throttled answer is empty and does not update the session either."""
         loop = self._loop()
         deadline = loop.time() + max_wait_ms / 1000
-        more = self._below_hw
+        more = self._below_lso if committed else self._below_hw
         while True:
             topics, total, any_error = self._read_for_consumer(
-                session.to_read(), max_bytes, partial=not full
+                session.to_read(), max_bytes, partial=not full, committed=committed
             )
             remaining = deadline - loop.time()
             if full or total >= min_bytes or any_error or remaining <= 0:
                 break
             session.settle(topics, more)
             if not await self.waiters.wait_session(session, remaining):
-                topics = self._read_for_consumer(session.to_read(), max_bytes, partial=not full)[0]
+                topics = self._read_for_consumer(
+                    session.to_read(), max_bytes, partial=not full, committed=committed
+                )[0]
                 break
         if admit is not None and not admit(topics):
             return None
@@ -838,18 +852,24 @@ class ReplicaManager:
         plog = self.logs.get_log(*tp)
         return plog is not None and sp.fetch_offset < plog.high_watermark
 
+    def _below_lso(self, tp: TopicPartition, sp: SessionPartition) -> bool:
+        plog = self.logs.get_log(*tp)
+        return plog is not None and sp.fetch_offset < plog.last_stable_offset
+
     def _below_leo(self, tp: TopicPartition, sp: SessionPartition) -> bool:
         plog = self.logs.get_log(*tp)
         return plog is not None and sp.fetch_offset < plog.log_end_offset
 
     @gc_paused()  # an entry and a region per partition: logmq/gcpause.py
     def _read_for_consumer(
-        self, wanted, max_bytes: int, *, partial: bool = False
+        self, wanted, max_bytes: int, *, partial: bool = False, committed: bool = False
     ) -> tuple[list[TopicRead], int, bool]:
         """Read ``wanted`` below each HW, within ``max_bytes``. ``partial`` (an
         incremental session answer) stops at the partition that finds the budget
         spent: the rest stay ready in the session for the next fetch, so a consumer
-        catching up on 10,000 partitions pays per fetch for what fits, not for all."""
+        catching up on 10,000 partitions pays per fetch for what fits, not for all.
+        ``committed`` (read_committed): below each LSO instead, with the aborted
+        transactions of the records read."""
         topics: list[TopicRead] = []
         total = 0
         any_error = False
@@ -874,8 +894,10 @@ class ReplicaManager:
                         )
                     region = None
                     limit = min(pmax, budget)
-                    if offset < hw and (limit > 0 or total == 0):
-                        region = plog.read(offset, max(limit, 1), max_offset=hw)
+                    lso = plog.last_stable_offset
+                    upper = lso if committed else hw
+                    if offset < upper and (limit > 0 or total == 0):
+                        region = plog.read(offset, max(limit, 1), max_offset=upper)
                         if region is not None and total and region.length > limit:
                             # A read's first batch comes whole even when too big, which
                             # only the answer's first records may be (Kafka's rule: a
@@ -890,7 +912,12 @@ class ReplicaManager:
                                 budget = max(0, budget - region.length)
                             else:
                                 region = None
-                    results.append(PartitionRead(partition, NO_ERROR, hw, start, region))
+                    aborted = None
+                    if committed and region is not None:
+                        aborted = plog.aborted_transactions(offset, region.end_offset) or None
+                    results.append(
+                        PartitionRead(partition, NO_ERROR, hw, start, region, None, lso, aborted)
+                    )
                 except LogMQError as e:
                     any_error = True
                     results.append(failed(partition, e.code, str(e)))

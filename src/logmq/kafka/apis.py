@@ -568,6 +568,8 @@ class KafkaApis:
         if gate is not None:
             max_bytes = self.quotas.fetch_max_bytes(req.context, req.client_id, max_bytes)
         min_bytes = min(body.min_bytes, max_bytes)
+        # read_committed (v4+; librdkafka's default): below the LSO, aborts listed
+        committed = version >= 4 and body.isolation_level == 1
         session_id = getattr(body, "session_id", 0) if version >= 7 else 0
         epoch = getattr(body, "session_epoch", FINAL_EPOCH) if version >= 7 else FINAL_EPOCH
         session: FetchSession | None = None
@@ -601,7 +603,7 @@ class KafkaApis:
             )
             self.sessions.update(session, named, forgotten)
             read = await self.replicas.fetch_session_for_consumer(
-                session, full, max_wait_ms, min_bytes, max_bytes, gate
+                session, full, max_wait_ms, min_bytes, max_bytes, gate, committed=committed
             )
             if read is None:  # throttled: as Kafka, empty and no session opened
                 assert gate is not None
@@ -616,7 +618,7 @@ class KafkaApis:
         else:
             wanted = [(topic, [p[:4] for p in parts]) for topic, parts in named]
             answer = await self.replicas.fetch_for_consumer(
-                wanted, max_wait_ms, min_bytes, max_bytes
+                wanted, max_wait_ms, min_bytes, max_bytes, committed=committed
             )
             if gate is not None and not gate(answer):
                 head, rest = encode_fetch_response(version, [], throttle_ms=gate.throttle_ms)

@@ -25,6 +25,7 @@ _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
 _PARTITION_HEAD = struct.Struct(">ihqqq")  # index, error, HW, last stable, log start
 _PARTITION_V4 = struct.Struct(">ihqq")  # v4 has no log start offset
+_ABORTED = struct.Struct(">qq")  # producer id, first offset
 _NO_TAGS = b"\x00"
 LOGMQ_ONLY = 1000  # logmq's own error codes start here (errors.py)
 
@@ -75,7 +76,15 @@ def encode_fetch_response(
                 )
             else:
                 buf += _PARTITION_V4.pack(p.partition, code, p.high_watermark, p.last_stable_offset)
-            buf += _count(0, flexible)  # aborted transactions: none (empty, not null)
+            aborted = p.aborted
+            if not aborted:
+                buf += _count(0, flexible)  # aborted transactions: none (empty, not null)
+            else:
+                buf += _count(len(aborted), flexible)
+                for producer_id, first_offset in aborted:
+                    buf += _ABORTED.pack(producer_id, first_offset)
+                    if flexible:
+                        buf += _NO_TAGS
             if version >= 11:
                 buf += _I32.pack(-1)  # preferred read replica: none
             records = p.records

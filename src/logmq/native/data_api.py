@@ -66,6 +66,10 @@ def _fetch_reply(read: list[TopicRead], session_id: int) -> Reply:
                 "log_start_offset": p.log_start_offset,
                 "size": 0,
             }
+            if p.last_stable_offset != p.high_watermark:  # absent: the HW, as usual
+                entry["last_stable_offset"] = p.last_stable_offset
+            if p.aborted:
+                entry["aborted_transactions"] = [list(a) for a in p.aborted]
             if records is not None:
                 entry["size"] = records.length
                 tail.append(records)
@@ -194,6 +198,8 @@ class DataApi:
         if max_bytes < 0:
             raise LogMQError("max_bytes must be >= 0", ErrorCode.INVALID_FETCH_SIZE)
         replica_id = req_int(body, "replica_id", -1)
+        # 1: read_committed, below the LSO with the aborted transactions listed
+        committed = req_int(body, "isolation_level", 0) == 1
         session_id = req_int(body, "session_id", 0)
         session_epoch = req_int(body, "session_epoch", FINAL_EPOCH)
         named = _named_partitions(body, replica_id >= 0)
@@ -238,7 +244,7 @@ class DataApi:
                 )
             else:
                 read = await self.replicas.fetch_session_for_consumer(
-                    session, full, max_wait_ms, min_bytes, max_bytes, gate
+                    session, full, max_wait_ms, min_bytes, max_bytes, gate, committed=committed
                 )
             if read is None:  # throttled: empty, and a new session not opened (as Kafka)
                 assert gate is not None
@@ -254,7 +260,9 @@ class DataApi:
                 replica_id, wanted, max_wait_ms, min_bytes, max_bytes, log_starts
             )
         else:
-            read = await self.replicas.fetch_for_consumer(wanted, max_wait_ms, min_bytes, max_bytes)
+            read = await self.replicas.fetch_for_consumer(
+                wanted, max_wait_ms, min_bytes, max_bytes, committed=committed
+            )
             if gate is not None and not gate(read):
                 return _throttled_fetch(0, gate.throttle_ms)
         return _fetch_reply(read, 0)

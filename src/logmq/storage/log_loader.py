@@ -19,8 +19,18 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from logmq.errors import CorruptRecordError
+from logmq.storage import batch as b
 from logmq.storage import segment_swap
-from logmq.storage.batch_scan import R_BASE_OFFSET, R_LAST_OFFSET_DELTA, row_of
+from logmq.storage.batch_scan import (
+    R_ATTRIBUTES,
+    R_BASE_OFFSET,
+    R_LAST_OFFSET_DELTA,
+    R_LENGTH,
+    R_POS,
+    R_PRODUCER_ID,
+    HeaderRow,
+    row_of,
+)
 from logmq.storage.cleaned_install import allows_offset_gaps, read_cleaner_checkpoint
 from logmq.storage.compaction import CLEANER_CHECKPOINT, NO_HORIZON
 from logmq.storage.config import LogConfig
@@ -42,6 +52,8 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
+
+_TXN_ATTRS = b.ATTR_TRANSACTIONAL | b.ATTR_CONTROL
 
 # new_segment(base_offset, active=..., create=...): PartitionLog._segment
 SegmentFactory = Callable[..., LogSegment]
@@ -239,13 +251,38 @@ def rebuild_producer_state(
         if seg.no_producers or seg.next_offset <= start:
             continue  # nothing to replay: no second read of what recovery just scanned
         if seg.recovered is not None:  # recovery just read it: its idempotent batches
-            rows = seg.recovered.producer_rows
-            producer_state.replay_rows(
-                r for r in rows if r[R_BASE_OFFSET] + r[R_LAST_OFFSET_DELTA] >= start
-            )
-            continue
-        found = seg.locate(start)
-        if found is None:
-            continue
-        producer_state.replay_rows(row_of(p, h) for p, h in seg.iter_headers(found[0]))
+            rows = [
+                r
+                for r in seg.recovered.producer_rows
+                if r[R_BASE_OFFSET] + r[R_LAST_OFFSET_DELTA] >= start
+            ]
+        else:
+            found = seg.locate(start)
+            if found is None:
+                continue
+            rows = [row_of(p, h) for p, h in seg.iter_headers(found[0])]
+        producer_state.replay_rows(rows)
+        _replay_transactions(seg, rows, start, producer_state)
     return snapshot
+
+
+def _replay_transactions(
+    seg: LogSegment, rows: list[HeaderRow], start: int, producer_state: ProducerStateManager
+) -> None:
+    """Replay ``seg``'s batches from ``start`` into the open transactions, and rebuild
+    its txn index from there: entries before ``start`` stand (the snapshot's state
+    follows them); those after are exactly the aborts the replay meets."""
+    txn = producer_state.txn
+    if not any(r[R_ATTRIBUTES] & _TXN_ATTRS and r[R_PRODUCER_ID] >= 0 for r in rows):
+        seg.txn_index.truncate_to(start)  # entries of markers a crash cut off
+        return
+
+    def control_type(r: HeaderRow) -> int:
+        return seg.control_type(r[R_POS], r[R_LENGTH] + b.LOG_OVERHEAD)
+
+    aborted = txn.replay_rows(rows, control_type)
+    index = seg.txn_index
+    index.truncate_to(start)
+    for entry in aborted:
+        if entry.last_offset >= start:
+            index.append(entry)

@@ -14,6 +14,7 @@ retention.py, installing the log cleaner's output in cleaned_install.py.
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import logging
 import os
 import time
@@ -23,6 +24,7 @@ from typing import Any, NamedTuple
 
 from logmq.errors import (
     CorruptRecordError,
+    InvalidRecordError,
     OffsetOutOfRangeError,
     StorageError,
     storage_error_for,
@@ -42,6 +44,7 @@ from logmq.storage.producer_state import (
 )
 from logmq.storage.segment import BatchInfo, FileSlice, LogSegment, make_log_dir, run_sync
 from logmq.storage.stamping import (
+    F_ATTRIBUTES,
     F_LAST_OFFSET_DELTA,
     F_LENGTH,
     F_MAX_TIMESTAMP,
@@ -49,6 +52,7 @@ from logmq.storage.stamping import (
     F_RECORD_COUNT,
     STAMP,
     AppendInfo,
+    Located,
     RawHeader,
     StampedWrite,
     check_batch,
@@ -57,6 +61,8 @@ from logmq.storage.stamping import (
     to_headers,
     validate_batches,
 )
+from logmq.storage.txn_index import TXN_INDEX_SUFFIX, collect_aborted
+from logmq.storage.txn_state import control_record
 
 __all__ = ["AppendInfo", "FileSlice", "PartitionLog", "parse_dir_name"]
 
@@ -65,6 +71,8 @@ log = logging.getLogger(__name__)
 _MAX_REL_OFFSET = (1 << 32) - 1
 _LOG_OVERHEAD = b.LOG_OVERHEAD
 _STAMP_SIZE = STAMP.size
+_CONTROL = b.ATTR_CONTROL
+_TXN_ATTRS = b.ATTR_TRANSACTIONAL | b.ATTR_CONTROL
 EARLIEST_TIMESTAMP = -2
 LATEST_TIMESTAMP = -1
 
@@ -173,6 +181,12 @@ class PartitionLog:
         self.next_delete_horizon = loaded.next_delete_horizon
         self.cleaned_before = loaded.cleaned_before
         self._hw = min(max(high_watermark, 0), self.log_end_offset)
+        self.producer_state.txn.on_high_watermark(self._hw)
+        # whether any segment may hold an aborted transaction: a read_committed fetch
+        # of a log that never had one opens no txn index (librdkafka reads committed)
+        self._aborts_indexed = any(n.endswith(TXN_INDEX_SUFFIX) for n in names) or any(
+            seg.has_txn_entries for seg in self.segments
+        )
 
     def _segment(
         self, base: int, *, active: bool = False, create: bool = False, defer_create: bool = False
@@ -207,7 +221,31 @@ class PartitionLog:
 
     @high_watermark.setter
     def high_watermark(self, value: int) -> None:
-        self._hw = min(max(value, self.log_start_offset), self.log_end_offset)
+        self._hw = hw = min(max(value, self.log_start_offset), self.log_end_offset)
+        txn = self.producer_state.txn
+        if txn.ended or txn.high_watermark > hw:
+            txn.on_high_watermark(hw)
+        else:
+            txn.high_watermark = hw
+
+    @property
+    def last_stable_offset(self) -> int:
+        """Where read_committed consumers stop: the HW, or the first offset of the
+        earliest transaction not yet decided below it (txn_state.py)."""
+        txn = self.producer_state.txn
+        if not txn.ongoing and not txn.ended:
+            return self._hw
+        return txn.lso(self._hw)
+
+    def aborted_transactions(self, fetch_offset: int, upper: int) -> list[tuple[int, int]]:
+        """(producer id, first offset) of the aborted transactions a read_committed fetch
+        of [fetch_offset, upper) must filter out, from the segments' txn indexes."""
+        if upper <= fetch_offset or not self._aborts_indexed:
+            return []
+        i = max(0, bisect.bisect_right(self._bases, fetch_offset) - 1)
+        return collect_aborted(
+            (_SegmentAborts(seg) for seg in self.segments[i:]), fetch_offset, upper
+        )
 
     @property
     def active_segment(self) -> LogSegment:
@@ -227,7 +265,7 @@ class PartitionLog:
     # the leader's offsets, gaps included, and epochs). Both end in ``_write``: the
     # roll check and the one segment write.
 
-    def append(self, data: Any, *, leader_epoch: int = 0) -> AppendInfo:
+    def append(self, data: Any, *, leader_epoch: int = 0, control: bool = False) -> AppendInfo:
         """Validate, assign offsets to and write one or more batches; all or nothing.
 
         One batch without a producer id, in CreateTime, is the produce hot path and is
@@ -235,6 +273,9 @@ class PartitionLog:
         idempotent producers (whose retries are answered, not written) and
         LogAppendTime (which rewrites checksummed fields) are stamped by
         ``_stamp_many``. Both then share the write and the bookkeeping.
+
+        ``control``: the append may hold control batches (transaction markers, from the
+        coordinator's WriteTxnMarkers); a client's never may (INVALID_RECORD, as Kafka).
         """
         if self.closed:
             self._check_open()
@@ -247,22 +288,28 @@ class PartitionLog:
         size = f[F_LENGTH] + _LOG_OVERHEAD
         first = self.log_end_offset
         pending = None
-        if size == limit and f[F_PRODUCER_ID] < 0 and cfg.message_timestamp_type != "LogAppendTime":
+        if (
+            size == limit
+            and f[F_PRODUCER_ID] < 0
+            and cfg.message_timestamp_type != "LogAppendTime"
+            and not f[F_ATTRIBUTES] & _CONTROL
+        ):
             nxt = first + f[F_LAST_OFFSET_DELTA] + 1
             max_ts = f[F_MAX_TIMESTAMP]
             count = f[F_RECORD_COUNT]
             parts = [STAMP.pack(first, f[F_LENGTH], leader_epoch), mv[_STAMP_SIZE:size]]
             batches: Sequence[tuple[int, int, int, int]] = ((0, size, first, max_ts),)
         else:
-            stamped = self._stamp_many(mv, f, size, leader_epoch)
+            stamped = self._stamp_many(mv, f, size, leader_epoch, control)
             if isinstance(stamped, AppendInfo):
                 return stamped  # every batch an idempotent retry: nothing to write
-            w, pending = stamped
+            w, pending, kept = stamped
             parts, size, batches = w.parts, w.size, w.infos
             nxt, max_ts, count = w.next_offset, w.max_timestamp, w.record_count
         self._write(parts, size, batches, first, nxt, max_ts)
         if pending:
             self.producer_state.commit(pending)
+            self._track_transactions(mv, kept, first)
         if leader_epoch > self.leader_epochs.latest_epoch:
             # No fsync on the append path (Kafka's KAFKA-15046): the epoch reaches disk
             # with the log's next flush, before the recovery point passes its records.
@@ -271,8 +318,8 @@ class PartitionLog:
         return AppendInfo(first, nxt - 1, max_ts, count, False)
 
     def _stamp_many(
-        self, mv: memoryview, f: RawHeader, size: int, leader_epoch: int
-    ) -> tuple[StampedWrite, dict[int, ProducerEntry]] | AppendInfo:
+        self, mv: memoryview, f: RawHeader, size: int, leader_epoch: int, control: bool = False
+    ) -> tuple[StampedWrite, dict[int, ProducerEntry], Located] | AppendInfo:
         """Stamp several batches, idempotent producers' or LogAppendTime ones.
 
         ``f`` and ``size`` describe the first batch, already validated. Returns the
@@ -287,6 +334,10 @@ class PartitionLog:
             raw.append((size, f))
             size += f[F_LENGTH] + _LOG_OVERHEAD
         headers = to_headers(raw)
+        if not control and any(h.attributes & _CONTROL for _, h in headers):
+            raise InvalidRecordError(
+                "control batches are written by the transaction coordinator only"
+            )
         pending: dict[int, ProducerEntry] = {}
         keep = headers
         if any(h.producer_id >= 0 for _, h in headers):
@@ -298,7 +349,22 @@ class PartitionLog:
         now = self.clock()
         append_time = now if cfg.message_timestamp_type == "LogAppendTime" else None
         w = stamp_batches(mv, keep, self.log_end_offset, leader_epoch, log_append_time=append_time)
-        return w, pending
+        return w, pending, keep
+
+    def _track_transactions(self, mv: memoryview, kept: Located, first: int) -> None:
+        """Transactional batches and markers just written (at offsets from ``first``):
+        open or end transactions, and index an abort in the active segment."""
+        txn = self.producer_state.txn
+        base = first
+        for pos, h in kept:
+            attrs = h.attributes
+            if attrs & _TXN_ATTRS and h.producer_id >= 0:
+                ctype = control_record(mv, pos, verify=False).type if attrs & _CONTROL else None
+                aborted = txn.on_batch(dataclasses.replace(h, base_offset=base), ctype)
+                if aborted is not None:
+                    self.segments[-1].txn_index.append(aborted)
+                    self._aborts_indexed = True
+            base += h.last_offset_delta + 1
 
     def _check_producers(
         self, headers: list[tuple[int, b.BatchHeader]], pending: dict[int, ProducerEntry]
@@ -336,8 +402,17 @@ class PartitionLog:
         first = headers[0][1].base_offset
         max_ts = max(h.max_timestamp for _, h in headers)
         self._write([mv], len(mv), infos, first, expect, max_ts)
-        for _, h in headers:
+        txn = self.producer_state.txn
+        for pos, h in headers:
             self.producer_state.replay(h)
+            if h.attributes & _TXN_ATTRS and h.producer_id >= 0:
+                ctype = None
+                if h.attributes & _CONTROL:
+                    ctype = control_record(mv, pos, verify=False).type
+                aborted = txn.on_batch(h, ctype)
+                if aborted is not None:
+                    self.segments[-1].txn_index.append(aborted)
+                    self._aborts_indexed = True
             if h.leader_epoch > self.leader_epochs.latest_epoch:
                 self.leader_epochs.assign(h.leader_epoch, h.base_offset, flush=False)
         count = sum(h.record_count for _, h in headers)
@@ -518,6 +593,7 @@ class PartitionLog:
         self.leader_epochs.truncate_from_end(leo)
         self.producer_state.clear()
         rebuild_producer_state(self.dir, self.segments, leo, self.producer_state)
+        self.producer_state.txn.on_high_watermark(self._hw)
 
     def truncate_fully_and_start_at(self, offset: int) -> None:
         """Drop everything and restart the log at ``offset`` (a follower far behind)."""
@@ -721,3 +797,15 @@ class PartitionLog:
             f"PartitionLog({self.topic}-{self.partition}, start={self.log_start_offset}, "
             f"end={self.log_end_offset}, segments={len(self.segments)})"
         )
+
+
+class _SegmentAborts:
+    """A segment as ``collect_aborted`` reads it (its txn index, opened when reached)."""
+
+    __slots__ = ("_seg",)
+
+    def __init__(self, seg: LogSegment) -> None:
+        self._seg = seg
+
+    def collect(self, fetch_offset: int, upper: int) -> tuple[list[Any], bool]:
+        return self._seg.aborted_transactions(fetch_offset, upper)

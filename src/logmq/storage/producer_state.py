@@ -18,8 +18,9 @@ from pathlib import Path
 import msgpack
 
 from logmq.errors import InvalidProducerEpochError, OutOfOrderSequenceError
-from logmq.storage.batch import NO_SEQUENCE, BatchHeader
+from logmq.storage.batch import ATTR_CONTROL, NO_SEQUENCE, BatchHeader
 from logmq.storage.batch_scan import (
+    R_ATTRIBUTES,
     R_BASE_OFFSET,
     R_BASE_SEQUENCE,
     R_LAST_OFFSET_DELTA,
@@ -29,6 +30,7 @@ from logmq.storage.batch_scan import (
     HeaderRow,
 )
 from logmq.storage.checkpoint import read_small
+from logmq.storage.txn_state import TxnPartitionState
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +63,10 @@ class ProducerEntry:
 class ProducerStateManager:
     def __init__(self) -> None:
         self.producers: dict[int, ProducerEntry] = {}
+        # the partition's open transactions and its LSO (txn_state.py): snapshotted
+        # with the producers, as Kafka's producer snapshot carries each producer's
+        # current transaction
+        self.txn = TxnPartitionState()
 
     def check(
         self, h: BatchHeader, pending: dict[int, ProducerEntry] | None = None
@@ -79,6 +85,8 @@ class ProducerStateManager:
             raise InvalidProducerEpochError(
                 f"producer {h.producer_id} epoch {h.producer_epoch} is older than {entry.epoch}"
             )
+        if h.attributes & ATTR_CONTROL:
+            return None  # a transaction marker: no sequence of its own
         if h.producer_epoch > entry.epoch:
             if h.base_sequence != 0:
                 raise OutOfOrderSequenceError(
@@ -109,6 +117,8 @@ class ProducerStateManager:
         if h.producer_epoch != entry.epoch:
             entry.epoch = h.producer_epoch
             entry.batches.clear()
+        if h.attributes & ATTR_CONTROL:
+            return  # a marker moves the epoch (an abort may fence) but has no sequence
         entry.batches.append(
             BatchMetadata(
                 h.base_sequence, h.last_sequence, first_offset, first_offset + h.last_offset_delta
@@ -153,6 +163,8 @@ class ProducerStateManager:
                 entry.epoch = epoch
                 entry.batches.clear()
                 recent.pop(pid, None)
+            if r[R_ATTRIBUTES] & ATTR_CONTROL:
+                continue  # a marker: its epoch counts, it has no sequence
             q = recent.get(pid)
             if q is None:
                 q = recent[pid] = deque(maxlen=MAX_CACHED_BATCHES)
@@ -168,6 +180,7 @@ class ProducerStateManager:
 
     def clear(self) -> None:
         self.producers.clear()
+        self.txn = TxnPartitionState()
 
     # -- snapshots ------------------------------------------------------------------------
 
@@ -181,7 +194,8 @@ class ProducerStateManager:
             ]
             for e in self.producers.values()
         ]
-        return msgpack.packb({"offset": offset, "producers": rows})
+        txn = self.txn.to_snapshot(offset)
+        return msgpack.packb({"offset": offset, "producers": rows, "txn": txn})
 
     def load_bytes(self, data: bytes) -> int:
         doc = msgpack.unpackb(data)
@@ -190,7 +204,13 @@ class ProducerStateManager:
             e = ProducerEntry(pid, epoch, last_timestamp=ts)
             e.batches.extend(BatchMetadata(*m) for m in batches)
             self.producers[pid] = e
-        return int(doc["offset"])
+        offset = int(doc["offset"])
+        txn = doc.get("txn")  # absent from snapshots written before transactions
+        if txn is None:
+            self.txn = TxnPartitionState(offset)
+        else:
+            self.txn = TxnPartitionState.from_snapshot(txn)
+        return offset
 
 
 def snapshot_path(directory: Path, offset: int) -> Path:

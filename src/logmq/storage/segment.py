@@ -29,6 +29,8 @@ from logmq.storage.batch_scan import (
 )
 from logmq.storage.index import IndexCorruptError, OffsetIndex, TimeIndex
 from logmq.storage.open_files import OpenFileCache
+from logmq.storage.txn_index import TXN_INDEX_SUFFIX, TxnIndex, TxnIndexCorruptError
+from logmq.storage.txn_state import control_record
 from logmq.storage.verify import RecoveryScan, VerifiedRanges, verify_range
 
 try:
@@ -206,6 +208,10 @@ class LogSegment:
         self.no_producers = False
         self.recovered: RecoveryScan | None = None  # the last recovery's scan (log_loader)
         self.flushed_size = self.size
+        # aborted transactions whose ABORT marker is in this segment (Kafka's .txnindex):
+        # made on first use; a segment this process creates has no file to read
+        self._txn_index: TxnIndex | None = None
+        self._txn_index_new = create
 
     # Paths are made when used, not kept: thousands of idle segments would hold three
     # Path objects each for files nobody opens.
@@ -220,6 +226,44 @@ class LogSegment:
     @property
     def time_index_path(self) -> Path:
         return self.dir / segment_name(self.base_offset, TIME_INDEX_SUFFIX)
+
+    @property
+    def txn_index_path(self) -> Path:
+        return self.dir / segment_name(self.base_offset, TXN_INDEX_SUFFIX)
+
+    @property
+    def txn_index(self) -> TxnIndex:
+        """The segment's aborted-transaction index, read from its file on first use. A
+        damaged file is kept up to the damage, with a warning (the entries after it
+        belong to markers a rebuild from the producer snapshot restores, if any)."""
+        idx = self._txn_index
+        if idx is None:
+            path = self._file_path(TXN_INDEX_SUFFIX)
+            idx = TxnIndex(path, self.base_offset, fresh=self._txn_index_new)
+            if not self._txn_index_new:
+                try:
+                    idx.sanity_check()
+                except TxnIndexCorruptError as e:
+                    log.warning("damaged %s, keeping what precedes the damage: %s", path, e)
+                    idx.reset()
+                    for entry in e.entries:
+                        idx.append(entry)
+            self._txn_index = idx
+        return idx
+
+    @property
+    def has_txn_entries(self) -> bool:
+        """Whether the txn index is loaded and holds an entry (no file is read)."""
+        return self._txn_index is not None and self._txn_index.loaded_entries > 0
+
+    def aborted_transactions(self, fetch_offset: int, upper: int) -> tuple[list[Any], bool]:
+        """``TxnIndex.collect`` of this segment."""
+        return self.txn_index.collect(fetch_offset, upper)
+
+    def control_type(self, pos: int, size: int) -> int:
+        """The marker type (commit/abort) of the control batch at ``pos``."""
+        data = os.pread(self.file.fileno(), size, pos)
+        return control_record(data, 0).type
 
     def _file_path(self, suffix: str) -> str:
         """A file's path as a string: cheaper than a Path on the paths every open takes."""
@@ -705,6 +749,7 @@ class LogSegment:
         self.verified.cut(pos)
         self.index.truncate_to_offset(h.base_offset)
         self.time_index.truncate_to_offset(h.base_offset)
+        self.txn_index.truncate_to(h.base_offset)
         self._next_offset = None
         self._max_timestamp = None
         _, ipos = self.index.last()
@@ -725,6 +770,9 @@ class LogSegment:
         # indexes must be durable once the recovery point passes them. A new segment's
         # directory entries must be too (until a sync succeeds: ``synced``).
         paths: list[Any] = [] if self.active else [self.index_path, self.time_index_path]
+        # the txn index is not rebuilt from the whole segment, only from the producer
+        # snapshot on: always durable with its segment (run_sync skips a missing file)
+        paths.append(self._file_path(TXN_INDEX_SUFFIX))
         return self.file, self.size, paths + self._unsynced_dirs
 
     def synced(self, job: tuple[SharedFile, int, list[Any]]) -> None:
@@ -749,8 +797,9 @@ class LogSegment:
         removes, so the segment is gone either way.
         """
         self.close()
+        self._txn_index = None
         renamed = []
-        for path in (self.log_path, self.index_path, self.time_index_path):
+        for path in (self.log_path, self.index_path, self.time_index_path, self.txn_index_path):
             target = path.with_name(path.name + DELETED_SUFFIX)
             try:
                 os.replace(path, target)

@@ -168,6 +168,11 @@ class TxnIndex:
         """Every entry, in increasing last_offset order (a copy)."""
         return list(self._load())
 
+    @property
+    def loaded_entries(self) -> int:
+        """Entries held in memory, without reading the file (0 when not read yet)."""
+        return len(self._entries) if self._entries is not None else 0
+
     def __len__(self) -> int:
         return len(self._load())
 

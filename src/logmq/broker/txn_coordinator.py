@@ -1,0 +1,502 @@
+"""The broker's transaction coordinator: ``__transaction_state`` and its shards.
+
+Transactional ids live in the internal compacted topic ``__transaction_state``; an id's
+coordinator is the leader of partition ``xxh32(transactional_id) % N``. Shaped like
+:class:`~logmq.broker.group_coordinator.GroupCoordinatorService`: this service creates
+the topic on first use (through the TopicCreator, like ``__consumer_offsets``), runs one
+:class:`~logmq.broker.txn_shard.TxnShard` per partition this broker leads (one per
+leader epoch: leadership regained at a newer epoch loads a new shard from the log),
+routes an id to its shard, and answers the transaction APIs of both front doors.
+
+It also delivers the shards' transaction markers: a ``MarkerSender`` (supplied by the
+composition root) writes WriteTxnMarkers to each partition's leader; partitions that
+fail are retried with backoff, sooner when the metadata changes (a new leader), and a
+partition whose topic was deleted counts as done. Once every partition has its marker
+the shard writes the Complete* record.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any, Protocol
+
+from logmq.broker.coordinator_shard import CoordinatorError, LeaderReplication
+from logmq.broker.group_coordinator import OFFSETS_TOPIC_CONFIGS
+from logmq.broker.txn_shard import NeedProducerId, TxnShard
+from logmq.errors import ErrorCode, LogMQError
+from logmq.group import OFFSETS_TOPIC
+from logmq.group import coordinator_partition as group_partition
+from logmq.storage.config import LogConfig
+from logmq.txn import (
+    TXN_STATE_TOPIC,
+    InitProducerIdResult,
+    ListTransactionsResult,
+    MarkerJob,
+    TopicPartition,
+    TransactionDescription,
+    TxnConfig,
+    TxnState,
+    coordinator_partition,
+)
+from logmq.txn.codec import MAX_ID_BYTES, NO_PRODUCER_EPOCH, NO_PRODUCER_ID
+
+if TYPE_CHECKING:
+    from logmq.broker.config import BrokerConfig
+    from logmq.broker.controller_service import MetadataQuorum
+    from logmq.broker.local_logs import LocalLogs
+    from logmq.broker.metadata_publisher import PartitionChanges
+    from logmq.broker.replica_manager import ReplicaManager
+    from logmq.broker.topic_creation import TopicCreator
+    from logmq.cluster.metadata_image import MetadataImage
+    from logmq.storage.log_manager import LogManager
+    from logmq.storage.partition_log import PartitionLog
+
+log = logging.getLogger("logmq.txn")
+
+DEFAULT_PARTITIONS = 50  # transaction.state.log.num.partitions
+MARKER_RETRY_MIN_S = 0.1
+MARKER_RETRY_MAX_S = 5.0
+INIT_ATTEMPTS = 3  # InitProducerId rounds: the last one always carries a fresh id
+
+# A partition leader refusing a marker with one of these has seen a newer coordinator
+# or producer epoch: the transaction is someone else's to finish, stop sending.
+_MARKER_FENCED = frozenset(
+    {
+        ErrorCode.TRANSACTION_COORDINATOR_FENCED,
+        ErrorCode.INVALID_PRODUCER_EPOCH,
+        ErrorCode.PRODUCER_FENCED,
+    }
+)
+
+
+class MarkerSender(Protocol):
+    """Writes a job's markers (WriteTxnMarkers) to each of its partitions' leaders."""
+
+    async def send(self, job: MarkerJob) -> dict[TopicPartition, ErrorCode]:
+        """Per partition of ``job``: NONE once its leader appended the marker, else why not
+        (a partition left out counts as not written)."""
+        ...
+
+
+def txn_topic_configs(cfg: BrokerConfig) -> dict[str, str]:
+    """Compacted and never deleted by age, like the offsets topic: the newest value of a
+    key is an id's state. min.insync.replicas from the broker's setting for this log
+    when it has one, else the broker default applies."""
+    configs = dict(OFFSETS_TOPIC_CONFIGS)
+    min_isr = getattr(cfg, "transaction_state_log_min_isr", None)
+    if min_isr is not None:
+        configs["min.insync.replicas"] = str(min_isr)
+    return configs
+
+
+class TransactionCoordinatorService:
+    def __init__(
+        self,
+        cfg: BrokerConfig,
+        quorum: MetadataQuorum,
+        logs: LogManager,
+        local_logs: LocalLogs,
+        replicas: ReplicaManager,
+        topic_creator: TopicCreator,
+        allocate_producer_id: Callable[[], Awaitable[int]],
+        marker_sender: MarkerSender,
+        *,
+        partitions: int = DEFAULT_PARTITIONS,
+        replication_factor: int | None = None,
+        config: TxnConfig | None = None,
+        write_timeout_ms: int | None = None,
+    ) -> None:
+        """``replication_factor`` None: the TopicCreator's rule for internal topics (as
+        for ``__consumer_offsets``); ``write_timeout_ms`` None: the broker's
+        coordinator write timeout (``offsets_commit_timeout_ms``)."""
+        self.node_id = cfg.node_id
+        self.topic_partitions = partitions
+        self.replication_factor = replication_factor
+        self.topic_configs = txn_topic_configs(cfg)
+        self.default_offsets_partitions = cfg.offsets_topic_partitions
+        self.write_timeout_ms = (
+            cfg.offsets_commit_timeout_ms if write_timeout_ms is None else write_timeout_ms
+        )
+        self.quorum = quorum
+        self.logs = logs
+        self.local_logs = local_logs
+        self.replicas = replicas
+        self.topic_creator = topic_creator
+        self.config = config or TxnConfig()
+        self._allocate_producer_id = allocate_producer_id
+        self._marker_sender = marker_sender
+        self.partition_count = 0  # of __transaction_state; 0 until it exists
+        self._shards: dict[int, TxnShard] = {}
+        self._started = False
+        self._unloading: set[asyncio.Task[Any]] = set()
+        self._metadata_changed = asyncio.Event()  # replaced on every change
+
+    # -- lifecycle ----------------------------------------------------------------------
+    def start(self) -> None:
+        """Coordinate from now on: the partitions this broker leads load now (called once
+        the broker's metadata has caught up, as for groups)."""
+        self._started = True
+        image = self.quorum.image
+        self.partition_count = _partition_count(image)
+        for part in image.partitions():
+            if part.topic == TXN_STATE_TOPIC and part.leader == self.node_id:
+                self.on_became_leader(part.partition, part.leader_epoch)
+
+    async def stop(self) -> None:
+        self._started = False
+        for partition in list(self._shards):
+            await self.on_resigned(partition)
+        for task in list(self._unloading):
+            await task
+
+    # -- following the metadata image ----------------------------------------------------
+    def on_partitions_changed(self, image: MetadataImage, changes: PartitionChanges) -> None:
+        """Load shards of partitions we now lead, unload those we no longer do; wake
+        marker retries (a partition may have a new leader)."""
+        self.partition_count = _partition_count(image)
+        self._metadata_changed.set()
+        self._metadata_changed = asyncio.Event()
+        if not self._started:
+            return
+        for (topic, partition), part in changes.leaders.items():
+            if topic == TXN_STATE_TOPIC:
+                self.on_became_leader(partition, part.leader_epoch)
+        gone = [k for k in (*changes.followers, *changes.deleted) if k[0] == TXN_STATE_TOPIC]
+        for _, partition in gone:
+            self._retire(partition)
+
+    def _retire(self, partition: int) -> None:
+        """Stop routing to ``partition``'s shard now; unload it in the background."""
+        shard = self._shards.pop(partition, None)
+        if shard is None:
+            return
+        task = asyncio.get_running_loop().create_task(shard.unload())
+        self._unloading.add(task)
+        task.add_done_callback(self._unloading.discard)
+
+    def on_became_leader(self, partition: int, leader_epoch: int = 0) -> None:
+        """Coordinate the ids of ``partition`` at ``leader_epoch``: load its records."""
+        if not self._started:
+            return
+        current = self._shards.get(partition)
+        if current is not None:
+            if current.leader_epoch >= leader_epoch:
+                return  # the same leadership (an ISR change, say)
+            self._retire(partition)  # led again at a newer epoch: memory may be stale
+        local_logs = self.local_logs
+
+        def get_log() -> PartitionLog | None:
+            return local_logs.local_log(TXN_STATE_TOPIC, partition)
+
+        shard = TxnShard(
+            partition,
+            self.partition_count,
+            self.logs,
+            get_log,
+            self.config,
+            replication=LeaderReplication(self.replicas, TXN_STATE_TOPIC, partition, get_log),
+            deliver_markers=self._deliver_markers,
+            leader_epoch=leader_epoch,
+            replication_timeout_ms=self.write_timeout_ms,
+        )
+        self._shards[partition] = shard
+        shard.load()
+
+    async def on_resigned(self, partition: int) -> None:
+        shard = self._shards.pop(partition, None)
+        if shard is not None:
+            await shard.unload()
+
+    # -- routing ------------------------------------------------------------------------
+    def ensure_txn_topic(self) -> int:
+        """The partition count of ``__transaction_state``, asking for it on first use.
+
+        Creating it goes through the controller, so the first callers get the retriable
+        COORDINATOR_NOT_AVAILABLE until the topic is in the metadata image (as in Kafka).
+        """
+        if self.partition_count:
+            return self.partition_count
+        if not self._started:
+            raise CoordinatorError("the broker is stopping", ErrorCode.COORDINATOR_NOT_AVAILABLE)
+        try:
+            if self.replication_factor is None:
+                self.topic_creator.create_internal_topic_soon(
+                    TXN_STATE_TOPIC, self.topic_partitions, self.topic_configs
+                )
+            else:
+                LogConfig.from_dict(dict(self.topic_configs))
+                body = {
+                    "topic": TXN_STATE_TOPIC,
+                    "partitions": self.topic_partitions,
+                    "replication_factor": self.replication_factor,
+                    "configs": dict(self.topic_configs),
+                    "internal": True,
+                }
+                self.topic_creator.create_topic_soon(TXN_STATE_TOPIC, body)
+        except (LogMQError, OSError, ValueError) as exc:
+            log.error("cannot create %s: %s", TXN_STATE_TOPIC, exc)
+            raise CoordinatorError(
+                f"cannot create {TXN_STATE_TOPIC}: {exc}", ErrorCode.COORDINATOR_NOT_AVAILABLE
+            ) from exc
+        raise CoordinatorError(
+            f"{TXN_STATE_TOPIC} is being created", ErrorCode.COORDINATOR_NOT_AVAILABLE
+        )
+
+    def partition_for(self, transactional_id: str) -> int:
+        return coordinator_partition(transactional_id, self.ensure_txn_topic())
+
+    def coordinator_for(self, transactional_id: str) -> tuple[int, str, int]:
+        """(node id, host, port) of the broker leading the id's partition (FindCoordinator
+        with key type 1), creating ``__transaction_state`` on first use."""
+        partition = self.partition_for(transactional_id)
+        image = self.quorum.image
+        part = image.partition(TXN_STATE_TOPIC, partition)
+        reg = image.brokers.get(part.leader) if part is not None else None
+        if reg is None or reg.fenced:
+            raise CoordinatorError(
+                f"{TXN_STATE_TOPIC}-{partition} has no available leader",
+                ErrorCode.COORDINATOR_NOT_AVAILABLE,
+            )
+        return reg.broker_id, reg.host, reg.port
+
+    async def find_coordinator(self, transactional_id: str) -> tuple[int, str, int]:
+        return self.coordinator_for(transactional_id)
+
+    def shard_for(self, transactional_id: str) -> TxnShard:
+        """The shard coordinating ``transactional_id``; NOT_COORDINATOR if another broker's."""
+        partition = self.partition_for(transactional_id)
+        shard = self._shards.get(partition)
+        if shard is None:
+            raise CoordinatorError(
+                f"this broker does not coordinate {TXN_STATE_TOPIC}-{partition}",
+                ErrorCode.NOT_COORDINATOR,
+            )
+        return shard
+
+    def shards(self) -> list[TxnShard]:
+        return [self._shards[p] for p in sorted(self._shards)]
+
+    def offsets_partition_for(self, group_id: str) -> int:
+        """The ``__consumer_offsets`` partition of ``group_id`` (AddOffsetsToTxn): by the
+        topic's count, or the count it will be created with."""
+        offsets = self.quorum.image.topics.get(OFFSETS_TOPIC)
+        count = len(offsets.partitions) if offsets is not None else 0
+        return group_partition(group_id, count or self.default_offsets_partitions)
+
+    # -- the transaction APIs -----------------------------------------------------------
+    # Each raises CoordinatorError (NOT_COORDINATOR, COORDINATOR_LOAD_IN_PROGRESS,
+    # COORDINATOR_NOT_AVAILABLE, ...) when this broker cannot answer for the id now.
+
+    async def init_producer_id(
+        self,
+        transactional_id: str,
+        timeout_ms: int,
+        expected_producer_id: int = NO_PRODUCER_ID,
+        expected_epoch: int = NO_PRODUCER_EPOCH,
+    ) -> InitProducerIdResult:
+        """InitProducerId of a transactional producer.
+
+        A fresh producer id comes from the broker's (async) allocator, which cannot run
+        inside an operation: it is allocated before queueing when the shard's state says
+        one may be needed; if the state changed meanwhile the operation answers
+        NEED_PRODUCER_ID, having changed nothing, and is queued again with an id.
+        """
+        if _id_invalid(transactional_id):
+            return InitProducerIdResult(ErrorCode.INVALID_REQUEST)
+        producer_id = None
+        if self.shard_for(transactional_id).needs_producer_id(transactional_id):
+            producer_id = await self._allocate_producer_id()
+        for _ in range(INIT_ATTEMPTS):
+            answer = await self.shard_for(transactional_id).init_producer_id(
+                transactional_id,
+                timeout_ms,
+                expected_producer_id,
+                expected_epoch,
+                producer_id=producer_id,
+            )
+            if not isinstance(answer, NeedProducerId):
+                return answer
+            producer_id = await self._allocate_producer_id()
+        raise CoordinatorError(  # not reached: an attempt with an id never needs another
+            "no producer id could be assigned", ErrorCode.COORDINATOR_NOT_AVAILABLE
+        )
+
+    async def add_partitions_to_txn(
+        self,
+        transactional_id: str,
+        producer_id: int,
+        producer_epoch: int,
+        partitions: Iterable[TopicPartition],
+    ) -> ErrorCode:
+        """AddPartitionsToTxn from a producer: one code for all its partitions."""
+        if _id_invalid(transactional_id):
+            return ErrorCode.INVALID_REQUEST
+        shard = self.shard_for(transactional_id)
+        return await shard.add_partitions(transactional_id, producer_id, producer_epoch, partitions)
+
+    async def verify_partitions(
+        self,
+        transactional_id: str,
+        producer_id: int,
+        producer_epoch: int,
+        partitions: Iterable[TopicPartition],
+    ) -> dict[TopicPartition, ErrorCode]:
+        """AddPartitionsToTxn with verify_only (KIP-890, from a partition leader)."""
+        partitions = list(partitions)
+        if _id_invalid(transactional_id):
+            return dict.fromkeys(partitions, ErrorCode.INVALID_REQUEST)
+        shard = self.shard_for(transactional_id)
+        return await shard.verify_partitions(
+            transactional_id, producer_id, producer_epoch, partitions
+        )
+
+    async def add_offsets_to_txn(
+        self, transactional_id: str, producer_id: int, producer_epoch: int, group_id: str
+    ) -> ErrorCode:
+        """AddOffsetsToTxn: the group's offsets partition joins the transaction."""
+        if _id_invalid(transactional_id):
+            return ErrorCode.INVALID_REQUEST
+        if not group_id:
+            return ErrorCode.INVALID_GROUP_ID
+        shard = self.shard_for(transactional_id)
+        return await shard.add_offsets(
+            transactional_id,
+            producer_id,
+            producer_epoch,
+            group_id,
+            self.offsets_partition_for(group_id),
+        )
+
+    async def end_txn(
+        self, transactional_id: str, producer_id: int, producer_epoch: int, commit: bool
+    ) -> ErrorCode:
+        """EndTxn: answered once Prepare* is durable; markers and Complete* follow."""
+        if _id_invalid(transactional_id):
+            return ErrorCode.INVALID_REQUEST
+        shard = self.shard_for(transactional_id)
+        return await shard.end_txn(transactional_id, producer_id, producer_epoch, commit)
+
+    async def describe_transactions(
+        self, transactional_ids: Iterable[str]
+    ) -> list[TransactionDescription]:
+        """DescribeTransactions: one description per id, in order; an id this broker
+        cannot answer for gets its error code instead of raising."""
+        ids = list(transactional_ids)
+        by_shard: dict[int, list[str]] = {}
+        errors: dict[str, ErrorCode] = {}
+        shards: dict[int, TxnShard] = {}
+        for txn_id in ids:
+            try:
+                shard = self.shard_for(txn_id)
+                shard.check_available()
+            except CoordinatorError as exc:
+                errors[txn_id] = exc.code
+                continue
+            shards[shard.partition] = shard
+            by_shard.setdefault(shard.partition, []).append(txn_id)
+        found: dict[str, TransactionDescription] = {}
+
+        async def describe(partition: int) -> None:
+            try:
+                for description in await shards[partition].describe(by_shard[partition]):
+                    found[description.transactional_id] = description
+            except CoordinatorError as exc:
+                for txn_id in by_shard[partition]:
+                    errors[txn_id] = exc.code
+
+        await asyncio.gather(*(describe(p) for p in by_shard))
+        return [
+            found.get(t) or TransactionDescription(t, errors.get(t, ErrorCode.NOT_COORDINATOR))
+            for t in ids
+        ]
+
+    async def list_transactions(
+        self,
+        states_filter: Iterable[str] = (),
+        producer_ids_filter: Iterable[int] = (),
+        duration_filter_ms: int = -1,
+    ) -> ListTransactionsResult:
+        """ListTransactions over the partitions this broker coordinates (none if the topic
+        does not exist yet; it is not created for this). COORDINATOR_LOAD_IN_PROGRESS
+        while any of them is loading."""
+        states, pids = list(states_filter), list(producer_ids_filter)
+        shards = self.shards()
+        for shard in shards:
+            shard.check_available()
+        results = await asyncio.gather(
+            *(s.list_transactions(states, pids, duration_filter_ms) for s in shards)
+        )
+        unknown = [name for name in states if TxnState.from_kafka_name(name) is None]
+        listings = [t for r in results for t in r.transactions]
+        listings.sort(key=lambda t: t.transactional_id)
+        return ListTransactionsResult(listings, unknown)
+
+    # -- markers ------------------------------------------------------------------------
+    async def _deliver_markers(self, job: MarkerJob) -> bool:
+        """Send ``job``'s markers until every partition has one (True), or a leader says
+        a newer coordinator or producer epoch took over (False). Runs as a task of the
+        shard's core, so losing the partition cancels it."""
+        remaining = set(job.partitions)
+        delay = MARKER_RETRY_MIN_S
+        while remaining:
+            changed = self._metadata_changed
+            try:
+                results = await self._marker_sender.send(
+                    replace(job, partitions=tuple(sorted(remaining)))
+                )
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # a connection failure, say: every partition again
+                log.warning("sending markers of %r failed: %s", job.transactional_id, exc)
+                results = {}
+            for tp in sorted(remaining):
+                code = results.get(tp)
+                if code is ErrorCode.NONE:
+                    remaining.discard(tp)
+                elif code in _MARKER_FENCED:
+                    log.warning(
+                        "marker of %r for %s-%d refused: %s",
+                        job.transactional_id,
+                        tp[0],
+                        tp[1],
+                        code.name,
+                    )
+                    return False
+            # Only once a send failed: this broker's image may lag behind a new topic.
+            remaining = {tp for tp in remaining if self._partition_exists(tp)}
+            if not remaining:
+                break
+            log.debug(
+                "markers of %r pending for %s: %s",
+                job.transactional_id,
+                sorted(remaining),
+                {tp: getattr(results.get(tp), "name", None) for tp in remaining},
+            )
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(delay):
+                    await changed.wait()
+            delay = min(delay * 2, MARKER_RETRY_MAX_S)
+        return True
+
+    def _partition_exists(self, tp: TopicPartition) -> bool:
+        """False once the partition is gone from the metadata (its topic was deleted):
+        its marker is owed to no one."""
+        return self.quorum.image.partition(tp[0], tp[1]) is not None
+
+    # -- metrics ------------------------------------------------------------------------
+    def stats(self) -> int:
+        """Transactional ids over the loaded shards."""
+        return sum(shard.transaction_count() for shard in list(self._shards.values()))
+
+
+def _partition_count(image: MetadataImage) -> int:
+    topic = image.topics.get(TXN_STATE_TOPIC)
+    return len(topic.partitions) if topic is not None else 0
+
+
+def _id_invalid(transactional_id: str) -> bool:
+    return not transactional_id or len(transactional_id.encode()) > MAX_ID_BYTES
