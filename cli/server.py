@@ -244,6 +244,24 @@ def _on_stdin(fd: int, stop: asyncio.Event) -> None:
     default=50,
     help="Partitions of __consumer_offsets when the broker creates it.",
 )
+@click.option(
+    "--transaction-state-partitions",
+    type=click.IntRange(1, 10_000),
+    default=50,
+    help="Partitions of __transaction_state when the broker creates it.",
+)
+@click.option(
+    "--transaction-max-timeout-ms",
+    type=click.IntRange(1),
+    default=900_000,
+    help="The longest transaction.timeout.ms a producer may ask for.",
+)
+@click.option(
+    "--transactional-id-expiration-ms",
+    type=click.IntRange(1),
+    default=604_800_000,
+    help="A transactional id idle this long is forgotten.",
+)
 @click.option("--group-session-timeout-ms", type=click.IntRange(1), default=45_000)
 @click.option("--group-min-session-timeout-ms", type=click.IntRange(1), default=6_000)
 @click.option("--group-max-session-timeout-ms", type=click.IntRange(1), default=300_000)

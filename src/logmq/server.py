@@ -24,6 +24,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from logmq.broker.broker_clients import BrokerClients
 from logmq.broker.config import BrokerConfig
 from logmq.broker.controller_service import (
     MetadataQuorum,
@@ -44,6 +45,9 @@ from logmq.broker.replica_manager import ReplicaManager, ReplicationConfig
 from logmq.broker.security_admin import SecurityAdmin
 from logmq.broker.topic_admin import TopicAdmin
 from logmq.broker.topic_creation import TopicCreator
+from logmq.broker.txn_coordinator import TransactionCoordinatorService
+from logmq.broker.txn_markers import MarkerSender, MarkerWriter
+from logmq.broker.txn_verification import TxnVerifier
 from logmq.client.security import ClientSecurity
 from logmq.cluster.controller_api import ControllerConfig
 from logmq.cluster.meta_properties import check_node_id
@@ -68,6 +72,7 @@ from logmq.kafka.partition_admin import KafkaPartitionAdminApis
 from logmq.kafka.sasl import SASL_AUTHENTICATE, SASL_HANDSHAKE, KafkaSaslApis
 from logmq.kafka.security_admin import KafkaSecurityAdminApis
 from logmq.kafka.topics import KafkaTopicApis
+from logmq.kafka.transactions import KafkaTransactionApis
 from logmq.kafka.versions import SUPPORTED as KAFKA_SUPPORTED
 from logmq.kafka.versions import kafka_api_name
 from logmq.native.admin_api import AdminApi
@@ -88,6 +93,7 @@ from logmq.native.group_api import GroupApi
 from logmq.native.reassignment_api import ReassignmentApi
 from logmq.native.sasl_api import NativeSaslApi
 from logmq.native.throttling import throttled
+from logmq.native.txn_api import TxnApi
 from logmq.net.codec import ApiKey, Request
 from logmq.net.pipeline import FrontDoor, RequestPipeline
 from logmq.net.reply import Reply
@@ -100,6 +106,7 @@ from logmq.security.settings import SecuritySettings, jaas_options, raft_tls
 from logmq.storage.config import LogConfig
 from logmq.storage.dir_lock import DataDirLock
 from logmq.storage.log_manager import LogManager
+from logmq.txn import TxnConfig
 
 log = logging.getLogger("logmq.broker")
 
@@ -173,6 +180,7 @@ class Broker:
     local_logs: LocalLogs
     replicas: ReplicaManager  # replicates only in a cluster (``replicated``)
     groups: GroupCoordinatorService
+    txns: TransactionCoordinatorService
     data: DataApi
     admin: AdminApi
     group_api: GroupApi
@@ -449,6 +457,7 @@ class Broker:
         self.publisher.add_listener(self.local_logs)
         self.publisher.add_listener(self.replicas)
         self.publisher.add_listener(self.groups)
+        self.publisher.add_listener(self.txns)
         self.publisher.add_listener(RemovedLogs(self.local_logs))
         self.quorum.loader.add_listener(self.publisher.publish)
         try:
@@ -463,6 +472,7 @@ class Broker:
             await self.server.start(self.security.native.host, self.security.native.port)
             await self.quorum.wait_ready()
             self.groups.start()  # caught up: load the shards of what we lead now
+            self.txns.start()
             self._after_ready()
             if any(sec.tls is not None for sec in self.security.per_listener.values()):
                 self._tls_reload_task = asyncio.get_running_loop().create_task(
@@ -478,7 +488,9 @@ class Broker:
             for server in self.kafka_servers:
                 await server.stop(0)
             await self.server.stop(0)
+            await self.txns.stop()
             await self.groups.stop()
+            self.broker_clients.close()
             await self.replicas.stop()
             if getattr(self.quorum, "raft", None) is not None:
                 await self.quorum.stop()
@@ -514,6 +526,33 @@ class Broker:
             self.forwarder.run_on_controller,
         )
         self.metrics.register_group_stats(self.groups.stats)
+        # transactions: the coordinator of the __transaction_state partitions led here,
+        # the markers it sends (to this broker's partitions directly, to others' over
+        # their native ports) and KIP-890's check of transactional produces
+        self.broker_clients = BrokerClients(
+            cfg.node_id, self.quorum.broker_address, security=self.inter_broker_security
+        )
+        self.marker_writer = MarkerWriter(self.replicas)
+        self.txns = TransactionCoordinatorService(
+            cfg,
+            self.quorum,
+            logs,
+            self.local_logs,
+            self.replicas,
+            self.topic_creator,
+            self.producer_ids.next_id,
+            MarkerSender(
+                cfg.node_id, lambda: self.quorum.image, self.marker_writer, self.broker_clients
+            ),
+            partitions=cfg.transaction_state_partitions,
+            config=TxnConfig(
+                max_timeout_ms=cfg.transaction_max_timeout_ms,
+                id_expiration_ms=cfg.transactional_id_expiration_ms,
+            ),
+        )
+        txn_verifier = TxnVerifier(
+            cfg.node_id, self.txns, self.broker_clients, self.local_logs.local_log
+        )
         self.produce_path = ProducePath(
             self.replicas, lambda: self.quorum.image, self.topic_creator
         )
@@ -552,7 +591,9 @@ class Broker:
             produce_path=self.produce_path,
             producer_ids=self.producer_ids,
             auto_create=self.topic_creator.auto_create,
-            offsets=KafkaOffsetApis(self.groups, self._kafka_endpoint, self.authorization),
+            offsets=KafkaOffsetApis(
+                self.groups, self._kafka_endpoint, self.authorization, txns=self.txns
+            ),
             topics=KafkaTopicApis(
                 TopicAdmin(self.forwarder.run_on_controller),
                 lambda: self.quorum.image,
@@ -576,6 +617,7 @@ class Broker:
             max_fetch_wait_ms=cfg.max_fetch_wait_ms,
             authz=self.authorization,
             quotas=quotas,
+            transactions=KafkaTransactionApis(self.txns, txn_verifier, self.authorization),
         )
         self.kafka_pipeline.door.handlers.update(self.kafka.table())
         self.kafka_pipeline.door.after = RequestTimeQuota(quotas, throttled_reply)
@@ -603,6 +645,9 @@ class Broker:
                 self.admin, self.data, self.group_api, self.cluster_api, self.reassignment_api
             )
         )
+        txn_api = TxnApi(self.marker_writer, self.txns)
+        self._handlers[ApiKey.WRITE_TXN_MARKERS] = txn_api.write_txn_markers
+        self._handlers[ApiKey.ADD_PARTITIONS_TO_TXN] = txn_api.add_partitions_to_txn
         self._handlers[ApiKey.SASL_HANDSHAKE] = self.native_sasl.sasl_handshake
         self._handlers[ApiKey.SASL_AUTHENTICATE] = self.native_sasl.sasl_authenticate
 
@@ -639,7 +684,9 @@ class Broker:
         )
         if self.metrics_server is not None:
             await self.metrics_server.stop()
-        await self.groups.stop()  # after the connections: their requests were answered
+        await self.txns.stop()  # after the connections: their requests were answered
+        await self.groups.stop()
+        self.broker_clients.close()
         await self.replicas.stop()
         self.topic_creator.stop()
         self.produce_path.stop()

@@ -53,6 +53,11 @@ class BrokerConfig:
     properties: dict[str, str] = field(default_factory=dict)
     # consumer groups (docs/consumer-groups.md)
     offsets_topic_partitions: int = 50  # partitions of __consumer_offsets when created
+    # transactions (docs/transactions.md), Kafka's transaction.state.log.num.partitions,
+    # transaction.max.timeout.ms and transactional.id.expiration.ms
+    transaction_state_partitions: int = 50
+    transaction_max_timeout_ms: int = 900_000
+    transactional_id_expiration_ms: int = 604_800_000
     group_session_timeout_ms: int = 45_000  # for members that do not ask for their own
     group_min_session_timeout_ms: int = 6_000
     group_max_session_timeout_ms: int = 300_000
@@ -102,6 +107,9 @@ class BrokerConfig:
             "shutdown_grace_ms": self.shutdown_grace_ms >= 0,
             "producer_id_block_size": self.producer_id_block_size >= 1,
             "offsets_topic_partitions": 1 <= self.offsets_topic_partitions <= 10_000,
+            "transaction_state_partitions": 1 <= self.transaction_state_partitions <= 10_000,
+            "transaction_max_timeout_ms": self.transaction_max_timeout_ms >= 1,
+            "transactional_id_expiration_ms": self.transactional_id_expiration_ms >= 1,
             "group_min_session_timeout_ms": self.group_min_session_timeout_ms >= 1,
             "group_max_session_timeout_ms": (
                 self.group_max_session_timeout_ms >= self.group_min_session_timeout_ms

@@ -594,17 +594,32 @@ class ReplicaManager:
             self._acks.pop(ack_key, None)
 
     async def append(
-        self, key: TopicPartition, plog: PartitionLog, data: Any, acks: int, timeout_ms: int
+        self,
+        key: TopicPartition,
+        plog: PartitionLog,
+        data: Any,
+        acks: int,
+        timeout_ms: int,
+        *,
+        control: bool = False,
     ) -> AppendInfo:
         """Append produce data as the partition's leader; acks=all waits for the HW
-        (``append_now``, then what it leaves to wait for)."""
-        info, rest = self.append_now(key, plog, data, acks, timeout_ms)
+        (``append_now``, then what it leaves to wait for). ``control``: transaction
+        markers (txn_markers.py), which clients may not write."""
+        info, rest = self.append_now(key, plog, data, acks, timeout_ms, control=control)
         if rest is not None:
             await rest
         return info
 
     def append_now(
-        self, key: TopicPartition, plog: PartitionLog, data: Any, acks: int, timeout_ms: int
+        self,
+        key: TopicPartition,
+        plog: PartitionLog,
+        data: Any,
+        acks: int,
+        timeout_ms: int,
+        *,
+        control: bool = False,
     ) -> tuple[AppendInfo, Coroutine[Any, Any, None] | None]:
         """The write of an append, at once, and what its answer still waits for (an
         fsync the topic's policy asks for, then acks=all replication), or None.
@@ -616,7 +631,7 @@ class ReplicaManager:
         """
         logs = self.logs
         if not self.replicated:  # the hot path of a single broker, inlined
-            info = logs.write(plog, data, leader_epoch=LEADER_EPOCH)
+            info = logs.write(plog, data, leader_epoch=LEADER_EPOCH, control=control)
             if logs.must_sync(plog, info):
                 return info, self._synced_single(key, plog, info)
             if not info.duplicate:
@@ -626,7 +641,7 @@ class ReplicaManager:
         error, epoch = self.check_append(key, acks, plog.config.min_insync_replicas)
         if error is not ErrorCode.NONE:
             raise LogMQError(f"cannot append to {key[0]}-{key[1]}: {error.name}", error)
-        info = logs.write(plog, data, leader_epoch=epoch)
+        info = logs.write(plog, data, leader_epoch=epoch, control=control)
         sync = logs.must_sync(plog, info)
         if not sync:
             if not info.duplicate:

@@ -65,6 +65,7 @@ if TYPE_CHECKING:
     from logmq.kafka.offsets import KafkaOffsetApis
     from logmq.kafka.partition_admin import KafkaPartitionAdminApis
     from logmq.kafka.topics import KafkaTopicApis
+    from logmq.kafka.transactions import KafkaTransactionApis
 
 KafkaHandler = Callable[[Request], Awaitable[Reply | None]]
 # Produce handlers overlap their durability waits; these have no effect to carry out
@@ -149,6 +150,7 @@ class KafkaApis:
         max_fetch_wait_ms: int,
         authz: Authorization | None = None,
         quotas: QuotaEnforcer | None = None,
+        transactions: KafkaTransactionApis | None = None,
     ) -> None:
         self.node_id = node_id
         self.image = image
@@ -168,6 +170,9 @@ class KafkaApis:
         self.max_fetch_wait_ms = max_fetch_wait_ms
         self.authz = authz  # ACLs per topic (kafka/authorization.py decides per request)
         self.quotas = quotas  # client quotas of Produce and Fetch (KIP-219 throttling)
+        # the transaction APIs (kafka/transactions.py); Produce and InitProducerId with a
+        # transactional id go through them
+        self.transactions = transactions
         # Fetch sessions of this door's consumers (the native door keeps its own).
         self.sessions = FetchSessionCache.watched_by(replicas.waiters)
         self._table = self.table()
@@ -204,8 +209,21 @@ class KafkaApis:
             47: self.groups.offset_delete,
             44: self.configs.incremental_alter_configs,
             60: self.describe_cluster,
+            **self._transaction_handlers(),
             68: self.consumer_groups.heartbeat,
             69: self.consumer_groups.describe,
+        }
+
+    def _transaction_handlers(self) -> dict[int, KafkaHandler]:
+        t = self.transactions
+        if t is None:
+            return {}
+        return {
+            24: t.add_partitions_to_txn,
+            25: t.add_offsets_to_txn,
+            26: t.end_txn,
+            65: t.describe_transactions,
+            66: t.list_transactions,
         }
 
     # -- ApiVersions -------------------------------------------------------------------
@@ -418,10 +436,9 @@ class KafkaApis:
         m = response_module(body)
         acks = body.acks
         timeout_ms = int(body.timeout.total_seconds() * 1000)
-        if body.transactional_id is not None:
+        if body.transactional_id is not None and self.transactions is None:
             code = ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
-            message = "transactions are not supported yet"
-            return self._produce_errors(m, req, code, message)
+            return self._produce_errors(m, req, code, "transactions are not enabled")
         if acks not in (0, 1, -1):
             return self._produce_errors(m, req, ErrorCode.INVALID_REQUIRED_ACKS, "acks")
         denied: set[str] = set()
@@ -429,18 +446,37 @@ class KafkaApis:
             denied = self.authz.denied_topics(
                 req.context, Op.WRITE, (t.name for t in body.topic_data)
             )
+        refused: dict[tuple[str, int], LogMQError] = {}
+        if body.transactional_id is not None:
+            assert self.transactions is not None
+            refused = await self.transactions.check_produce(
+                req,
+                body.transactional_id,
+                [
+                    (t.name, p.index, p.records or b"")
+                    for t in body.topic_data
+                    if t.name not in denied
+                    for p in t.partition_data
+                ],
+            )
         entries = [
             (t.name, p.index, p.records or b"")
             for t in body.topic_data
             if t.name not in denied
             for p in t.partition_data
+            if (t.name, p.index) not in refused
         ]
         outcomes = iter(await self.produce_path.append_all(entries, acks, timeout_ms))
         responses = []
         for t in body.topic_data:
             parts = []
             for p in t.partition_data:
-                outcome = next(outcomes) if t.name not in denied else _denied_topic(t.name)
+                if t.name in denied:
+                    outcome: Any = _denied_topic(t.name)
+                elif (t.name, p.index) in refused:
+                    outcome = refused[(t.name, p.index)]
+                else:
+                    outcome = next(outcomes)
                 parts.append(self._partition_response(
                     m, req.api_version, p.index, *produce_result(t.name, p.index, outcome),
                     rejected=record_errors(outcome),
@@ -712,12 +748,14 @@ class KafkaApis:
         m = response_module(body)
         fields: dict[str, Any] = {"throttle_time": NO_THROTTLE}
         if body.transactional_id is not None:
-            fields.update(
-                error_code=KioErrorCode.transactional_id_authorization_failed,
-                producer_id=-1,
-                producer_epoch=-1,
-            )
-            return Reply(m.InitProducerIdResponse(**fields))
+            if self.transactions is None:
+                fields.update(
+                    error_code=KioErrorCode.transactional_id_authorization_failed,
+                    producer_id=-1,
+                    producer_epoch=-1,
+                )
+                return Reply(m.InitProducerIdResponse(**fields))
+            return await self.transactions.init_producer_id(req)
         authz = self.authz
         if (
             authz is not None

@@ -27,6 +27,7 @@ from logmq.security.authorization import Authorization
 
 if TYPE_CHECKING:
     from logmq.broker.group_coordinator import GroupCoordinatorService
+    from logmq.broker.txn_coordinator import TransactionCoordinatorService
     from logmq.group import GroupCoordinator
 
 # Errors that concern the whole group rather than a partition (Kafka puts them
@@ -44,8 +45,10 @@ class KafkaOffsetApis:
         groups: GroupCoordinatorService,
         kafka_endpoint: Callable[[int, str | None], tuple[str, int] | None],
         authz: Authorization | None = None,
+        txns: TransactionCoordinatorService | None = None,
     ) -> None:
         self.groups = groups
+        self.txns = txns  # FindCoordinator with key type 1
         self.kafka_endpoint = kafka_endpoint
         # per group of the batched versions, per topic of OffsetFetch (the pipeline
         # decides the single-group versions: kafka/authorization.py)
@@ -108,15 +111,27 @@ class KafkaOffsetApis:
         self, key: str, key_type: int, req: Request
     ) -> tuple[KioErrorCode, str | None, int, str, int]:
         try:
-            if key_type != 0:
+            if key_type == 1:  # a transactional id (KIP-98)
+                if self.txns is None:
+                    raise LogMQError("transactions are not enabled", ErrorCode.INVALID_REQUEST)
+                if not key:
+                    raise LogMQError("empty transactional id", ErrorCode.INVALID_REQUEST)
+                if self._denied(req, Op.DESCRIBE, ResourceType.TRANSACTIONAL_ID, key):
+                    raise LogMQError(
+                        "not authorized to DESCRIBE the transactional id",
+                        ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+                    )
+                node, _, _ = await self.txns.find_coordinator(key)
+            elif key_type != 0:
                 raise LogMQError(
-                    f"key type {key_type} is not supported: only 0 (groups); no transactions",
+                    f"key type {key_type} is not supported: 0 (groups) or 1 (transactions)",
                     ErrorCode.INVALID_REQUEST,
                 )
-            problem = group_id_error(key)
-            if problem:
-                raise LogMQError(problem, ErrorCode.INVALID_GROUP_ID)
-            node, _, _ = await self.groups.find_coordinator(key)
+            else:
+                problem = group_id_error(key)
+                if problem:
+                    raise LogMQError(problem, ErrorCode.INVALID_GROUP_ID)
+                node, _, _ = await self.groups.find_coordinator(key)
             listener = req.context.listener if req.context is not None else None
             endpoint = self.kafka_endpoint(node, listener)
             if endpoint is None:

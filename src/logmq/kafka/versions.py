@@ -45,6 +45,9 @@ SUPPORTED: dict[int, tuple[int, int]] = {
     21: (0, 2),  # DeleteRecords
     22: (0, 5),  # InitProducerId
     23: (0, 4),  # OffsetForLeaderEpoch (librdkafka validates positions with v2)
+    24: (0, 4),  # AddPartitionsToTxn (v4: batched, verify_only, from brokers: KIP-890)
+    25: (0, 3),  # AddOffsetsToTxn
+    26: (0, 4),  # EndTxn (v5 is KIP-890 part 2's epoch bump per transaction: not served)
     29: (1, 3),  # DescribeAcls (v0, before pattern types, went in Kafka 4.0: KIP-896)
     30: (1, 3),  # CreateAcls
     31: (1, 3),  # DeleteAcls
@@ -64,6 +67,8 @@ SUPPORTED: dict[int, tuple[int, int]] = {
     50: (0, 0),  # DescribeUserScramCredentials
     51: (0, 0),  # AlterUserScramCredentials
     60: (0, 1),  # DescribeCluster
+    65: (0, 0),  # DescribeTransactions
+    66: (0, 1),  # ListTransactions (v2's transactional id pattern: not served)
     68: (0, 1),  # ConsumerGroupHeartbeat (KIP-848; librdkafka's group.protocol=consumer needs 1)
     69: (0, 1),  # ConsumerGroupDescribe
 }

@@ -54,6 +54,8 @@ SUPPORTED_APIS: dict[int, tuple[int, int]] = {
     ApiKey.BROKER_REGISTRATION: (0, 0),
     ApiKey.BROKER_HEARTBEAT: (0, 0),
     ApiKey.ALLOCATE_PRODUCER_IDS: (0, 0),
+    ApiKey.WRITE_TXN_MARKERS: (0, 0),  # broker -> broker (native/txn_api.py)
+    ApiKey.ADD_PARTITIONS_TO_TXN: (0, 0),  # verify_only, broker -> broker
     ApiKey.ALTER_PARTITION: (0, 0),
     ApiKey.DESCRIBE_LOG_DIRS: (0, 0),
     ApiKey.ELECT_LEADERS: (0, 0),

@@ -85,6 +85,8 @@ BROKER_ONLY = frozenset(
         ApiKey.BROKER_HEARTBEAT,
         ApiKey.ALLOCATE_PRODUCER_IDS,
         ApiKey.ALTER_PARTITION,
+        ApiKey.WRITE_TXN_MARKERS,
+        ApiKey.ADD_PARTITIONS_TO_TXN,  # only verify_only, from partition leaders
     }
 )
 

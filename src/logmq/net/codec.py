@@ -50,6 +50,8 @@ class ApiKey(IntEnum):
     DELETE_TOPICS = 20
     DELETE_RECORDS = 21
     INIT_PRODUCER_ID = 22
+    ADD_PARTITIONS_TO_TXN = 24  # verify_only from a partition leader (KIP-890): txn_api
+    WRITE_TXN_MARKERS = 27  # coordinator -> partition leader (broker/txn_markers.py)
     OFFSET_FOR_LEADER_EPOCH = 23
     SASL_HANDSHAKE = 17  # native/sasl_api.py: the Kafka exchange in msgpack bodies
     DESCRIBE_ACLS = 29  # native/security_api.py, from the local image

@@ -537,7 +537,9 @@ class LogManager:
             await self.sync(plog)
         return info
 
-    def write(self, plog: PartitionLog, data: Any, *, leader_epoch: int = 0) -> AppendInfo:
+    def write(
+        self, plog: PartitionLog, data: Any, *, leader_epoch: int = 0, control: bool = False
+    ) -> AppendInfo:
         """The append itself, at once: checked, converted and written (not yet synced).
 
         A compacted topic refuses records without a key (InvalidRecordError), as Kafka's
@@ -550,12 +552,13 @@ class LogManager:
         disk = self.disk
         disk.check_append(len(data))
         cfg = plog.config
-        if cfg.compression_type != "producer":
-            data = to_codec(data, cfg.broker_codec, cfg.max_message_bytes)
-        if cfg.compact:
-            check_record_keys(data, cfg.max_message_bytes)
+        if not control:  # a transaction marker is written as the coordinator made it
+            if cfg.compression_type != "producer":
+                data = to_codec(data, cfg.broker_codec, cfg.max_message_bytes)
+            if cfg.compact:
+                check_record_keys(data, cfg.max_message_bytes)
         try:
-            info = plog.append(data, leader_epoch=leader_epoch)
+            info = plog.append(data, leader_epoch=leader_epoch, control=control)
         except DiskFullError as e:
             disk.write_failed(len(data))
             raise DiskFullError(f"{disk.describe()}: {e}") from e

@@ -72,6 +72,8 @@ DEFAULT_SERVER_ARGS: tuple[str, ...] = (
     # Kafka's 50 logs (times 3 replicas in a cluster) created and replicated for a test
     "--offsets-topic-partitions",
     "1",
+    "--transaction-state-partitions",
+    "1",
     # a classic group's first rebalance does not wait 3 s for more members (as
     # testcontainers sets group.initial.rebalance.delay.ms=0 for Kafka)
     "--group-initial-rebalance-delay-ms",

@@ -1,0 +1,135 @@
+"""Kafka transactions with the real clients (issue 29): confluent-kafka's transactional
+producer commits and aborts, read_committed consumers see committed records only, a
+second producer with the same transactional id fences the first."""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+import pytest
+
+from tests.harness import BrokerProcess
+
+ck = pytest.importorskip("confluent_kafka")
+from confluent_kafka import admin as kadmin  # noqa: E402
+
+TIMEOUT = 30
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory):
+    b = BrokerProcess(
+        tmp_path_factory.mktemp("txn") / "data",
+        extra_args=["--transaction-state-partitions", "3", "--offsets-topic-partitions", "3"],
+    )
+    b.start()
+    yield b
+    b.stop()
+
+
+def topic(broker, partitions: int = 2) -> str:
+    name = f"txn-{uuid.uuid4().hex[:8]}"
+    admin = kadmin.AdminClient({"bootstrap.servers": broker.kafka_bootstrap})
+    admin.create_topics([kadmin.NewTopic(name, partitions, 1)])[name].result(timeout=TIMEOUT)
+    return name
+
+
+def producer(broker, txn_id: str):
+    p = ck.Producer(
+        {
+            "bootstrap.servers": broker.kafka_bootstrap,
+            "transactional.id": txn_id,
+            "transaction.timeout.ms": 60_000,
+        }
+    )
+    p.init_transactions(TIMEOUT)
+    return p
+
+
+def consume(broker, name: str, isolation: str, expect: int, *, wait: float = 10.0) -> list[bytes]:
+    """Values read from the start of ``name`` until ``expect`` came or ``wait`` passed
+    without more."""
+    c = ck.Consumer(
+        {
+            "bootstrap.servers": broker.kafka_bootstrap,
+            "group.id": f"g-{uuid.uuid4().hex[:6]}",
+            "auto.offset.reset": "earliest",
+            "isolation.level": isolation,
+            "enable.auto.commit": False,
+        }
+    )
+    c.subscribe([name])
+    got: list[bytes] = []
+    deadline = time.monotonic() + wait
+    try:
+        while time.monotonic() < deadline and len(got) < expect:
+            msg = c.poll(0.2)
+            if msg is None or msg.error():
+                continue
+            got.append(msg.value())
+    finally:
+        c.close()
+    return got
+
+
+def test_committed_records_are_read_by_read_committed_consumers(broker):
+    name = topic(broker)
+    p = producer(broker, f"tx-{name}")
+    p.begin_transaction()
+    for i in range(20):
+        p.produce(name, b"c%d" % i, partition=i % 2)
+    p.commit_transaction(TIMEOUT)
+    got = consume(broker, name, "read_committed", 20)
+    assert sorted(got) == sorted(b"c%d" % i for i in range(20))
+
+
+def test_aborted_records_are_hidden_from_read_committed_only(broker):
+    name = topic(broker)
+    p = producer(broker, f"tx-{name}")
+    p.begin_transaction()
+    for i in range(10):
+        p.produce(name, b"a%d" % i, partition=i % 2)
+    p.flush(TIMEOUT)
+    p.abort_transaction(TIMEOUT)
+    p.begin_transaction()
+    for i in range(5):
+        p.produce(name, b"k%d" % i, partition=i % 2)
+    p.commit_transaction(TIMEOUT)
+    committed = consume(broker, name, "read_committed", 5, wait=5)
+    assert sorted(committed) == sorted(b"k%d" % i for i in range(5))
+    everything = consume(broker, name, "read_uncommitted", 15)
+    assert len(everything) == 15  # the aborted ones too; markers are never records
+
+
+def test_an_open_transaction_holds_read_committed_consumers_back(broker):
+    name = topic(broker, 1)
+    p = producer(broker, f"tx-{name}")
+    p.begin_transaction()
+    p.produce(name, b"pending")
+    p.flush(TIMEOUT)
+    assert consume(broker, name, "read_committed", 1, wait=3) == []
+    assert consume(broker, name, "read_uncommitted", 1) == [b"pending"]
+    p.commit_transaction(TIMEOUT)
+    assert consume(broker, name, "read_committed", 1) == [b"pending"]
+
+
+def test_a_second_producer_with_the_same_id_fences_the_first(broker):
+    name = topic(broker, 1)
+    txn_id = f"tx-{name}"
+    first = producer(broker, txn_id)
+    first.begin_transaction()
+    first.produce(name, b"zombie")
+    first.flush(TIMEOUT)
+    second = producer(broker, txn_id)  # aborts the first one's transaction, bumps the epoch
+    second.begin_transaction()
+    second.produce(name, b"live")
+    second.commit_transaction(TIMEOUT)
+    with pytest.raises(ck.KafkaException) as raised:
+        first.commit_transaction(TIMEOUT)
+    assert raised.value.args[0].fatal() or raised.value.args[0].code() in (
+        ck.KafkaError._FENCED,
+        ck.KafkaError.PRODUCER_FENCED,
+        ck.KafkaError.INVALID_PRODUCER_EPOCH,
+    )
+    assert consume(broker, name, "read_committed", 1) == [b"live"]
