@@ -164,6 +164,22 @@ def with_topic(fake: Fake, epoch: int = 1) -> PartitionRegistration:
     return ours
 
 
+def leading(fake: Fake) -> TransactionCoordinatorService:
+    """A started service told that this broker leads partition 0 (its shard loading)."""
+    ours = with_topic(fake)
+    service = fake.service()
+    service.start()
+    service.on_partitions_changed(fake.image, changes(leaders=[ours]))
+    return service
+
+
+async def begun(service: TransactionCoordinatorService, partitions=(("t", 0),)) -> int:
+    """The producer id of OURS, now in a transaction on ``partitions`` (epoch 0)."""
+    pid = (await service.init_producer_id(OURS, 10_000)).producer_id
+    assert await service.add_partitions_to_txn(OURS, pid, 0, partitions) is ErrorCode.NONE
+    return pid
+
+
 async def active(service: TransactionCoordinatorService, txn: str = OURS):
     def ready() -> bool:
         try:
@@ -205,10 +221,7 @@ async def test_the_topic_is_created_on_first_use(fake):
 
 
 async def test_routing_and_a_commit_through_the_service(fake):
-    ours = with_topic(fake)
-    service = fake.service()
-    service.start()
-    service.on_partitions_changed(fake.image, changes(leaders=[ours]))
+    service = leading(fake)
     assert service.coordinator_for(OURS) == (1, "host1", 9001)
     assert service.coordinator_for(THEIRS) == (2, "host2", 9002)
     with pytest.raises(CoordinatorError) as loading:
@@ -265,15 +278,11 @@ async def test_routing_and_a_commit_through_the_service(fake):
 
 
 async def test_a_fenced_marker_abandons_the_job(fake):
-    ours = with_topic(fake)
-    service = fake.service()
-    service.start()
-    service.on_partitions_changed(fake.image, changes(leaders=[ours]))
+    service = leading(fake)
     await active(service)
-    init = await service.init_producer_id(OURS, 10_000)
-    await service.add_partitions_to_txn(OURS, init.producer_id, 0, [("t", 0)])
+    pid = await begun(service)
     fake.sender.script[("t", 0)] = [ErrorCode.TRANSACTION_COORDINATOR_FENCED]
-    assert await service.end_txn(OURS, init.producer_id, 0, commit=False) is ErrorCode.NONE
+    assert await service.end_txn(OURS, pid, 0, commit=False) is ErrorCode.NONE
     await wait_until(lambda: fake.sender.sent, what="markers sent")
     await asyncio.sleep(0.3)
     assert len(fake.sender.sent) == 1  # not retried
@@ -282,14 +291,9 @@ async def test_a_fenced_marker_abandons_the_job(fake):
 
 
 async def test_leadership_lost_then_regained_at_a_newer_epoch_finishes_the_commit(fake):
-    ours = with_topic(fake)
-    service = fake.service()
-    service.start()
-    service.on_partitions_changed(fake.image, changes(leaders=[ours]))
+    service = leading(fake)
     await active(service)
-    init = await service.init_producer_id(OURS, 10_000)
-    pid = init.producer_id
-    await service.add_partitions_to_txn(OURS, pid, 0, [("t", 0)])
+    pid = await begun(service)
     never = asyncio.Event()
     real_send = fake.sender.send
 

@@ -48,7 +48,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Protocol, Required, TypedDict, TypeVar
 
 from logmq.errors import ErrorCode, LogMQError, StorageError
 from logmq.storage import batch as b
@@ -177,6 +177,16 @@ class LeaderReplication:
 
     async def replicated(self, offset: int, timeout_ms: int) -> ErrorCode:
         return await self._replicas.wait_replicated(self._key, offset, timeout_ms)
+
+
+class ShardOptions(TypedDict, total=False):
+    """The keyword arguments a domain's shard (groups, transactions) passes on to
+    :class:`CoordinatorShard` unchanged: how it replicates, and the defaults below."""
+
+    replication: Required[ShardReplication]
+    leader_epoch: int  # 0
+    replication_timeout_ms: int  # 5_000
+    clock: Callable[[], int]  # wall_clock_ms
 
 
 # What an append or replication error means to a coordinator request (all retriable);
@@ -416,6 +426,11 @@ class CoordinatorShard(Generic[C]):
 
     def _loaded(self, core: C) -> None:
         """Called once a core is active (for logging)."""
+
+    def _log_loaded(self, count: int, what: str) -> None:
+        """For ``_loaded``: how many ``what`` the new core holds (INFO unless none)."""
+        level = logging.INFO if count else logging.DEBUG
+        self._log.log(level, "loaded %d %s of %s", count, what, self.name)
 
     def _ticked(self, result: Any) -> None:
         """What ``core.tick`` returned (for logging)."""

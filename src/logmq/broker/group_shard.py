@@ -18,12 +18,13 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any, TypeVar
+from typing import Any, TypeVar, Unpack
 
 from logmq.broker.coordinator_shard import (
     APPEND_ERRORS,
     CoordinatorError,
     CoordinatorShard,
+    ShardOptions,
     ShardReplication,
     ShardState,
     encode_records,
@@ -66,11 +67,7 @@ class GroupShard(CoordinatorShard[_GroupCore]):
         get_log: Callable[[], PartitionLog | None],
         config: GroupConfig,
         topic_partitions: Callable[[], Mapping[str, int]],
-        *,
-        replication: ShardReplication,
-        leader_epoch: int = 0,
-        replication_timeout_ms: int = 5_000,
-        clock: Callable[[], int] = wall_clock_ms,
+        **options: Unpack[ShardOptions],
     ) -> None:
         super().__init__(
             OFFSETS_TOPIC,
@@ -78,14 +75,11 @@ class GroupShard(CoordinatorShard[_GroupCore]):
             logs,
             get_log,
             self._build_core,
-            replication=replication,
-            leader_epoch=leader_epoch,
-            replication_timeout_ms=replication_timeout_ms,
-            clock=clock,
             error_map=APPEND_ERRORS,
             parked_marker=PARKED,
             kind="group",
             logger=log,
+            **options,
         )
         self.partition_count = partition_count
         self._config = config
@@ -142,13 +136,7 @@ class GroupShard(CoordinatorShard[_GroupCore]):
         return self._metadata_op(deleted)
 
     def _loaded(self, core: _GroupCore) -> None:
-        groups = len(core.group_ids())
-        log.log(
-            logging.INFO if groups else logging.DEBUG,
-            "loaded %d groups of %s",
-            groups,
-            self.name,
-        )
+        self._log_loaded(len(core.group_ids()), "groups")
 
     def _ticked(self, result: Any) -> None:
         for group_id, members in result.items():

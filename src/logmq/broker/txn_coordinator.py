@@ -1,12 +1,12 @@
 """The broker's transaction coordinator: ``__transaction_state`` and its shards.
 
 Transactional ids live in the internal compacted topic ``__transaction_state``; an id's
-coordinator is the leader of partition ``xxh32(transactional_id) % N``. Shaped like
-:class:`~logmq.broker.group_coordinator.GroupCoordinatorService`: this service creates
-the topic on first use (through the TopicCreator, like ``__consumer_offsets``), runs one
+coordinator is the leader of partition ``xxh32(transactional_id) % N``. As for groups,
+:class:`~logmq.broker.coordinator_service.ShardedCoordinatorService` creates the topic
+on first use (through the TopicCreator, like ``__consumer_offsets``), runs one
 :class:`~logmq.broker.txn_shard.TxnShard` per partition this broker leads (one per
-leader epoch: leadership regained at a newer epoch loads a new shard from the log),
-routes an id to its shard, and answers the transaction APIs of both front doors.
+leader epoch: leadership regained at a newer epoch loads a new shard from the log) and
+routes an id to its shard; this service answers the transaction APIs of both doors.
 
 It also delivers the shards' transaction markers: a ``MarkerSender`` (supplied by the
 composition root) writes WriteTxnMarkers to each partition's leader; partitions that
@@ -22,15 +22,16 @@ import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any, Protocol
+from functools import partial
+from typing import TYPE_CHECKING, Protocol
 
-from logmq.broker.coordinator_shard import CoordinatorError, LeaderReplication
+from logmq.broker.coordinator_service import ShardedCoordinatorService
+from logmq.broker.coordinator_shard import CoordinatorError
 from logmq.broker.group_coordinator import OFFSETS_TOPIC_CONFIGS
 from logmq.broker.txn_shard import NeedProducerId, TxnShard
-from logmq.errors import ErrorCode, LogMQError
+from logmq.errors import ErrorCode
 from logmq.group import OFFSETS_TOPIC
 from logmq.group import coordinator_partition as group_partition
-from logmq.storage.config import LogConfig
 from logmq.txn import (
     TXN_STATE_TOPIC,
     InitProducerIdResult,
@@ -48,12 +49,10 @@ if TYPE_CHECKING:
     from logmq.broker.config import BrokerConfig
     from logmq.broker.controller_service import MetadataQuorum
     from logmq.broker.local_logs import LocalLogs
-    from logmq.broker.metadata_publisher import PartitionChanges
     from logmq.broker.replica_manager import ReplicaManager
     from logmq.broker.topic_creation import TopicCreator
     from logmq.cluster.metadata_image import MetadataImage
     from logmq.storage.log_manager import LogManager
-    from logmq.storage.partition_log import PartitionLog
 
 log = logging.getLogger("logmq.txn")
 
@@ -93,7 +92,7 @@ def txn_topic_configs(cfg: BrokerConfig) -> dict[str, str]:
     return configs
 
 
-class TransactionCoordinatorService:
+class TransactionCoordinatorService(ShardedCoordinatorService[TxnShard]):
     def __init__(
         self,
         cfg: BrokerConfig,
@@ -113,172 +112,41 @@ class TransactionCoordinatorService:
         """``replication_factor`` None: the TopicCreator's rule for internal topics (as
         for ``__consumer_offsets``); ``write_timeout_ms`` None: the broker's
         coordinator write timeout (``offsets_commit_timeout_ms``)."""
-        self.node_id = cfg.node_id
-        self.topic_partitions = partitions
-        self.replication_factor = replication_factor
-        self.topic_configs = txn_topic_configs(cfg)
-        self.default_offsets_partitions = cfg.offsets_topic_partitions
-        self.write_timeout_ms = (
-            cfg.offsets_commit_timeout_ms if write_timeout_ms is None else write_timeout_ms
-        )
-        self.quorum = quorum
-        self.logs = logs
-        self.local_logs = local_logs
-        self.replicas = replicas
-        self.topic_creator = topic_creator
         self.config = config or TxnConfig()
+        super().__init__(
+            cfg,
+            quorum,
+            logs,
+            local_logs,
+            replicas,
+            topic_creator,
+            topic=TXN_STATE_TOPIC,
+            topic_partitions=partitions,
+            topic_configs=txn_topic_configs(cfg),
+            partition_of=coordinator_partition,
+            new_shard=partial(TxnShard, config=self.config, deliver_markers=self._deliver_markers),
+            replication_factor=replication_factor,
+            write_timeout_ms=write_timeout_ms,
+            logger=log,
+        )
+        self.default_offsets_partitions = cfg.offsets_topic_partitions
         self._allocate_producer_id = allocate_producer_id
         self._marker_sender = marker_sender
-        self.partition_count = 0  # of __transaction_state; 0 until it exists
-        self._shards: dict[int, TxnShard] = {}
-        self._started = False
-        self._unloading: set[asyncio.Task[Any]] = set()
         self._metadata_changed = asyncio.Event()  # replaced on every change
 
-    # -- lifecycle ----------------------------------------------------------------------
-    def start(self) -> None:
-        """Coordinate from now on: the partitions this broker leads load now (called once
-        the broker's metadata has caught up, as for groups)."""
-        self._started = True
-        image = self.quorum.image
-        self.partition_count = _partition_count(image)
-        for part in image.partitions():
-            if part.topic == TXN_STATE_TOPIC and part.leader == self.node_id:
-                self.on_became_leader(part.partition, part.leader_epoch)
-
-    async def stop(self) -> None:
-        self._started = False
-        for partition in list(self._shards):
-            await self.on_resigned(partition)
-        for task in list(self._unloading):
-            await task
-
-    # -- following the metadata image ----------------------------------------------------
-    def on_partitions_changed(self, image: MetadataImage, changes: PartitionChanges) -> None:
-        """Load shards of partitions we now lead, unload those we no longer do; wake
-        marker retries (a partition may have a new leader)."""
-        self.partition_count = _partition_count(image)
+    def _image_changed(self, image: MetadataImage) -> None:
+        """Wake marker retries: a partition may have a new leader."""
         self._metadata_changed.set()
         self._metadata_changed = asyncio.Event()
-        if not self._started:
-            return
-        for (topic, partition), part in changes.leaders.items():
-            if topic == TXN_STATE_TOPIC:
-                self.on_became_leader(partition, part.leader_epoch)
-        gone = [k for k in (*changes.followers, *changes.deleted) if k[0] == TXN_STATE_TOPIC]
-        for _, partition in gone:
-            self._retire(partition)
-
-    def _retire(self, partition: int) -> None:
-        """Stop routing to ``partition``'s shard now; unload it in the background."""
-        shard = self._shards.pop(partition, None)
-        if shard is None:
-            return
-        task = asyncio.get_running_loop().create_task(shard.unload())
-        self._unloading.add(task)
-        task.add_done_callback(self._unloading.discard)
-
-    def on_became_leader(self, partition: int, leader_epoch: int = 0) -> None:
-        """Coordinate the ids of ``partition`` at ``leader_epoch``: load its records."""
-        if not self._started:
-            return
-        current = self._shards.get(partition)
-        if current is not None:
-            if current.leader_epoch >= leader_epoch:
-                return  # the same leadership (an ISR change, say)
-            self._retire(partition)  # led again at a newer epoch: memory may be stale
-        local_logs = self.local_logs
-
-        def get_log() -> PartitionLog | None:
-            return local_logs.local_log(TXN_STATE_TOPIC, partition)
-
-        shard = TxnShard(
-            partition,
-            self.partition_count,
-            self.logs,
-            get_log,
-            self.config,
-            replication=LeaderReplication(self.replicas, TXN_STATE_TOPIC, partition, get_log),
-            deliver_markers=self._deliver_markers,
-            leader_epoch=leader_epoch,
-            replication_timeout_ms=self.write_timeout_ms,
-        )
-        self._shards[partition] = shard
-        shard.load()
-
-    async def on_resigned(self, partition: int) -> None:
-        shard = self._shards.pop(partition, None)
-        if shard is not None:
-            await shard.unload()
 
     # -- routing ------------------------------------------------------------------------
     def ensure_txn_topic(self) -> int:
-        """The partition count of ``__transaction_state``, asking for it on first use.
-
-        Creating it goes through the controller, so the first callers get the retriable
-        COORDINATOR_NOT_AVAILABLE until the topic is in the metadata image (as in Kafka).
-        """
-        if self.partition_count:
-            return self.partition_count
-        if not self._started:
-            raise CoordinatorError("the broker is stopping", ErrorCode.COORDINATOR_NOT_AVAILABLE)
-        try:
-            if self.replication_factor is None:
-                self.topic_creator.create_internal_topic_soon(
-                    TXN_STATE_TOPIC, self.topic_partitions, self.topic_configs
-                )
-            else:
-                LogConfig.from_dict(dict(self.topic_configs))
-                body = {
-                    "topic": TXN_STATE_TOPIC,
-                    "partitions": self.topic_partitions,
-                    "replication_factor": self.replication_factor,
-                    "configs": dict(self.topic_configs),
-                    "internal": True,
-                }
-                self.topic_creator.create_topic_soon(TXN_STATE_TOPIC, body)
-        except (LogMQError, OSError, ValueError) as exc:
-            log.error("cannot create %s: %s", TXN_STATE_TOPIC, exc)
-            raise CoordinatorError(
-                f"cannot create {TXN_STATE_TOPIC}: {exc}", ErrorCode.COORDINATOR_NOT_AVAILABLE
-            ) from exc
-        raise CoordinatorError(
-            f"{TXN_STATE_TOPIC} is being created", ErrorCode.COORDINATOR_NOT_AVAILABLE
-        )
-
-    def partition_for(self, transactional_id: str) -> int:
-        return coordinator_partition(transactional_id, self.ensure_txn_topic())
-
-    def coordinator_for(self, transactional_id: str) -> tuple[int, str, int]:
-        """(node id, host, port) of the broker leading the id's partition (FindCoordinator
-        with key type 1), creating ``__transaction_state`` on first use."""
-        partition = self.partition_for(transactional_id)
-        image = self.quorum.image
-        part = image.partition(TXN_STATE_TOPIC, partition)
-        reg = image.brokers.get(part.leader) if part is not None else None
-        if reg is None or reg.fenced:
-            raise CoordinatorError(
-                f"{TXN_STATE_TOPIC}-{partition} has no available leader",
-                ErrorCode.COORDINATOR_NOT_AVAILABLE,
-            )
-        return reg.broker_id, reg.host, reg.port
+        """The partition count of ``__transaction_state``, asking for it on first use."""
+        return self.ensure_topic()
 
     async def find_coordinator(self, transactional_id: str) -> tuple[int, str, int]:
+        """FindCoordinator with key type 1 (the topic is created on first use)."""
         return self.coordinator_for(transactional_id)
-
-    def shard_for(self, transactional_id: str) -> TxnShard:
-        """The shard coordinating ``transactional_id``; NOT_COORDINATOR if another broker's."""
-        partition = self.partition_for(transactional_id)
-        shard = self._shards.get(partition)
-        if shard is None:
-            raise CoordinatorError(
-                f"this broker does not coordinate {TXN_STATE_TOPIC}-{partition}",
-                ErrorCode.NOT_COORDINATOR,
-            )
-        return shard
-
-    def shards(self) -> list[TxnShard]:
-        return [self._shards[p] for p in sorted(self._shards)]
 
     def offsets_partition_for(self, group_id: str) -> int:
         """The ``__consumer_offsets`` partition of ``group_id`` (AddOffsetsToTxn): by the
@@ -491,11 +359,6 @@ class TransactionCoordinatorService:
     def stats(self) -> int:
         """Transactional ids over the loaded shards."""
         return sum(shard.transaction_count() for shard in list(self._shards.values()))
-
-
-def _partition_count(image: MetadataImage) -> int:
-    topic = image.topics.get(TXN_STATE_TOPIC)
-    return len(topic.partitions) if topic is not None else 0
 
 
 def _id_invalid(transactional_id: str) -> bool:

@@ -28,14 +28,9 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Iterable
-from typing import Any
+from typing import Any, Unpack
 
-from logmq.broker.coordinator_shard import (
-    CoordinatorError,
-    CoordinatorShard,
-    ShardReplication,
-    wall_clock_ms,
-)
+from logmq.broker.coordinator_shard import CoordinatorError, CoordinatorShard, ShardOptions
 from logmq.errors import ErrorCode
 from logmq.storage.log_manager import LogManager
 from logmq.storage.partition_log import PartitionLog
@@ -118,7 +113,7 @@ class TxnShardCore:
         """Abort timed-out transactions, remove expired ids; again in one interval."""
         expired = self.coordinator.expire(now_ms)
         for pending in expired:
-            self._apply(pending)
+            self.apply(pending)
         self._next_expire_ms = now_ms + self._interval_ms
         return expired
 
@@ -126,7 +121,7 @@ class TxnShardCore:
         """Marker jobs ``load_complete`` found owed: delivered after the first round."""
         self._effects += jobs
 
-    def _apply(self, result: Any) -> Any:
+    def apply(self, result: Any) -> Any:
         """A Pending takes effect now (its round makes it durable before anyone hears);
         anything else is already the answer."""
         if isinstance(result, Pending):
@@ -168,58 +163,7 @@ class TxnShardCore:
             )
         except _NoProducerId:  # the core allocates before it changes anything
             return NEED_PRODUCER_ID
-        return self._apply(result)
-
-    def add_partitions(
-        self,
-        transactional_id: str,
-        producer_id: int,
-        producer_epoch: int,
-        partitions: Iterable[TopicPartition],
-        now_ms: int,
-    ) -> ErrorCode:
-        result = self.coordinator.add_partitions(
-            transactional_id, producer_id, producer_epoch, partitions, now_ms
-        )
-        return self._apply(result)
-
-    def verify_partitions(
-        self,
-        transactional_id: str,
-        producer_id: int,
-        producer_epoch: int,
-        partitions: Iterable[TopicPartition],
-    ) -> dict[TopicPartition, ErrorCode]:
-        return self.coordinator.verify_partitions(
-            transactional_id, producer_id, producer_epoch, partitions
-        )
-
-    def add_offsets(
-        self,
-        transactional_id: str,
-        producer_id: int,
-        producer_epoch: int,
-        group_id: str,
-        offsets_partition: int,
-        now_ms: int,
-    ) -> ErrorCode:
-        result = self.coordinator.add_offsets(
-            transactional_id, producer_id, producer_epoch, group_id, offsets_partition, now_ms
-        )
-        return self._apply(result)
-
-    def end_txn(
-        self,
-        transactional_id: str,
-        producer_id: int,
-        producer_epoch: int,
-        commit: bool,
-        now_ms: int,
-    ) -> ErrorCode:
-        result = self.coordinator.end_txn(
-            transactional_id, producer_id, producer_epoch, commit, now_ms
-        )
-        return self._apply(result)
+        return self.apply(result)
 
     def markers_written(self, job: MarkerJob, now_ms: int) -> bool:
         """Every partition of ``job`` has its marker: write Complete*. False: stale job."""
@@ -228,7 +172,7 @@ class TxnShardCore:
         )
         if pending is None:
             return False
-        self._apply(pending)
+        self.apply(pending)
         return True
 
 
@@ -250,11 +194,8 @@ class TxnShard(CoordinatorShard[TxnShardCore]):
         get_log: Callable[[], PartitionLog | None],
         config: TxnConfig,
         *,
-        replication: ShardReplication,
         deliver_markers: Callable[[MarkerJob], Awaitable[bool]],
-        leader_epoch: int = 0,
-        replication_timeout_ms: int = 5_000,
-        clock: Callable[[], int] = wall_clock_ms,
+        **options: Unpack[ShardOptions],
     ) -> None:
         super().__init__(
             TXN_STATE_TOPIC,
@@ -262,14 +203,11 @@ class TxnShard(CoordinatorShard[TxnShardCore]):
             logs,
             get_log,
             self._build_core,
-            replication=replication,
-            leader_epoch=leader_epoch,
-            replication_timeout_ms=replication_timeout_ms,
-            clock=clock,
             on_effects=self._start_markers,
             error_map=TXN_APPEND_ERRORS,
             kind="txn",
             logger=log,
+            **options,
         )
         self.partition_count = partition_count
         self._config = config
@@ -317,8 +255,8 @@ class TxnShard(CoordinatorShard[TxnShardCore]):
         partitions: Iterable[TopicPartition],
     ) -> asyncio.Future[ErrorCode]:
         wanted = tuple(partitions)
-        return self.submit(
-            lambda core, now: core.add_partitions(
+        return self._change(
+            lambda txns, now: txns.add_partitions(
                 transactional_id, producer_id, producer_epoch, wanted, now
             )
         )
@@ -333,7 +271,7 @@ class TxnShard(CoordinatorShard[TxnShardCore]):
         """AddPartitionsToTxn with verify_only: is each partition in the transaction?"""
         wanted = tuple(partitions)
         return self.submit(
-            lambda core, now: core.verify_partitions(
+            lambda core, now: core.coordinator.verify_partitions(
                 transactional_id, producer_id, producer_epoch, wanted
             )
         )
@@ -346,8 +284,8 @@ class TxnShard(CoordinatorShard[TxnShardCore]):
         group_id: str,
         offsets_partition: int,
     ) -> asyncio.Future[ErrorCode]:
-        return self.submit(
-            lambda core, now: core.add_offsets(
+        return self._change(
+            lambda txns, now: txns.add_offsets(
                 transactional_id, producer_id, producer_epoch, group_id, offsets_partition, now
             )
         )
@@ -355,8 +293,8 @@ class TxnShard(CoordinatorShard[TxnShardCore]):
     def end_txn(
         self, transactional_id: str, producer_id: int, producer_epoch: int, commit: bool
     ) -> asyncio.Future[ErrorCode]:
-        return self.submit(
-            lambda core, now: core.end_txn(
+        return self._change(
+            lambda txns, now: txns.end_txn(
                 transactional_id, producer_id, producer_epoch, commit, now
             )
         )
@@ -379,6 +317,11 @@ class TxnShard(CoordinatorShard[TxnShardCore]):
                 states, pids, duration_filter_ms, now
             )
         )
+
+    def _change(self, change: Callable[[TransactionCoordinator, int], Any]) -> asyncio.Future[Any]:
+        """Queue ``change(coordinator, now_ms)``: the Pending it returns takes effect in
+        the operation (see the module docstring) and its answer is the future's."""
+        return self.submit(lambda core, now: core.apply(change(core.coordinator, now)))
 
     def transaction_count(self) -> int:
         """Transactional ids of a loaded shard, for the metrics."""
@@ -444,13 +387,7 @@ class TxnShard(CoordinatorShard[TxnShardCore]):
         return core
 
     def _loaded(self, core: TxnShardCore) -> None:
-        count = len(core.coordinator.transactional_ids())
-        log.log(
-            logging.INFO if count else logging.DEBUG,
-            "loaded %d transactional ids of %s",
-            count,
-            self.name,
-        )
+        self._log_loaded(len(core.coordinator.transactional_ids()), "transactional ids")
 
     def _ticked(self, result: Any) -> None:
         for pending in result:
