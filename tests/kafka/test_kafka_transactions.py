@@ -133,3 +133,97 @@ def test_a_second_producer_with_the_same_id_fences_the_first(broker):
         ck.KafkaError.INVALID_PRODUCER_EPOCH,
     )
     assert consume(broker, name, "read_committed", 1) == [b"live"]
+
+
+def test_transactions_across_a_three_broker_cluster(tmp_path):
+    """Markers go to leaders on other brokers (native WriteTxnMarkers) and the leaders
+    verify each producer's first batch with a coordinator on another broker (KIP-890)."""
+    from tests.harness import BrokerCluster
+
+    args = ["--transaction-state-partitions", "3", "--offsets-topic-partitions", "3"]
+    with BrokerCluster(3, base_dir=tmp_path / "cluster", extra_args=args) as cluster:
+        first = next(iter(cluster.nodes.values()))
+        name = "txn-cluster"
+        admin = kadmin.AdminClient({"bootstrap.servers": first.kafka_bootstrap})
+        admin.create_topics([kadmin.NewTopic(name, 6, 3)])[name].result(timeout=TIMEOUT)
+        leaders = {
+            p.leader for p in admin.list_topics(name, timeout=10).topics[name].partitions.values()
+        }
+        assert len(leaders) > 1  # the markers cross brokers
+        p = producer(first, "tx-cluster")
+        p.begin_transaction()
+        for i in range(30):
+            p.produce(name, b"x%d" % i, partition=i % 6)
+        p.flush(TIMEOUT)
+        p.abort_transaction(TIMEOUT)
+        p.begin_transaction()
+        for i in range(30):
+            p.produce(name, b"c%d" % i, partition=i % 6)
+        p.commit_transaction(TIMEOUT)
+        got = consume(first, name, "read_committed", 30)
+        assert sorted(got) == sorted(b"c%d" % i for i in range(30))
+
+
+def test_kafka_python_transactional_producer_and_read_committed_consumer(broker):
+    from kafka import KafkaConsumer, KafkaProducer
+
+    name = topic(broker, 1)
+    p = KafkaProducer(bootstrap_servers=broker.kafka_bootstrap, transactional_id=f"kp-{name}")
+    p.init_transactions()
+    p.begin_transaction()
+    for i in range(5):
+        p.send(name, b"aborted%d" % i)
+    p.flush()
+    p.abort_transaction()
+    p.begin_transaction()
+    for i in range(5):
+        p.send(name, b"kept%d" % i)
+    p.commit_transaction()
+    p.close()
+    c = KafkaConsumer(
+        name,
+        bootstrap_servers=broker.kafka_bootstrap,
+        isolation_level="read_committed",
+        auto_offset_reset="earliest",
+        consumer_timeout_ms=5000,
+    )
+    got = [m.value for m in c]
+    c.close()
+    assert got == [b"kept%d" % i for i in range(5)]
+
+
+async def test_aiokafka_transactional_producer_and_read_committed_consumer(broker):
+    aiokafka = pytest.importorskip("aiokafka")
+    name = topic(broker, 1)
+    p = aiokafka.AIOKafkaProducer(
+        bootstrap_servers=broker.kafka_bootstrap, transactional_id=f"aio-{name}"
+    )
+    await p.start()
+    try:
+        async with p.transaction():
+            for i in range(5):
+                await p.send(name, b"kept%d" % i)
+        with pytest.raises(RuntimeError):
+            async with p.transaction():
+                await p.send_and_wait(name, b"aborted")
+                raise RuntimeError("the application fails: the transaction aborts")
+    finally:
+        await p.stop()
+    c = aiokafka.AIOKafkaConsumer(
+        name,
+        bootstrap_servers=broker.kafka_bootstrap,
+        isolation_level="read_committed",
+        auto_offset_reset="earliest",
+    )
+    await c.start()
+    try:
+        got: list[bytes] = []
+        deadline = time.monotonic() + 10
+        while len(got) < 5 and time.monotonic() < deadline:
+            batch = await c.getmany(timeout_ms=500)
+            got += [m.value for msgs in batch.values() for m in msgs]
+        extra = await c.getmany(timeout_ms=1000)
+        got += [m.value for msgs in extra.values() for m in msgs]
+    finally:
+        await c.stop()
+    assert got == [b"kept%d" % i for i in range(5)]
