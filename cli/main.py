@@ -1,4 +1,5 @@
-"""The ``logmq`` command: topics, consumer groups, console produce/consume and benchmarks.
+"""The ``logmq`` command: topics, consumer groups, transactions, console produce/consume and
+benchmarks.
 
 Every subcommand reaches the cluster through ``--bootstrap`` (or ``LOGMQ_BOOTSTRAP``),
 given before the subcommand or after it (``logmq topic list -b HOST:PORT``; there it wins).
@@ -18,6 +19,7 @@ from logmq_cli.produce import produce
 from logmq_cli.reassign import reassign
 from logmq_cli.security import acl, quota, user
 from logmq_cli.topic import topic
+from logmq_cli.txn import txn
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -45,7 +47,8 @@ def cli(ctx: click.Context, bootstrap: str, request_timeout: float) -> None:
     ctx.obj = CliContext(bootstrap=bootstrap, request_timeout_ms=int(request_timeout * 1000))
 
 
-for _command in (topic, group, produce, consume, bench, cluster, reassign, acl, user, quota, dev):
+_COMMANDS = (topic, group, produce, consume, bench, cluster, reassign, acl, user, quota, txn, dev)
+for _command in _COMMANDS:
     cli.add_command(_command)
     if _command is not dev:  # dev starts brokers; it connects to none
         add_connection_options(_command)

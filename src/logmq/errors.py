@@ -85,6 +85,7 @@ class ErrorCode(IntEnum):
     ELECTION_NOT_NEEDED = 84
     NO_REASSIGNMENT_IN_PROGRESS = 85  # cancel of a partition that is not moving
     INVALID_RECORD = 87
+    UNSTABLE_OFFSET_COMMIT = 88  # OffsetFetch require_stable: a transaction holds offsets
     THROTTLING_QUOTA_EXCEEDED = 89  # controller_mutation_rate (KIP-599); retry after the throttle
     PRODUCER_FENCED = 90
     RESOURCE_NOT_FOUND = 91

@@ -53,6 +53,7 @@ from logmq.cluster.controller_api import ControllerConfig
 from logmq.cluster.meta_properties import check_node_id
 from logmq.cluster.metadata_image import MetadataImage
 from logmq.errors import ErrorCode, InvalidConfigError
+from logmq.group import OFFSETS_TOPIC
 from logmq.kafka.apis import (
     KAFKA_CONCURRENT_APIS,
     KAFKA_GROUP_APIS,
@@ -69,6 +70,7 @@ from logmq.kafka.group_membership import KafkaGroupMembershipApis
 from logmq.kafka.groups import KafkaGroupApis
 from logmq.kafka.offsets import KafkaOffsetApis
 from logmq.kafka.partition_admin import KafkaPartitionAdminApis
+from logmq.kafka.producers import KafkaProducerApis
 from logmq.kafka.sasl import SASL_AUTHENTICATE, SASL_HANDSHAKE, KafkaSaslApis
 from logmq.kafka.security_admin import KafkaSecurityAdminApis
 from logmq.kafka.topics import KafkaTopicApis
@@ -532,7 +534,12 @@ class Broker:
         self.broker_clients = BrokerClients(
             cfg.node_id, self.quorum.broker_address, security=self.inter_broker_security
         )
-        self.marker_writer = MarkerWriter(self.replicas)
+        # a marker on __consumer_offsets settles the transaction's offsets (TxnOffsetCommit)
+        self.marker_writer = MarkerWriter(
+            self.replicas,
+            offsets_topic=OFFSETS_TOPIC,
+            on_offsets_marker=self.groups.complete_transaction,
+        )
         self.txns = TransactionCoordinatorService(
             cfg,
             self.quorum,
@@ -620,6 +627,9 @@ class Broker:
             transactions=KafkaTransactionApis(self.txns, txn_verifier, self.authorization),
         )
         self.kafka_pipeline.door.handlers.update(self.kafka.table())
+        self.kafka_pipeline.door.handlers[61] = KafkaProducerApis(
+            self.replicas.leader_log, self.authorization
+        ).describe_producers
         self.kafka_pipeline.door.after = RequestTimeQuota(quotas, throttled_reply)
         self.native_pipeline.door.after = RequestTimeQuota(quotas, throttled, from_broker)
         security_admin = KafkaSecurityAdminApis(
@@ -645,9 +655,12 @@ class Broker:
                 self.admin, self.data, self.group_api, self.cluster_api, self.reassignment_api
             )
         )
-        txn_api = TxnApi(self.marker_writer, self.txns)
+        txn_api = TxnApi(self.marker_writer, self.txns, self.replicas, self.authorization)
         self._handlers[ApiKey.WRITE_TXN_MARKERS] = txn_api.write_txn_markers
         self._handlers[ApiKey.ADD_PARTITIONS_TO_TXN] = txn_api.add_partitions_to_txn
+        self._handlers[ApiKey.DESCRIBE_TRANSACTIONS] = txn_api.describe_transactions
+        self._handlers[ApiKey.LIST_TRANSACTIONS] = txn_api.list_transactions
+        self._handlers[ApiKey.DESCRIBE_PRODUCERS] = txn_api.describe_producers
         self._handlers[ApiKey.SASL_HANDSHAKE] = self.native_sasl.sasl_handshake
         self._handlers[ApiKey.SASL_AUTHENTICATE] = self.native_sasl.sasl_authenticate
 

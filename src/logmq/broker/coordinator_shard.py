@@ -31,6 +31,13 @@ makes what it decides durable before anybody hears about it:
   from the log. If a round was appended but not replicated in time, its operations fail
   (REQUEST_TIMED_OUT: the outcome is unknown, as for a produce) and the shard goes on;
   later rounds wait for the same high watermark.
+* **Transactional records.** A core may mark records with a producer id and epoch
+  (transactional offset commits): they are appended as that producer's transactional
+  batch, so the partition's transaction state covers them and the COMMIT or ABORT
+  marker the transaction's coordinator has written here ends them. Loading honours the
+  markers in log order: a committed record counts unless a later write of its key came
+  first, an aborted one never; records still without a marker go to the subclass's
+  ``_replay_open`` after the loader, in log order.
 * **Time.** One timer task sleeps until the core's next deadline and runs ``tick`` as an
   ordinary operation. Any change of state may bring a deadline forward, so the worker
   pokes the timer after every round; the timer then looks again, at most every
@@ -52,8 +59,10 @@ from typing import TYPE_CHECKING, Any, Generic, Protocol, Required, TypedDict, T
 
 from logmq.errors import ErrorCode, LogMQError, StorageError
 from logmq.storage import batch as b
+from logmq.storage import records_codec
 from logmq.storage.log_manager import LogManager
 from logmq.storage.partition_log import PartitionLog
+from logmq.storage.txn_state import CONTROL_COMMIT, control_record
 
 if TYPE_CHECKING:
     from logmq.broker.replica_manager import ReplicaManager
@@ -104,6 +113,18 @@ class ShardRecord(Protocol):
 
     @property
     def value(self) -> bytes | None: ...
+
+
+@dataclass(slots=True, frozen=True)
+class OpenTxnRecord:
+    """A record of a transactional batch whose producer has no marker in the log yet."""
+
+    offset: int
+    producer_id: int
+    producer_epoch: int
+    key: bytes
+    value: bytes | None
+    superseded: bool  # a later write of the key is in the log: it wins even on COMMIT
 
 
 class ShardCore(Protocol):
@@ -435,6 +456,14 @@ class CoordinatorShard(Generic[C]):
     def _ticked(self, result: Any) -> None:
         """What ``core.tick`` returned (for logging)."""
 
+    def _replay_open(self, core: C, records: list[OpenTxnRecord]) -> None:
+        """Give a freshly loaded core the records of transactions still open in the log
+        (a core that never writes transactional records has none)."""
+        if records:
+            self._log.warning(
+                "%s: %d records of open transactions ignored", self.name, len(records)
+            )
+
     # -- loading ------------------------------------------------------------------------
     async def _load(self) -> None:
         delay = 0.1
@@ -443,7 +472,9 @@ class CoordinatorShard(Generic[C]):
                 plog = self._get_log()
                 if plog is None:
                     raise StorageError(f"{self.name} is offline")
-                core = self._loader(await self._newest_values(plog), self._clock())
+                newest, open_records = await self._read_partition(plog)
+                core = self._loader(newest, self._clock())
+                self._replay_open(core, open_records)
                 break
             except asyncio.CancelledError:
                 raise
@@ -470,15 +501,22 @@ class CoordinatorShard(Generic[C]):
         self.submit_background(self._after_load(core), "first operation after load")
         self._loaded(core)
 
-    async def _newest_values(self, plog: PartitionLog) -> dict[bytes, bytes]:
-        """Newest value of every key of the partition (keys whose newest is a tombstone
-        left out).
+    async def _read_partition(
+        self, plog: PartitionLog
+    ) -> tuple[dict[bytes, bytes], list[OpenTxnRecord]]:
+        """The newest value of every key (keys whose newest is a tombstone left out), and
+        the records of transactions still open.
 
-        Nothing else appends to the partition while it loads (the shard is the only
-        writer and refuses work until loaded), so reading up to the end offset seen at
-        the start reads everything. File reads run in a worker thread, chunk by chunk.
+        Transactional records wait for their producer's marker: COMMIT makes each count
+        at its own position (unless a later write of its key was already seen), ABORT
+        drops them. Nothing else appends while the shard loads (it is the only writer
+        of records and refuses work until loaded; a marker landing meanwhile is
+        delivered to the loaded core afterwards), so reading up to the end offset seen
+        at the start reads everything. File reads run in a worker thread, chunk by chunk.
         """
-        newest: dict[bytes, bytes | None] = {}
+        newest: dict[bytes, tuple[int, bytes | None]] = {}  # key -> (offset, value)
+        # producer id -> key -> (offset, epoch, value) of its open transaction
+        open_txns: dict[int, dict[bytes, tuple[int, int, bytes | None]]] = {}
         offset, end = plog.log_start_offset, plog.log_end_offset
         while offset < end:
             region = plog.read(offset, LOAD_CHUNK_BYTES, max_offset=end)
@@ -490,15 +528,43 @@ class CoordinatorShard(Generic[C]):
                 b.validate(data, pos, contiguous=False)
                 if header.next_offset <= offset:
                     continue  # a batch before the one we asked for
-                for row in b.decode_rows(data, pos, header):
-                    key = row[2]
-                    if isinstance(key, bytes) and header.base_offset + row[0] >= offset:
-                        newest[key] = row[3]
                 next_offset = header.next_offset
+                pid = header.producer_id
+                if header.attributes & b.ATTR_CONTROL:
+                    if pid >= 0:
+                        ended = open_txns.pop(pid, {})
+                        if control_record(data, pos, verify=False).type == CONTROL_COMMIT:
+                            for key, (at, _, value) in ended.items():
+                                if newest.get(key, (-1, None))[0] < at:
+                                    newest[key] = (at, value)
+                    continue
+                txn = (
+                    open_txns.setdefault(pid, {})
+                    if header.attributes & b.ATTR_TRANSACTIONAL and pid >= 0
+                    else None
+                )
+                for row in b.decode_rows(data, pos, header):
+                    key, at = row[2], header.base_offset + row[0]
+                    if not isinstance(key, bytes) or at < offset:
+                        continue
+                    if txn is None:
+                        newest[key] = (at, row[3])
+                    else:
+                        txn.pop(key, None)  # keep log order: the newest last
+                        txn[key] = (at, header.producer_epoch, row[3])
             if next_offset <= offset:
                 raise StorageError(f"no progress reading {self.name} at {offset}")
             offset = next_offset
-        return {k: v for k, v in newest.items() if v is not None}
+        still_open = sorted(
+            (
+                OpenTxnRecord(at, pid, epoch, key, value, newest.get(key, (-1, None))[0] > at)
+                for pid, records in open_txns.items()
+                for key, (at, epoch, value) in records.items()
+            ),
+            key=lambda r: r.offset,
+        )
+        live = {k: v for k, (_, v) in newest.items() if v is not None}
+        return live, still_open
 
     # -- the worker ---------------------------------------------------------------------
     async def _work(self, run: _Run[C]) -> None:
@@ -544,7 +610,10 @@ class CoordinatorShard(Generic[C]):
                     self._reload(run, answers, reason, code)
                     return
                 try:
-                    data = b"".join(encode_records(batch, now) for batch in batches)
+                    sequences: dict[int, tuple[int, int]] = {}
+                    data = b"".join(
+                        encode_shard_batches(batch, now, run.plog, sequences) for batch in batches
+                    )
                     run.plog.append(data, leader_epoch=epoch)
                 except Exception as exc:
                     self._log.error("append to %s failed, reloading: %s", self.name, exc)
@@ -719,3 +788,75 @@ def encode_records(records: Sequence[ShardRecord], now_ms: int) -> bytes:
     """One batch holding ``records`` (offset deltas from 0, timestamps ``now_ms``)."""
     rows = [[i, 0, r.key, r.value, None] for i, r in enumerate(records)]
     return b.encode_rows(rows, first_timestamp=now_ms)
+
+
+_SEQ_MOD = 1 << 31
+
+
+def encode_shard_batches(
+    records: Sequence[ShardRecord],
+    now_ms: int,
+    plog: PartitionLog | None = None,
+    sequences: dict[int, tuple[int, int]] | None = None,
+) -> bytes:
+    """``records`` as batches: runs of plain records in one batch each, and each run of
+    records a core marked with a producer id (``producer_id``/``producer_epoch``
+    attributes) as that producer's transactional batch.
+
+    A transactional batch carries the sequence number the partition expects next from
+    its producer (else the partition's idempotence check would take a second batch
+    without one for a retry of the first): taken from ``plog``'s producer state, and
+    advanced in ``sequences`` (producer id -> (epoch, next sequence)) for the batches of
+    one append.
+    """
+    if all(getattr(r, "producer_id", -1) < 0 for r in records):
+        return encode_records(records, now_ms)  # the usual case: one plain batch
+    sequences = {} if sequences is None else sequences
+    out: list[bytes] = []
+    run: list[ShardRecord] = []
+    run_key: tuple[int, int] = (-1, -1)
+    for record in [*records, None]:
+        key = (
+            (-1, -1)
+            if record is None
+            else (getattr(record, "producer_id", -1), getattr(record, "producer_epoch", -1))
+        )
+        if run and (record is None or key != run_key):
+            pid, epoch = run_key
+            if pid < 0:
+                out.append(encode_records(run, now_ms))
+            else:
+                seq = _next_sequence(plog, pid, epoch, sequences)
+                sequences[pid] = (epoch, (seq + len(run)) % _SEQ_MOD)
+                rows = [(i, 0, r.key, r.value, None) for i, r in enumerate(run)]
+                out.append(
+                    b.assemble(
+                        records_codec.encode_rows(rows),
+                        count=len(rows),
+                        last_offset_delta=len(rows) - 1,
+                        first_timestamp=now_ms,
+                        max_timestamp=now_ms,
+                        attributes=b.ATTR_TRANSACTIONAL,
+                        producer_id=pid,
+                        producer_epoch=epoch,
+                        base_sequence=seq,
+                    )
+                )
+            run = []
+        if record is not None:
+            run.append(record)
+            run_key = key
+    return b"".join(out)
+
+
+def _next_sequence(
+    plog: PartitionLog | None, pid: int, epoch: int, sequences: dict[int, tuple[int, int]]
+) -> int:
+    staged = sequences.get(pid)
+    if staged is not None and staged[0] == epoch:
+        return staged[1]
+    entry = None if plog is None else plog.producer_state.producers.get(pid)
+    if entry is None or entry.epoch != epoch or not entry.batches:
+        return 0
+    last = entry.batches[-1].last_seq
+    return 0 if last < 0 else (last + 1) % _SEQ_MOD

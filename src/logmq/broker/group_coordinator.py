@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from logmq.broker.replica_manager import ReplicaManager
     from logmq.broker.topic_creation import TopicCreator
     from logmq.cluster.metadata_image import MetadataImage
+    from logmq.group import GroupCoordinator, TopicPartition
     from logmq.storage.log_manager import LogManager
 
 log = logging.getLogger("logmq.group")
@@ -167,6 +168,58 @@ class GroupCoordinatorService(ShardedCoordinatorService[GroupShard]):
             future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
             future.set_exception(exc)
             return future
+
+    # -- transactions (KIP-98) ---------------------------------------------------------
+    async def txn_offset_commit(
+        self,
+        group_id: str,
+        producer_id: int,
+        producer_epoch: int,
+        offsets: Mapping[TopicPartition, tuple[int, str]],
+        member_id: str = "",
+        generation: int = -1,
+        instance_id: str | None = None,
+    ) -> dict[TopicPartition, ErrorCode]:
+        """TxnOffsetCommit: the offsets wait in the group's shard for the producer's
+        marker on the group's offsets partition. Raises LogMQError with the group-wide
+        error (invalid id, not the coordinator, loading, ...)."""
+        problem = group_id_error(group_id)
+        if problem:
+            raise LogMQError(problem, ErrorCode.INVALID_GROUP_ID)
+        shard = self.shard_for(group_id)
+        offsets = dict(offsets)
+
+        def commit(core: GroupCoordinator, now_ms: int) -> dict[TopicPartition, ErrorCode]:
+            return core.txn_offset_commit(
+                group_id,
+                producer_id,
+                producer_epoch,
+                offsets,
+                member_id,
+                generation,
+                instance_id,
+                now_ms,
+                known_epoch=shard.producer_epoch(producer_id),
+            )
+
+        return await shard.submit(commit)
+
+    async def complete_transaction(self, partition: int, producer_id: int, commit: bool) -> None:
+        """MarkerWriter's ``on_offsets_marker``: the producer's marker is durable on
+        ``__consumer_offsets-<partition>``; its pending offsets there become committed
+        (or go). Quiet when this broker does not coordinate that partition: whoever
+        loads it next reads the marker from the log."""
+        shard = self._shards.get(partition)
+        if shard is None:
+            return
+        future = shard.complete_txn(producer_id, commit)
+        if future is None:
+            return
+        try:
+            await future
+        except LogMQError as exc:
+            # the shard reloads from the log, which holds the marker: nothing is lost
+            log.debug("settling producer %d on %s: %s", producer_id, shard.name, exc)
 
     def shards(self) -> list[GroupShard]:
         """Every shard of this broker (creating the offsets topic on first use)."""

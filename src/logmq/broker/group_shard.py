@@ -11,6 +11,11 @@ and left out, the others load); topics created, deleted or grown reach the group
 an ordinary operation (``metadata_changed``), and a newly loaded core runs one first,
 since counts may have changed while no coordinator ran; JoinGroup and SyncGroup may
 park (``submit_parked``); groups have no side effects beyond their records.
+
+Transactional offsets: the core marks their records with the producer id and epoch,
+so the shard appends them as that producer's transactional batch; a reload restores
+those whose marker is not in the log yet (``_replay_open``), and the partition's
+marker, once appended, reaches the core as ``complete_txn`` (:meth:`complete_txn`).
 """
 
 from __future__ import annotations
@@ -24,13 +29,16 @@ from logmq.broker.coordinator_shard import (
     APPEND_ERRORS,
     CoordinatorError,
     CoordinatorShard,
+    OpenTxnRecord,
     ShardOptions,
     ShardReplication,
     ShardState,
     encode_records,
+    encode_shard_batches,
     wall_clock_ms,
 )
 from logmq.group import OFFSETS_TOPIC, PARKED, GroupConfig, GroupCoordinator, GroupRecord
+from logmq.group.offsets import OpenTxnOffset
 from logmq.storage.log_manager import LogManager
 from logmq.storage.partition_log import PartitionLog
 
@@ -85,6 +93,7 @@ class GroupShard(CoordinatorShard[_GroupCore]):
         self._config = config
         self._topic_partitions = topic_partitions
         self._deleted_topics: set[str] = set()  # deleted while loading: applied after
+        self._early_markers: list[tuple[int, bool]] = []  # arrived while loading
 
     # -- topic metadata -----------------------------------------------------------------
     def metadata_changed(self, deleted_topics: Iterable[str] = ()) -> None:
@@ -110,6 +119,33 @@ class GroupShard(CoordinatorShard[_GroupCore]):
 
         return apply
 
+    # -- transactions -------------------------------------------------------------------
+    def producer_epoch(self, producer_id: int) -> int:
+        """The producer's epoch as this partition's log last saw it (-1: unknown).
+
+        Read inside an operation, it is exact for that round's append: the worker
+        applies and appends a round without yielding, so no marker lands in between.
+        """
+        run = self._run
+        if run is None:
+            return -1
+        entry = run.plog.producer_state.producers.get(producer_id)
+        return -1 if entry is None else entry.epoch
+
+    def complete_txn(self, producer_id: int, commit: bool) -> asyncio.Future[list[str]] | None:
+        """The producer's marker is in this partition: settle its pending offsets.
+
+        While the shard loads, the load may or may not have read the marker: it is kept
+        and applied right after loading (settling twice is harmless: the second finds
+        nothing pending). None then, and when unloaded (the next leader's load reads it).
+        """
+        if self.state in (ShardState.LOADING, ShardState.FAILED):
+            self._early_markers.append((producer_id, commit))
+            return None
+        if self.state is not ShardState.ACTIVE:
+            return None
+        return self.submit(_complete_op(producer_id, commit))
+
     def stats(self) -> tuple[int, int]:
         """(groups, members) of a loaded shard, for the metrics."""
         run = self._run
@@ -130,10 +166,30 @@ class GroupShard(CoordinatorShard[_GroupCore]):
             log.error("%s: group %r not loaded: %s", self.name, group_id, reason)
         return core
 
+    def _replay_open(self, core: _GroupCore, records: list[OpenTxnRecord]) -> None:
+        open_offsets = [
+            OpenTxnOffset(
+                GroupRecord(r.key, r.value, r.producer_id, r.producer_epoch),
+                r.offset,
+                r.superseded,
+            )
+            for r in records
+        ]
+        for group_id, reason in core.replay_pending(open_offsets).items():
+            log.error("%s: group %r: transactional offset skipped: %s", self.name, group_id, reason)
+
     def _after_load(self, core: _GroupCore) -> Operation[None]:
         # Partition counts may have changed while no coordinator ran (docs: Persistence).
         deleted, self._deleted_topics = self._deleted_topics, set()
-        return self._metadata_op(deleted)
+        markers, self._early_markers = self._early_markers, []
+        metadata = self._metadata_op(deleted)
+
+        def first(core: GroupCoordinator, now_ms: int) -> None:
+            for producer_id, commit in markers:
+                core.complete_txn(producer_id, commit)
+            metadata(core, now_ms)
+
+        return first
 
     def _loaded(self, core: _GroupCore) -> None:
         self._log_loaded(len(core.group_ids()), "groups")
@@ -144,6 +200,16 @@ class GroupShard(CoordinatorShard[_GroupCore]):
                 log.info("group %r: session or revocation timeout expired %s", group_id, members)
 
 
+def _complete_op(producer_id: int, commit: bool) -> Operation[list[str]]:
+    def complete(core: GroupCoordinator, now_ms: int) -> list[str]:
+        return core.complete_txn(producer_id, commit)
+
+    return complete
+
+
 def _encode(records: list[GroupRecord], now_ms: int) -> bytes:
-    """One batch of group records (kept for callers that write offsets records)."""
+    """One batch of group records (kept for callers that write offsets records);
+    transactional ones in their producers' batches (sequences from 0)."""
+    if any(r.producer_id >= 0 for r in records):
+        return encode_shard_batches(records, now_ms)
     return encode_records(records, now_ms)

@@ -1,5 +1,5 @@
-"""AsyncAdmin: topics, configs, offsets, consumer groups, partition reassignment and
-security (ACLs, SCRAM users, client quotas).
+"""AsyncAdmin: topics, configs, offsets, consumer groups, partition reassignment,
+security (ACLs, SCRAM users, client quotas) and transactions.
 
 Each call is one request (routed to the controller when the cluster names one, else any
 broker); per-topic errors are raised as the matching ``errors.*`` exception after the
@@ -12,7 +12,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from logmq.client import group_admin, reassignment_admin, security_admin
+from logmq.client import group_admin, reassignment_admin, security_admin, txn_admin
 from logmq.client.cluster import ClusterClient, PartitionInfo, TopicPartition
 from logmq.client.group_admin import GroupDescription, GroupListing
 from logmq.client.group_offsets import OffsetAndMetadata
@@ -23,6 +23,13 @@ from logmq.client.security_admin import (
     QuotaEntry,
     QuotaFilter,
     ScramCredentialInfo,
+)
+from logmq.client.txn_admin import (
+    DEFAULT_MAX_AGE_MS,
+    HangingTransaction,
+    ProducerState,
+    TransactionDescription,
+    TransactionListing,
 )
 from logmq.errors import ErrorCode, LogMQError, error_for
 from logmq.net.codec import ApiKey, Response
@@ -516,6 +523,57 @@ class AsyncAdmin:
         }
         resp = await self._cluster.request_any(ApiKey.DESCRIBE_CLIENT_QUOTAS, body)
         return security_admin.parse_quota_entries(resp.body)
+
+    # -- transactions (client/txn_admin.py) ----------------------------------------------
+    async def list_transactions(
+        self,
+        states: Iterable[str] = (),
+        producer_ids: Iterable[int] = (),
+        duration_ms: int | None = None,
+    ) -> list[TransactionListing]:
+        """Every coordinator's transactional ids matching all filters (empty: any);
+        ``duration_ms``: only transactions open longer than that."""
+        return await txn_admin.list_transactions(
+            self._cluster, list(states), list(producer_ids), duration_ms
+        )
+
+    async def describe_transactions(self, ids: Iterable[str]) -> list[TransactionDescription]:
+        """Each id's state, producer, timeout and partitions from its coordinator; the
+        first id that cannot be described raises (TRANSACTIONAL_ID_NOT_FOUND...)."""
+        return await txn_admin.describe_transactions(self._cluster, ids)
+
+    async def describe_producers(
+        self, topic: str, partitions: Iterable[int] | None = None
+    ) -> dict[int, list[ProducerState]]:
+        """Active producers of ``topic``'s partitions (None: all) from their leaders, with
+        the first offset of each one's open transaction (-1: none)."""
+        if partitions is None:
+            parts = [p for _, p in await txn_admin.partitions_of(self._cluster, [topic])]
+        else:
+            parts = list(partitions)
+        found = await txn_admin.describe_producers(self._cluster, [(topic, p) for p in parts])
+        return {p: found[(topic, p)] for p in sorted(set(parts))}
+
+    async def abort_transaction(
+        self,
+        topic: str,
+        partition: int,
+        producer_id: int,
+        producer_epoch: int,
+        coordinator_epoch: int = 0,
+    ) -> None:
+        """End a hanging transaction on one partition with an ABORT marker (its leader
+        appends it); needs CLUSTER_ACTION when the authorizer is on."""
+        await txn_admin.abort_transaction(
+            self._cluster, topic, partition, producer_id, producer_epoch, coordinator_epoch
+        )
+
+    async def find_hanging(
+        self, topics: Iterable[str] | None = None, max_age_ms: int = DEFAULT_MAX_AGE_MS
+    ) -> list[HangingTransaction]:
+        """Open transactions on ``topics``' partitions (None: every non-internal topic)
+        that no coordinator will end (see client/txn_admin.py)."""
+        return await txn_admin.find_hanging(self._cluster, topics, max_age_ms)
 
 
 def _new_topic_body(t: NewTopic) -> dict[str, Any]:

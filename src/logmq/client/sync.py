@@ -34,6 +34,13 @@ from logmq.client.security_admin import (
     QuotaFilter,
     ScramCredentialInfo,
 )
+from logmq.client.txn_admin import (
+    DEFAULT_MAX_AGE_MS,
+    HangingTransaction,
+    ProducerState,
+    TransactionDescription,
+    TransactionListing,
+)
 from logmq.errors import ErrorCode, LogMQError
 from logmq.records import Record, RecordMetadata
 from logmq.security.acl import AclBinding, AclBindingFilter
@@ -584,6 +591,43 @@ class Admin(_Client):
         self, components: Iterable[QuotaFilter] = (), *, strict: bool = False
     ) -> list[QuotaEntry]:
         return self._run(self._a.describe_client_quotas(list(components), strict=strict))
+
+    # -- transactions -----------------------------------------------------------------
+    def list_transactions(
+        self,
+        states: Iterable[str] = (),
+        producer_ids: Iterable[int] = (),
+        duration_ms: int | None = None,
+    ) -> list[TransactionListing]:
+        return self._run(self._a.list_transactions(list(states), list(producer_ids), duration_ms))
+
+    def describe_transactions(self, ids: Iterable[str]) -> list[TransactionDescription]:
+        return self._run(self._a.describe_transactions(list(ids)))
+
+    def describe_producers(
+        self, topic: str, partitions: Iterable[int] | None = None
+    ) -> dict[int, list[ProducerState]]:
+        parts = None if partitions is None else list(partitions)
+        return self._run(self._a.describe_producers(topic, parts))
+
+    def abort_transaction(
+        self,
+        topic: str,
+        partition: int,
+        producer_id: int,
+        producer_epoch: int,
+        coordinator_epoch: int = 0,
+    ) -> None:
+        self._run(
+            self._a.abort_transaction(
+                topic, partition, producer_id, producer_epoch, coordinator_epoch
+            )
+        )
+
+    def find_hanging(
+        self, topics: Iterable[str] | None = None, max_age_ms: int = DEFAULT_MAX_AGE_MS
+    ) -> list[HangingTransaction]:
+        return self._run(self._a.find_hanging(None if topics is None else list(topics), max_age_ms))
 
     def close(self) -> None:
         if self._closed:

@@ -116,6 +116,7 @@ class ClassicGroup(OffsetCommitsMixin):
             and not self._pending
             and self._written is None
             and not len(self.offsets)
+            and not self.offsets.has_pending()
         )
 
     @property
@@ -609,6 +610,20 @@ class ClassicGroup(OffsetCommitsMixin):
             return ErrorCode.REBALANCE_IN_PROGRESS
         return ErrorCode.NONE
 
+    def _txn_member_error(
+        self, member_id: str, generation: int, instance_id: str | None
+    ) -> ErrorCode:
+        """A transactional commit from a member: its current generation, and its static
+        instance if it names one; generation -1 passes while the group is empty."""
+        if generation < 0 and not self._members:
+            return ErrorCode.NONE
+        error = self._check_member(member_id, instance_id)
+        if error is not ErrorCode.NONE:
+            return error
+        if generation != self.generation:
+            return ErrorCode.ILLEGAL_GENERATION
+        return ErrorCode.NONE
+
     # ---- persistence ---------------------------------------------------------------
 
     def _key(self) -> bytes:
@@ -655,8 +670,9 @@ class ClassicGroup(OffsetCommitsMixin):
         return records
 
     def delete(self) -> ErrorCode:
-        """DeleteGroups: only without members; tombstones for the group and its offsets."""
-        if self._members:
+        """DeleteGroups: only without members nor open transactions' offsets; tombstones
+        for the group and its offsets."""
+        if self._members or self.offsets.has_pending():
             return ErrorCode.NON_EMPTY_GROUP
         self._outbox.extend(self.offsets.delete(list(self.offsets.fetch())))
         self.forget_state()

@@ -50,6 +50,10 @@ class GroupRecord:
 
     key: bytes
     value: bytes | None  # None is a tombstone
+    # a transactional offset commit: written in that producer's transactional batch, so
+    # the partition's COMMIT or ABORT marker for the producer decides whether it counts
+    producer_id: int = -1
+    producer_epoch: int = -1
 
 
 @dataclass(slots=True, frozen=True)

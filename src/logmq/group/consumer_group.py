@@ -87,7 +87,12 @@ class ConsumerGroup(ReconciliationMixin, OffsetCommitsMixin, GroupPersistenceMix
     @property
     def is_blank(self) -> bool:
         """Nothing to remember: no members, no persisted state, no offsets."""
-        return not self._members and not self._written and not len(self.offsets)
+        return (
+            not self._members
+            and not self._written
+            and not len(self.offsets)
+            and not self.offsets.has_pending()
+        )
 
     @property
     def member_count(self) -> int:

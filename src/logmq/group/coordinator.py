@@ -8,6 +8,11 @@ and drops it when it stops leading. This class routes requests to the right grou
 records every group wants persisted and the answers of parked requests; like the groups
 it is pure (no clock, no I/O).
 
+Transactional offsets (TxnOffsetCommit) wait per producer in the group's offset store
+until the producer's marker lands on this partition (:meth:`complete_txn`); the
+coordinator indexes which groups each producer touched, and fences a producer epoch
+older than one it has already seen.
+
 One group id is one kind of group at a time: an empty group changes kind (keeping its
 offsets) when a member of the other protocol joins; a group with members refuses the
 other protocol (JoinGroup: INCONSISTENT_GROUP_PROTOCOL; a consumer-protocol heartbeat:
@@ -35,7 +40,7 @@ from .model import (
     MemberOptions,
     SyncAnswer,
 )
-from .offsets import CommittedOffset
+from .offsets import CommittedOffset, OpenTxnOffset
 
 
 class GroupCoordinator:
@@ -61,6 +66,9 @@ class GroupCoordinator:
         self._touched: dict[str, None] = {}  # groups with records to take, in order
         self._outbox: list[GroupRecord] = []  # records of groups already dropped
         self._completions: list[tuple[int, Any]] = []  # parked requests answered
+        # producer id -> groups holding its pending offsets, and its newest epoch
+        self._txn_groups: dict[int, set[str]] = {}
+        self._txn_epochs: dict[int, int] = {}
 
     def group_ids(self) -> list[str]:
         return sorted(self._groups)
@@ -279,6 +287,101 @@ class GroupCoordinator:
         if group is None:
             return ErrorCode.NONE, {tp: None for tp in partitions or ()}
         return ErrorCode.NONE, group.fetch_offsets(partitions)
+
+    def pending_offsets(
+        self, group_id: str, partitions: Iterable[TopicPartition] | None = None
+    ) -> set[TopicPartition]:
+        """The partitions (of ``partitions``, or all) a transaction holds offsets of: an
+        OffsetFetch with require_stable answers them UNSTABLE_OFFSET_COMMIT."""
+        group = self._groups.get(group_id)
+        if group is None or not group.offsets.has_pending():
+            return set()
+        pending = group.offsets.pending_partitions()
+        return pending if partitions is None else pending & set(partitions)
+
+    # ---- transactions --------------------------------------------------------------
+
+    def txn_offset_commit(
+        self,
+        group_id: str,
+        producer_id: int,
+        producer_epoch: int,
+        offsets: Mapping[TopicPartition, tuple[int, str]],
+        member_id: str = "",
+        generation: int = -1,
+        instance_id: str | None = None,
+        now_ms: int = 0,
+        known_epoch: int = -1,
+    ) -> dict[TopicPartition, ErrorCode]:
+        """TxnOffsetCommit: the offsets wait, invisible, for the producer's marker.
+
+        ``known_epoch`` is the producer's epoch as this offsets partition's log last saw
+        it (a marker may have moved it): an older epoch is a zombie, INVALID_PRODUCER_EPOCH,
+        and its batch could not be appended anyway.
+        """
+        error = self.check_group_id(group_id)
+        if error is ErrorCode.NONE and (producer_id < 0 or producer_epoch < 0):
+            error = ErrorCode.INVALID_REQUEST
+        newest = max(known_epoch, self._txn_epochs.get(producer_id, -1))
+        if error is ErrorCode.NONE and producer_epoch < newest:
+            error = ErrorCode.INVALID_PRODUCER_EPOCH
+        group = self._groups.get(group_id)
+        if error is ErrorCode.NONE and group is None and member_id:
+            error = ErrorCode.UNKNOWN_MEMBER_ID
+        if error is not ErrorCode.NONE:
+            return {tp: error for tp in offsets}
+        group = group or self._create(group_id)
+        self._touched[group_id] = None
+        result = group.txn_offset_commit(
+            producer_id, producer_epoch, member_id, generation, instance_id, offsets, now_ms
+        )
+        if group.offsets.pending(producer_id):
+            self._txn_groups.setdefault(producer_id, set()).add(group_id)
+            self._txn_epochs[producer_id] = producer_epoch
+        self._discard_if_blank(group_id)
+        return result
+
+    def complete_txn(self, producer_id: int, commit: bool) -> list[str]:
+        """The producer's COMMIT (or ABORT) marker is on this partition: its pending
+        offsets become committed (or go). Writes nothing: the marker is the record.
+        Returns the groups whose offsets changed."""
+        self._txn_epochs.pop(producer_id, None)
+        changed = []
+        for group_id in sorted(self._txn_groups.pop(producer_id, ())):
+            group = self._groups.get(group_id)
+            if group is None:
+                continue
+            if group.offsets.complete(producer_id, commit):
+                changed.append(group_id)
+            self._discard_if_blank(group_id)
+        return changed
+
+    def open_transactions(self) -> dict[int, list[str]]:
+        """Producer id -> the groups its pending offsets are in (for tools and tests)."""
+        return {pid: sorted(groups) for pid, groups in sorted(self._txn_groups.items())}
+
+    def replay_pending(self, open_offsets: Iterable[OpenTxnOffset]) -> dict[str, str]:
+        """After :meth:`replay`: restore the offsets of transactions whose marker is not
+        in the log yet (in log order). Returns group id -> why a record was skipped."""
+        failed: dict[str, str] = {}
+        for item in open_offsets:
+            record = item.record
+            try:
+                group_id = decode_key(record.key).group_id
+            except ValueError as exc:
+                failed[""] = str(exc)
+                continue
+            group = self._groups.get(group_id) or self._create(group_id)
+            try:
+                group.offsets.replay_pending(item)
+            except ValueError as exc:
+                failed[group_id] = str(exc)
+                self._discard_if_blank(group_id)
+                continue
+            pid = record.producer_id
+            self._txn_groups.setdefault(pid, set()).add(group_id)
+            self._txn_epochs[pid] = max(self._txn_epochs.get(pid, -1), record.producer_epoch)
+        return failed
 
     def alter_offsets(
         self, group_id: str, offsets: Mapping[TopicPartition, tuple[int, str]], now_ms: int = 0

@@ -49,6 +49,28 @@ class OffsetCommitsMixin:
             return {tp: error for tp in offsets}
         return self._write_offsets(offsets, now_ms)
 
+    def txn_offset_commit(
+        self,
+        producer_id: int,
+        producer_epoch: int,
+        member_id: str,
+        generation: int,
+        instance_id: str | None,
+        offsets: Mapping[TopicPartition, tuple[int, str]],
+        now_ms: int = 0,
+    ) -> dict[TopicPartition, ErrorCode]:
+        """TxnOffsetCommit: hold ``{tp: (offset, metadata)}`` until the producer's marker.
+
+        Without a member id and with generation -1 (always so before v3) nothing is
+        checked: the transaction coordinator vouches for the producer. Otherwise the
+        member must be current, as for a plain commit.
+        """
+        if member_id or generation >= 0 or instance_id is not None:
+            error = self._txn_member_error(member_id, generation, instance_id)
+            if error is not ErrorCode.NONE:
+                return {tp: error for tp in offsets}
+        return self._write_offsets(offsets, now_ms, (producer_id, producer_epoch))
+
     def fetch_offsets(
         self, partitions: Iterable[TopicPartition] | None = None
     ) -> dict[TopicPartition, CommittedOffset | None]:
@@ -72,6 +94,19 @@ class OffsetCommitsMixin:
         """The topics were deleted: forget their offsets, members or not (as Kafka does)."""
         doomed = [tp for tp in self.offsets.fetch() if tp[0] in topics]
         self._outbox.extend(self.offsets.delete(doomed))
+        self.offsets.supersede_topics(topics)
+
+    def _txn_member_error(
+        self, member_id: str, member_epoch: int, instance_id: str | None
+    ) -> ErrorCode:
+        """A consumer-protocol member commits transactionally at its current epoch;
+        a stale one hears ILLEGAL_GENERATION, which every transactional client knows."""
+        member = self._members.get(member_id)
+        if member is None:
+            return ErrorCode.UNKNOWN_MEMBER_ID
+        if member_epoch != member.member_epoch:
+            return ErrorCode.ILLEGAL_GENERATION
+        return ErrorCode.NONE
 
     def _commit_member_error(self, member_id: str, member_epoch: int) -> ErrorCode:
         if not member_id:
@@ -88,9 +123,13 @@ class OffsetCommitsMixin:
         return ErrorCode.NONE
 
     def _write_offsets(
-        self, offsets: Mapping[TopicPartition, tuple[int, str]], now_ms: int
+        self,
+        offsets: Mapping[TopicPartition, tuple[int, str]],
+        now_ms: int,
+        txn: tuple[int, int] | None = None,
     ) -> dict[TopicPartition, ErrorCode]:
-        """Commit the valid partitions, all or none of them if they are too big together."""
+        """Commit the valid partitions, all or none of them if they are too big together;
+        with ``txn`` (producer id, epoch) as that transaction's pending offsets."""
         errors: dict[TopicPartition, ErrorCode] = {}
         accepted: list[tuple[TopicPartition, CommittedOffset]] = []
         for tp, (offset, metadata) in offsets.items():
@@ -104,11 +143,17 @@ class OffsetCommitsMixin:
             else:
                 accepted.append((tp, CommittedOffset(offset, metadata, now_ms)))
                 errors[tp] = ErrorCode.NONE
-        records = [self.offsets.record(tp, committed) for tp, committed in accepted]
+        if txn is None:
+            records = [self.offsets.record(tp, committed) for tp, committed in accepted]
+        else:
+            records = [self.offsets.txn_record(*txn, tp, c) for tp, c in accepted]
         size = sum(len(r.key) + len(r.value or b"") for r in records)
         if size > self.config.max_commit_bytes:
             return {tp: ErrorCode.INVALID_COMMIT_OFFSET_SIZE for tp in offsets}
         for tp, committed in accepted:
-            self.offsets.put(tp, committed)
+            if txn is None:
+                self.offsets.put(tp, committed)
+            else:
+                self.offsets.stage(*txn, tp, committed)
         self._outbox.extend(records)
         return errors

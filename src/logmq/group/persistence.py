@@ -48,11 +48,12 @@ class GroupPersistenceMixin:
         return records
 
     def delete(self) -> ErrorCode:
-        """DeleteGroups: tombstone every record of an empty group; NON_EMPTY_GROUP if not.
+        """DeleteGroups: tombstone every record of an empty group; NON_EMPTY_GROUP if not
+        (members, or offsets of a transaction still open).
 
         The caller drops the group object afterwards (after taking its records).
         """
-        if self._members:
+        if self._members or self.offsets.has_pending():
             return ErrorCode.NON_EMPTY_GROUP
         self._outbox.extend(self.offsets.delete(list(self.offsets.fetch())))
         self._outbox.extend(GroupRecord(key, None) for key in sorted(self._written))

@@ -221,6 +221,7 @@ class KafkaApis:
         return {
             24: t.add_partitions_to_txn,
             25: t.add_offsets_to_txn,
+            28: self.offsets.txn_offset_commit,
             26: t.end_txn,
             65: t.describe_transactions,
             66: t.list_transactions,

@@ -1,4 +1,5 @@
-"""Kafka's offset APIs without a group protocol: FindCoordinator, OffsetCommit, OffsetFetch.
+"""Kafka's offset APIs without a group protocol: FindCoordinator, OffsetCommit, OffsetFetch,
+and the transactional TxnOffsetCommit (KIP-98).
 
 For clients that ``assign()`` partitions and commit (kafka-python, aiokafka,
 confluent-kafka): a commit with no member id and generation -1 is Kafka's "simple"
@@ -191,10 +192,69 @@ class KafkaOffsetApis:
         )
         return Reply(build(m.OffsetCommitResponse, throttle_time=NO_THROTTLE, topics=topics))
 
+    # -- TxnOffsetCommit ---------------------------------------------------------------
+    async def txn_offset_commit(self, req: Request) -> Reply:
+        """Offsets of a transaction: pending until the producer's marker reaches the
+        group's offsets partition (v3 adds the member checks; v4+, KIP-890's, is not
+        served). ACLs as Kafka asks: READ on the group, READ on each topic."""
+        body = req.body
+        m = response_module(body)
+        group_id = body.group_id
+        top = ErrorCode.NONE
+        if self._denied(req, Op.READ, ResourceType.GROUP, group_id):
+            top = ErrorCode.GROUP_AUTHORIZATION_FAILED
+        denied = {
+            t.name for t in body.topics if self._denied(req, Op.READ, ResourceType.TOPIC, t.name)
+        }
+        offsets = {
+            (t.name, p.partition_index): (p.committed_offset, p.committed_metadata or "")
+            for t in body.topics
+            if t.name not in denied
+            for p in t.partitions
+        }
+        codes: dict[tuple[str, int], ErrorCode] = {}
+        if top is ErrorCode.NONE and offsets:
+            try:
+                codes = await self.groups.txn_offset_commit(
+                    group_id,
+                    body.producer_id,
+                    body.producer_epoch,
+                    offsets,
+                    getattr(body, "member_id", ""),
+                    getattr(body, "generation_id", -1),
+                    getattr(body, "group_instance_id", None),
+                )
+            except LogMQError as e:
+                top = e.code
+
+        def code(topic: str, partition: int) -> ErrorCode:
+            if top is not ErrorCode.NONE:
+                return top
+            if topic in denied:
+                return ErrorCode.TOPIC_AUTHORIZATION_FAILED
+            return codes.get((topic, partition), ErrorCode.NONE)
+
+        topics = tuple(
+            m.TxnOffsetCommitResponseTopic(
+                name=t.name,
+                partitions=tuple(
+                    m.TxnOffsetCommitResponsePartition(
+                        partition_index=p.partition_index,
+                        error_code=kio_code(code(t.name, p.partition_index)),
+                    )
+                    for p in t.partitions
+                ),
+            )
+            for t in body.topics
+        )
+        return Reply(build(m.TxnOffsetCommitResponse, throttle_time=NO_THROTTLE, topics=topics))
+
     # -- OffsetFetch -------------------------------------------------------------------
     async def offset_fetch(self, req: Request) -> Reply:
         body = req.body
         m = response_module(body)
+        # v7+: offsets a transaction holds are answered UNSTABLE_OFFSET_COMMIT (KIP-447)
+        stable = bool(getattr(body, "require_stable", False))
         if req.api_version >= 8:
             groups = []
             for g in body.groups:
@@ -207,14 +267,18 @@ class KafkaOffsetApis:
                         )
                     )
                     continue
-                code, topics = await self._fetch(m, req.api_version, g.group_id, g.topics, req)
+                code, topics = await self._fetch(
+                    m, req.api_version, g.group_id, g.topics, req, stable
+                )
                 groups.append(
                     m.OffsetFetchResponseGroup(
                         group_id=g.group_id, topics=topics, error_code=kio_code(code)
                     )
                 )
             return Reply(m.OffsetFetchResponse(throttle_time=NO_THROTTLE, groups=tuple(groups)))
-        code, topics = await self._fetch(m, req.api_version, body.group_id, body.topics, req)
+        code, topics = await self._fetch(
+            m, req.api_version, body.group_id, body.topics, req, stable
+        )
         return Reply(
             build(
                 m.OffsetFetchResponse,
@@ -225,7 +289,13 @@ class KafkaOffsetApis:
         )
 
     async def _fetch(
-        self, m: Any, version: int, group_id: str, wanted: Any, req: Request
+        self,
+        m: Any,
+        version: int,
+        group_id: str,
+        wanted: Any,
+        req: Request,
+        require_stable: bool = False,
     ) -> tuple[ErrorCode, tuple[Any, ...]]:
         topic_cls = getattr(m, "OffsetFetchResponseTopics", None) or m.OffsetFetchResponseTopic
         part_cls = getattr(m, "OffsetFetchResponsePartitions", None) or (
@@ -235,13 +305,16 @@ class KafkaOffsetApis:
         problem = group_id_error(group_id)
         code = ErrorCode.INVALID_GROUP_ID if problem else ErrorCode.NONE
         found: dict = {}
+        unstable: set = set()
         if not problem:
 
             def fetch(core: GroupCoordinator, now_ms: int):
-                return core.fetch_offsets(group_id, tps)
+                error, offsets = core.fetch_offsets(group_id, tps)
+                pending = core.pending_offsets(group_id, tps) if require_stable else set()
+                return error, offsets, pending
 
             try:
-                code, found = await self.groups.shard_for(group_id).submit(fetch)
+                code, found, unstable = await self.groups.shard_for(group_id).submit(fetch)
             except LogMQError as e:
                 code = e.code
         hidden = {
@@ -267,12 +340,16 @@ class KafkaOffsetApis:
                         part_cls,
                         partition_index=p,
                         committed_offset=-1
-                        if (c := None if name in hidden else found.get((name, p))) is None
+                        if (c := _visible(name, p, found, hidden, unstable)) is None
                         else c.offset,
                         committed_leader_epoch=-1,
                         metadata=None if c is None else c.metadata,
                         error_code=kio_code(
-                            ErrorCode.TOPIC_AUTHORIZATION_FAILED if name in hidden else part_code
+                            ErrorCode.TOPIC_AUTHORIZATION_FAILED
+                            if name in hidden
+                            else ErrorCode.UNSTABLE_OFFSET_COMMIT
+                            if (name, p) in unstable
+                            else part_code
                         ),
                     )
                     for p in parts
@@ -281,3 +358,10 @@ class KafkaOffsetApis:
             for name, parts in wanted_pairs
         )
         return code, topics
+
+
+def _visible(name: str, partition: int, found: dict, hidden: set, unstable: set) -> Any:
+    """The committed offset to show: none for a hidden topic or an unstable partition."""
+    if name in hidden or (name, partition) in unstable:
+        return None
+    return found.get((name, partition))

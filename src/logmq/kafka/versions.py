@@ -48,6 +48,7 @@ SUPPORTED: dict[int, tuple[int, int]] = {
     24: (0, 4),  # AddPartitionsToTxn (v4: batched, verify_only, from brokers: KIP-890)
     25: (0, 3),  # AddOffsetsToTxn
     26: (0, 4),  # EndTxn (v5 is KIP-890 part 2's epoch bump per transaction: not served)
+    28: (0, 3),  # TxnOffsetCommit (v4+ is KIP-890 part 2: not served)
     29: (1, 3),  # DescribeAcls (v0, before pattern types, went in Kafka 4.0: KIP-896)
     30: (1, 3),  # CreateAcls
     31: (1, 3),  # DeleteAcls
@@ -67,6 +68,7 @@ SUPPORTED: dict[int, tuple[int, int]] = {
     50: (0, 0),  # DescribeUserScramCredentials
     51: (0, 0),  # AlterUserScramCredentials
     60: (0, 1),  # DescribeCluster
+    61: (0, 0),  # DescribeProducers (kafka/producers.py)
     65: (0, 0),  # DescribeTransactions
     66: (0, 1),  # ListTransactions (v2's transactional id pattern: not served)
     68: (0, 1),  # ConsumerGroupHeartbeat (KIP-848; librdkafka's group.protocol=consumer needs 1)

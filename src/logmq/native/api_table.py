@@ -56,6 +56,9 @@ SUPPORTED_APIS: dict[int, tuple[int, int]] = {
     ApiKey.ALLOCATE_PRODUCER_IDS: (0, 0),
     ApiKey.WRITE_TXN_MARKERS: (0, 0),  # broker -> broker (native/txn_api.py)
     ApiKey.ADD_PARTITIONS_TO_TXN: (0, 0),  # verify_only, broker -> broker
+    ApiKey.DESCRIBE_PRODUCERS: (0, 0),  # native/txn_api.py (operations tools)
+    ApiKey.DESCRIBE_TRANSACTIONS: (0, 0),
+    ApiKey.LIST_TRANSACTIONS: (0, 0),
     ApiKey.ALTER_PARTITION: (0, 0),
     ApiKey.DESCRIBE_LOG_DIRS: (0, 0),
     ApiKey.ELECT_LEADERS: (0, 0),
@@ -117,6 +120,9 @@ READ_ONLY_APIS = frozenset(
         ApiKey.DESCRIBE_ACLS,
         ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS,
         ApiKey.DESCRIBE_CLIENT_QUOTAS,
+        ApiKey.DESCRIBE_PRODUCERS,
+        ApiKey.DESCRIBE_TRANSACTIONS,
+        ApiKey.LIST_TRANSACTIONS,
     }
 )
 

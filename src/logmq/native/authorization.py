@@ -123,6 +123,12 @@ NEEDS: dict[int, Callable[[Any], list[Need]]] = {
     ApiKey.ALTER_CLIENT_QUOTAS: _cluster(Op.ALTER_CONFIGS),
     ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: _cluster(Op.DESCRIBE),
     ApiKey.ALTER_USER_SCRAM_CREDENTIALS: _cluster(Op.ALTER),
+    ApiKey.DESCRIBE_PRODUCERS: _topics(Op.READ),
+    # per transactional id in the handler (native/txn_api.py), as Kafka: DESCRIBE on each
+    # id; a denied id gets TRANSACTIONAL_ID_AUTHORIZATION_FAILED, ListTransactions leaves
+    # the ids out
+    ApiKey.DESCRIBE_TRANSACTIONS: lambda b: [],
+    ApiKey.LIST_TRANSACTIONS: lambda b: [],
 }
 
 

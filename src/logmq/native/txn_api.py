@@ -1,4 +1,6 @@
-"""The native door's transaction APIs between brokers (both need CLUSTER_ACTION).
+"""The native door's transaction APIs: between brokers, and for the operations tools.
+
+Between brokers (both need CLUSTER_ACTION):
 
 * WriteTxnMarkers (27): a coordinator's markers for partitions this broker leads
   (broker/txn_markers.py). Request ``{"markers": [{"producer_id", "producer_epoch",
@@ -10,6 +12,23 @@
   transaction. Request ``{"transactional_id", "producer_id", "producer_epoch",
   "verify_only": true, "topics": [{"topic", "partitions": [int]}]}``; answer
   ``{"error", "topics": [{"topic", "partitions": [{"partition", "error"}]}]}``.
+
+For ``logmq txn`` (Kafka's kafka-transactions.sh), the client reaching every broker:
+
+* DescribeTransactions (65): ``{"transactional_ids": [str]}`` -> ``{"transactions":
+  [{"transactional_id", "error", "state", "producer_id", "producer_epoch",
+  "timeout_ms", "start_ms", "partitions": [{"topic", "partition"}]}]}``; NOT_COORDINATOR
+  for ids another broker coordinates, TRANSACTIONAL_ID_AUTHORIZATION_FAILED for ids
+  the principal may not DESCRIBE.
+* ListTransactions (66): ``{"states"?, "producer_ids"?, "duration_ms"?}`` ->
+  ``{"error", "unknown_state_filters", "transactions": [{"transactional_id",
+  "producer_id", "state"}]}`` over the ids this broker coordinates that the principal
+  may DESCRIBE.
+* DescribeProducers (61): ``{"topics": [{"topic", "partitions": [int]}]}`` ->
+  ``{"topics": [{"topic", "partitions": [{"partition", "error", "producers":
+  [{"producer_id", "producer_epoch", "last_sequence", "last_timestamp",
+  "current_txn_start_offset"}]}]}]}``, from the leader's producer state (READ on the
+  topic, checked by the door's guard).
 """
 
 from __future__ import annotations
@@ -27,10 +46,15 @@ from logmq.native.request_fields import (
 )
 from logmq.net.codec import Request
 from logmq.net.reply import Reply
+from logmq.security.acl import AclOperation as Op
+from logmq.security.acl import ResourceType as RT
 
 if TYPE_CHECKING:
+    from logmq.broker.replica_manager import ReplicaManager
     from logmq.broker.txn_coordinator import TransactionCoordinatorService
     from logmq.broker.txn_markers import MarkerWriter
+    from logmq.security.authorization import Authorization
+    from logmq.storage.partition_log import PartitionLog
 
 TopicPartition = tuple[str, int]
 
@@ -53,10 +77,58 @@ def _by_topic(codes: dict[TopicPartition, ErrorCode]) -> list[dict[str, Any]]:
     return [{"topic": t, "partitions": ps} for t, ps in topics.items()]
 
 
+def _str_list(body: Any, key: str) -> list[str]:
+    values = req_list(body, key, [])
+    if not all(isinstance(v, str) for v in values):
+        raise InvalidRequestError(f"{key!r} must be strings")
+    return values
+
+
+def _int_list(body: Any, key: str) -> list[int]:
+    values = req_list(body, key, [])
+    if not all(isinstance(v, int) and not isinstance(v, bool) for v in values):
+        raise InvalidRequestError(f"{key!r} must be integers")
+    return values
+
+
+def producers_of(plog: PartitionLog) -> list[dict[str, Any]]:
+    """The partition's producers as DescribeProducers lists them (by producer id)."""
+    state = plog.producer_state
+    ongoing = state.txn.ongoing
+    out = []
+    for pid, entry in sorted(state.producers.items()):
+        out.append(
+            {
+                "producer_id": pid,
+                "producer_epoch": entry.epoch,
+                "last_sequence": entry.batches[-1].last_seq if entry.batches else -1,
+                "last_timestamp": entry.last_timestamp,
+                "current_txn_start_offset": ongoing.get(pid, -1),
+            }
+        )
+    return out
+
+
 class TxnApi:
-    def __init__(self, writer: MarkerWriter, txns: TransactionCoordinatorService) -> None:
+    def __init__(
+        self,
+        writer: MarkerWriter,
+        txns: TransactionCoordinatorService,
+        replicas: ReplicaManager | None = None,
+        authz: Authorization | None = None,
+    ) -> None:
+        """``replicas`` answers DescribeProducers (leader logs); ``authz`` the per-id
+        DESCRIBE checks of DescribeTransactions and ListTransactions."""
         self.writer = writer
         self.txns = txns
+        self.replicas = replicas
+        self.authz = authz
+
+    def _may_describe(self, req: Request, txn_id: str) -> bool:
+        authz = self.authz
+        if authz is None or not authz.enabled:
+            return True
+        return authz.allowed(req.context, Op.DESCRIBE, RT.TRANSACTIONAL_ID, txn_id)
 
     async def write_txn_markers(self, req: Request) -> Reply:
         out = []
@@ -89,6 +161,78 @@ class TxnApi:
         except LogMQError as e:
             return Reply({"error": int(e.code), "message": str(e), "topics": []})
         return Reply({"error": 0, "topics": _by_topic(_complete(codes, tps))})
+
+    # -- the operations tools (logmq txn) -------------------------------------------------
+    async def describe_transactions(self, req: Request) -> Reply:
+        ids = _str_list(req.body, "transactional_ids")
+        allowed = [t for t in dict.fromkeys(ids) if self._may_describe(req, t)]
+        found = {d.transactional_id: d for d in await self.txns.describe_transactions(allowed)}
+        out = []
+        for txn_id in ids:
+            d = found.get(txn_id)
+            if d is None:
+                out.append(
+                    {
+                        "transactional_id": txn_id,
+                        "error": int(ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED),
+                    }
+                )
+                continue
+            out.append(
+                {
+                    "transactional_id": txn_id,
+                    "error": int(d.error),
+                    "state": d.state,
+                    "producer_id": d.producer_id,
+                    "producer_epoch": d.producer_epoch,
+                    "timeout_ms": d.timeout_ms,
+                    "start_ms": d.txn_start_ms,
+                    "partitions": [{"topic": t, "partition": p} for t, p in sorted(d.partitions)],
+                }
+            )
+        return Reply({"transactions": out})
+
+    async def list_transactions(self, req: Request) -> Reply:
+        body = req.body
+        states = _str_list(body, "states")
+        pids = _int_list(body, "producer_ids")
+        duration = req_int(body, "duration_ms", -1)
+        try:
+            result = await self.txns.list_transactions(states, pids, duration)
+        except LogMQError as e:
+            return Reply(
+                {
+                    "error": int(e.code),
+                    "message": str(e),
+                    "unknown_state_filters": [],
+                    "transactions": [],
+                }
+            )
+        listed = [
+            {"transactional_id": t.transactional_id, "producer_id": t.producer_id, "state": t.state}
+            for t in result.transactions
+            if self._may_describe(req, t.transactional_id)
+        ]
+        return Reply(
+            {
+                "error": 0,
+                "unknown_state_filters": list(result.unknown_state_filters),
+                "transactions": listed,
+            }
+        )
+
+    async def describe_producers(self, req: Request) -> Reply:
+        if self.replicas is None:
+            raise LogMQError("DescribeProducers is not served here", ErrorCode.UNKNOWN_API)
+        topics: dict[str, list[dict[str, Any]]] = {}
+        for topic, partition in _partitions(req.body):
+            entry: dict[str, Any] = {"partition": partition, "error": 0, "producers": []}
+            try:
+                entry["producers"] = producers_of(self.replicas.leader_log(topic, partition))
+            except LogMQError as e:
+                entry.update(error=int(e.code), message=str(e))
+            topics.setdefault(topic, []).append(entry)
+        return Reply({"topics": [{"topic": t, "partitions": ps} for t, ps in topics.items()]})
 
 
 def _complete(

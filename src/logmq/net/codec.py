@@ -74,8 +74,11 @@ class ApiKey(IntEnum):
     DESCRIBE_QUORUM = 55
     ALTER_PARTITION = 56  # partition leader -> controller: ISR changes (cluster_api)
     DESCRIBE_CLUSTER = 60
+    DESCRIBE_PRODUCERS = 61  # a partition leader's producers (native/txn_api.py)
     BROKER_REGISTRATION = 62  # broker -> controller (cluster_api)
     BROKER_HEARTBEAT = 63  # broker -> controller (cluster_api)
+    DESCRIBE_TRANSACTIONS = 65  # the coordinator's view of ids (native/txn_api.py)
+    LIST_TRANSACTIONS = 66  # this broker's coordinated ids (native/txn_api.py)
     ALLOCATE_PRODUCER_IDS = 67  # broker -> controller (cluster_api)
     CONSUMER_GROUP_HEARTBEAT = 68
     CONSUMER_GROUP_DESCRIBE = 69

@@ -3,9 +3,9 @@
 compaction.py decides what to keep (sans-IO) and log_cleaner.py runs a cleaning in
 steps; this module owns the one step that changes a live PartitionLog, on the event
 loop thread: swapping a cleaned segment in for the run of segments it replaces
-(crash-safe through segment_swap's commit and finish). It also owns what a cleaning
-leaves behind for the next open: the cleaner checkpoint, and the rule that a log the
-cleaner ever rewrote may have gaps between batch offsets.
+(crash-safe through segment_swap's commit and finish), its txn index included. It
+also owns what a cleaning leaves behind for the next open: the cleaner checkpoint,
+and the rule that a log the cleaner ever rewrote may have gaps between batch offsets.
 """
 
 from __future__ import annotations
@@ -73,7 +73,9 @@ def install_cleaned(plog: PartitionLog, cleaned: Any) -> bool:
     for seg in old:
         plog._retire(seg)
     segment_swap.finish(plog.dir, base)
-    fresh = plog._segment(base)
+    fresh = plog._segment(base)  # reads the swapped-in .txnindex, if any, when used
     fresh.verified.add(0, fresh.size)  # the cleaner checksummed what it wrote
+    if getattr(cleaned, "txn_entries", 0):
+        plog.aborts_indexed = True  # normally set already: the old segments had them
     plog._replace_segments(i, i + n, [fresh])
     return True

@@ -21,14 +21,30 @@ offset in the dirty section):
   key superseded it: an old value kept there could reappear once that newer record
   is itself deleted, a tombstone never changes what a key ends up as.
 
-Batches the cleaner keeps whole are copied byte for byte; transactional and control
-batches are always copied whole.
+Batches the cleaner keeps whole are copied byte for byte.
+
+Transactions (Kafka's cleaner rules):
+
+- nothing at or after the first unstable offset is cleaned (``plan_cleaning`` caps the
+  cleanable segments at min(HW, first unstable offset)), so every transaction with
+  data in the cleaned range is decided, and the txn indexes say which were aborted;
+- records of aborted transactions are removed, and never enter the offset map (an
+  aborted value must not shadow an older committed one); records of committed ones
+  are compacted like any other;
+- a COMMIT/ABORT marker stays while any data of its transaction does (it was seen in
+  this pass) and, like a tombstone, for ``delete.retention.ms`` after the first pass
+  that found its transaction empty (that pass stamps its delete horizon). The marker
+  that follows a tracked producer's last data batch also stays: it carries the
+  producer's epoch, which a rebuild of the producer state needs;
+- the txn index entries of the replaced segments go to the cleaned segment, except
+  those whose marker was removed (no data of that transaction is left to hide).
 """
 
 from __future__ import annotations
 
+import bisect
 import os
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from itertools import compress, repeat
 from operator import add, ge, itemgetter
@@ -41,11 +57,13 @@ from logmq.storage import checkpoint as ckpt
 from logmq.storage import records_codec
 from logmq.storage.compression import InflateLimitError
 from logmq.storage.offset_map import NO_KEY, OffsetMap, key_hashes
+from logmq.storage.txn_index import AbortedTxn
+from logmq.storage.txn_state import CONTROL_ABORT, CONTROL_COMMIT, control_record
 
 CLEANER_CHECKPOINT = "cleaner-offset-checkpoint"
 NO_HORIZON = -1
 _MAX_REL_OFFSET = (1 << 32) - 1
-_KEEP_WHOLE = b.ATTR_TRANSACTIONAL | b.ATTR_CONTROL
+_TXN_DATA_MASK = b.ATTR_TRANSACTIONAL | b.ATTR_CONTROL
 
 _DELTA = itemgetter(0)
 _KEY = itemgetter(2)
@@ -158,6 +176,10 @@ class CleaningPlan:
     dirty_ratio: float
     reason: str  # "dirty ratio", "max.compaction.lag.ms", "tombstones", "forced"
     max_message_bytes: int = b.MAX_INFLATED_SIZE  # sets the budget to inflate a batch
+    # aborted transactions with data below the last segment's end (from txn indexes)
+    aborted: list[AbortedTxn] = field(default_factory=list)
+    # producer ids the producer state tracks: their latest marker stays (epoch)
+    tracked_producers: frozenset[int] = frozenset()
 
     @property
     def dirty_segments(self) -> list[SegmentRef]:
@@ -168,21 +190,26 @@ def plan_cleaning(plog: Any, now_ms: int | None, *, force: bool = False) -> Clea
     """What the cleaner would clean in ``plog`` now, or None when nothing (or, unless
     ``force``, nothing worth it) is cleanable. Reads the log: event loop thread only.
 
-    Cleanable: whole segments below the active segment and the high watermark,
-    stopping at the first one with a record newer than min.compaction.lag.ms. The log
-    is worth cleaning when the dirty share of those bytes reaches
-    min.cleanable.dirty.ratio, when its oldest dirty batch is older than
+    Cleanable: whole segments below the active segment, the high watermark and the
+    first unstable offset (an undecided transaction's data, and all after it, stays
+    as written), stopping at the first one with a record newer than
+    min.compaction.lag.ms. The log is worth cleaning when the dirty share of those
+    bytes reaches min.cleanable.dirty.ratio, when its oldest dirty batch is older than
     max.compaction.lag.ms, or when a kept tombstone's delete horizon has passed.
     """
     cfg = plog.config
     if plog.closed or not cfg.compact:
         return None
     now = plog.clock() if now_ms is None else now_ms
-    segs, hw, min_lag = plog.segments, plog.high_watermark, cfg.min_compaction_lag_ms
+    segs, min_lag = plog.segments, cfg.min_compaction_lag_ms
+    limit = plog.high_watermark
+    unstable = plog.producer_state.txn.first_unstable_offset()
+    if unstable is not None and unstable < limit:
+        limit = unstable
     refs: list[SegmentRef] = []
     for i in range(len(segs) - 1):
         seg, end = segs[i], segs[i + 1].base_offset
-        if end > hw or (min_lag and now - seg.max_timestamp < min_lag):
+        if end > limit or (min_lag and now - seg.max_timestamp < min_lag):
             break
         refs.append(SegmentRef(seg, seg.base_offset, end, seg.size, seg.log_path))
     if not refs:
@@ -205,6 +232,7 @@ def plan_cleaning(plog: Any, now_ms: int | None, *, force: bool = False) -> Clea
         return None
     tracked = plog.producer_state.producers.items()
     producers = {pid: e.batches[-1].last_offset for pid, e in tracked if e.batches}
+    aborted = collect_aborted_txns(plog, refs[0].base_offset, refs[-1].end_offset)
     return CleaningPlan(
         plog.dir,
         refs,
@@ -218,7 +246,26 @@ def plan_cleaning(plog: Any, now_ms: int | None, *, force: bool = False) -> Clea
         ratio,
         reason,
         cfg.max_message_bytes,
+        aborted,
+        frozenset(plog.producer_state.producers),
     )
+
+
+def collect_aborted_txns(plog: Any, start: int, end: int) -> list[AbortedTxn]:
+    """Every aborted transaction with data in [start, end), from the txn indexes of
+    the segments from ``start`` on (markers may lie past ``end``), in marker order.
+    A log that never indexed an abort opens no txn index."""
+    if not getattr(plog, "aborts_indexed", True):
+        return []
+    segs = plog.segments
+    bases = [s.base_offset for s in segs]
+    out: list[AbortedTxn] = []
+    for seg in segs[max(0, bisect.bisect_right(bases, start) - 1) :]:
+        found, passed = seg.txn_index.collect(start, end)
+        out.extend(found)
+        if passed:
+            break
+    return out
 
 
 def _written_at(ref: SegmentRef, now: int) -> int:
@@ -275,6 +322,8 @@ class CleanStats:
     tombstones_removed: int = 0
     keyless_removed: int = 0
     oversized_kept: int = 0  # batches kept whole: they inflate past their budget
+    aborted_removed: int = 0  # records of aborted transactions
+    markers_removed: int = 0  # COMMIT/ABORT markers of transactions with no data left
     first_dirty_offset: int = -1  # where the next dirty section starts
     next_delete_horizon: int = NO_HORIZON
     seconds: float = 0.0
@@ -292,6 +341,8 @@ class CleanStats:
             "tombstones_removed",
             "keyless_removed",
             "oversized_kept",
+            "aborted_removed",
+            "markers_removed",
         ):
             setattr(self, name, getattr(self, name) + getattr(other, name))
         self.note_horizon(other.next_delete_horizon)
@@ -303,9 +354,51 @@ class CleanStats:
             self.next_delete_horizon = horizon
 
 
+class AbortedRanges:
+    """Which producers' offsets belong to aborted transactions (from txn index entries).
+
+    A producer's transactions on a partition never overlap, so its entries are
+    disjoint [first_offset, last_offset] ranges, searched by bisection.
+    """
+
+    __slots__ = ("_ranges",)
+
+    def __init__(self, entries: Iterable[AbortedTxn] = ()) -> None:
+        ranges: dict[int, list[tuple[int, int]]] = {}
+        for e in entries:
+            ranges.setdefault(e.producer_id, []).append((e.last_offset, e.first_offset))
+        for r in ranges.values():
+            r.sort()
+        self._ranges = ranges
+
+    def __bool__(self) -> bool:
+        return bool(self._ranges)
+
+    def contains(self, producer_id: int, offset: int) -> bool:
+        """Whether ``producer_id``'s data at ``offset`` is in an aborted transaction."""
+        r = self._ranges.get(producer_id)
+        if not r:
+            return False
+        i = bisect.bisect_left(r, (offset, -1))
+        return i < len(r) and r[i][1] <= offset
+
+
+def is_aborted_data(h: b.BatchHeader, aborted: AbortedRanges) -> bool:
+    """A transactional data batch (not a marker) of an aborted transaction."""
+    return (
+        h.attributes & _TXN_DATA_MASK == b.ATTR_TRANSACTIONAL
+        and h.producer_id >= 0
+        and aborted.contains(h.producer_id, h.base_offset)
+    )
+
+
 @dataclass(slots=True)
 class RecordFilter:
-    """Decides, batch by batch and in offset order, what one cleaning pass keeps."""
+    """Decides, batch by batch and in offset order, what one cleaning pass keeps.
+
+    One filter sees every batch of a pass, from the log's first segment on, so it
+    knows whether a transaction's data came before its marker in this pass.
+    """
 
     offsets: OffsetMap
     now_ms: int
@@ -313,6 +406,12 @@ class RecordFilter:
     producer_last_offsets: dict[int, int]
     stats: CleanStats = field(default_factory=CleanStats)
     max_message_bytes: int = b.MAX_INFLATED_SIZE
+    aborted: AbortedRanges = field(default_factory=AbortedRanges)
+    tracked_producers: frozenset[int] = frozenset()
+    # producers with transactional data since their last marker (in this pass)
+    txn_data: set[int] = field(default_factory=set)
+    # offsets of the markers this pass removed (their txn index entries go too)
+    removed_markers: set[int] = field(default_factory=set)
 
     def clean_batch(self, buf: Any, pos: int, h: b.BatchHeader) -> Any:
         """The batch to write for the (validated) batch at ``pos``: a slice of ``buf``
@@ -321,8 +420,18 @@ class RecordFilter:
         st.batches_in += 1
         st.records_in += h.record_count
         whole = memoryview(buf)[pos : pos + h.size]
-        if h.attributes & _KEEP_WHOLE:
-            return self._kept(whole, h.record_count)
+        attrs = h.attributes
+        if attrs & b.ATTR_CONTROL:
+            return self._marker(buf, pos, h, whole)
+        if attrs & b.ATTR_TRANSACTIONAL and h.producer_id >= 0:
+            self.txn_data.add(h.producer_id)
+            if self.aborted.contains(h.producer_id, h.base_offset):
+                if self.producer_last_offsets.get(h.producer_id) == h.last_offset:
+                    # the producer's last sequence must survive: stays whole, aborted
+                    # (its marker and index entry stay, as data of theirs is left)
+                    return self._kept(whole, h.record_count)
+                st.aborted_removed += h.record_count
+                return None
         try:
             rows = b.decode_rows(buf, pos, h, b.inflate_budget(h.size, self.max_message_bytes))
         except InflateLimitError:  # a bomb (stored before the topic was compacted): keep it
@@ -375,6 +484,35 @@ class RecordFilter:
             return self._kept(whole, kept)
         rows = list(compress(rows, keep)) if kept < len(rows) else rows
         return self._kept(rewrite_batch(h, rows, horizon), kept)
+
+    def _marker(self, buf: Any, pos: int, h: b.BatchHeader, whole: Any) -> Any:
+        """A control batch: a COMMIT/ABORT marker goes once its transaction has no data
+        left and its delete horizon has passed; anything else stays whole."""
+        pid = h.producer_id
+        if pid < 0:
+            return self._kept(whole, h.record_count)
+        ctype = control_record(buf, pos, verify=False).type
+        if ctype != CONTROL_ABORT and ctype != CONTROL_COMMIT:
+            return self._kept(whole, h.record_count)
+        had_data = pid in self.txn_data
+        self.txn_data.discard(pid)
+        latest = pid in self.tracked_producers and h.last_offset > self.producer_last_offsets.get(
+            pid, -1
+        )
+        if had_data or latest:
+            return self._kept(whole, h.record_count)
+        flagged = bool(h.attributes & b.ATTR_DELETE_HORIZON)
+        if flagged and self.now_ms >= h.first_timestamp:
+            self.stats.markers_removed += 1
+            self.removed_markers.add(h.last_offset)
+            return None
+        if flagged:
+            self.stats.note_horizon(h.first_timestamp)
+            return self._kept(whole, h.record_count)
+        horizon = self.now_ms + self.delete_retention_ms
+        self.stats.note_horizon(horizon)
+        rows = b.decode_rows(buf, pos, h)
+        return self._kept(rewrite_batch(h, rows, horizon), h.record_count)
 
     def _kept(self, data: Any, records: int) -> Any:
         self.stats.batches_out += 1

@@ -8,7 +8,8 @@ One cleaning of one log runs in steps, each where it belongs:
 2. map (worker thread): the offset map over the dirty segments, one segment at a
    time until the cleaner buffer is full, so the map ends at a segment boundary;
 3. per group of segments below that boundary: write (worker) the kept batches to a
-   ``.cleaned`` segment with fresh indexes, fsynced, and the swap manifest; install
+   ``.cleaned`` segment with fresh indexes (its txn index: the replaced segments'
+   entries whose markers stay), fsynced, and the swap manifest; install
    (event loop) it with ``PartitionLog.install_cleaned``, which gives up if retention
    or truncation changed those segments meanwhile; tidy (worker) the manifest;
 4. checkpoint (worker): the next dirty section starts where the map ended.
@@ -39,17 +40,20 @@ from logmq.storage import batch as b
 from logmq.storage import checkpoint as ckpt
 from logmq.storage import segment_swap as swap
 from logmq.storage.compaction import (
+    AbortedRanges,
     CleanerCheckpoint,
     CleaningPlan,
     CleanStats,
     RecordFilter,
     SegmentRef,
     group_segments,
+    is_aborted_data,
     segment_batches,
 )
 from logmq.storage.compression import InflateLimitError
 from logmq.storage.index import OffsetIndex, TimeIndex
 from logmq.storage.offset_map import OffsetMap, key_hashes
+from logmq.storage.txn_index import AbortedTxn, encode_entries
 
 if TYPE_CHECKING:
     from logmq.storage.partition_log import PartitionLog
@@ -61,7 +65,6 @@ DEFAULT_INTERVAL_MS = 15_000  # Kafka's log.cleaner.backoff.ms
 YIELD_EVERY_S = 0.002
 _WRITE_BYTES = 1 << 20
 _WRITE_PARTS = 512
-_KEEP_WHOLE = b.ATTR_TRANSACTIONAL | b.ATTR_CONTROL
 _DELTA = itemgetter(0)
 _KEY = itemgetter(2)
 
@@ -78,6 +81,7 @@ class CleanedGroup:
     replaced: list[Any]  # LogSegment objects, by identity
     size: int
     stats: CleanStats
+    txn_entries: int = 0  # aborted transactions its txn index holds
 
 
 class LogCleaning:
@@ -92,12 +96,15 @@ class LogCleaning:
         self.abort = abort or threading.Event()
         self.map_end = plan.segments[-1].end_offset
         self.groups: list[list[SegmentRef]] = []
+        self.aborted = AbortedRanges(plan.aborted)
         self.filter = RecordFilter(
             self.offsets,
             plan.now_ms,
             plan.delete_retention_ms,
             plan.producer_last_offsets,
             max_message_bytes=plan.max_message_bytes,
+            aborted=self.aborted,
+            tracked_producers=plan.tracked_producers,
         )
         self.stats = self.filter.stats
         self._writing: int | None = None  # base of the group being written
@@ -136,7 +143,9 @@ class LogCleaning:
             try:
                 for buf, pos, h in segment_batches(fd, ref.size, ref.path):
                     self._next_batch()
-                    if h.attributes & _KEEP_WHOLE:
+                    # markers hold no keyed data; an aborted value must not hide the
+                    # committed one before it
+                    if h.attributes & b.ATTR_CONTROL or is_aborted_data(h, self.aborted):
                         continue
                     budget = b.inflate_budget(h.size, self.plan.max_message_bytes)
                     try:
@@ -169,7 +178,7 @@ class LogCleaning:
         base = group[0].base_offset
         self._writing = base
         try:
-            size = self._write_segment(group, base)
+            size, entries = self._write_segment(group, base)
             swap.write_manifest(self.dir, base, [r.base_offset for r in group])
         except BaseException:
             swap.discard(self.dir, base)  # also when cancelled: nobody else will
@@ -178,11 +187,13 @@ class LogCleaning:
         st.segments_out += 1
         st.bytes_out += size
         st.seconds += time.perf_counter() - started
-        return CleanedGroup(base, [r.segment for r in group], size, st)
+        return CleanedGroup(base, [r.segment for r in group], size, st, entries)
 
-    def _write_segment(self, group: list[SegmentRef], base: int) -> int:
+    def _write_segment(self, group: list[SegmentRef], base: int) -> tuple[int, int]:
+        """Write the cleaned segment's files; returns its size and txn index entries."""
         plan, st = self.plan, self.stats
-        idx_path, tidx_path, log_path = swap.segment_paths(self.dir, base, swap.CLEANED_SUFFIX)
+        paths = swap.segment_paths(self.dir, base, swap.CLEANED_SUFFIX)
+        idx_path, tidx_path, txn_path, log_path = paths
         swap.discard(self.dir, base)
         out = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         index = OffsetIndex(idx_path, base, plan.index_bytes, writable=True)
@@ -223,13 +234,33 @@ class LogCleaning:
             os.close(out)
             index.close()  # trims to its entries
             tindex.close()
-        for path in (idx_path, tidx_path):
+        synced = [idx_path, tidx_path]
+        entries = self._kept_entries(group)
+        if entries:  # no entries, no file (as for any segment)
+            fd = os.open(txn_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            try:
+                _write_all(fd, [encode_entries(entries)])
+            finally:
+                os.close(fd)
+            synced.append(txn_path)
+        for path in synced:
             fd = os.open(path, os.O_RDONLY)
             try:
                 ckpt.fsync(fd)
             finally:
                 os.close(fd)
-        return size
+        return size, len(entries)
+
+    def _kept_entries(self, group: list[SegmentRef]) -> list[AbortedTxn]:
+        """The txn index of the cleaned segment: the replaced segments' entries (markers
+        in [group start, group end)) whose markers this pass kept; call after writing."""
+        start, end = group[0].base_offset, group[-1].end_offset
+        removed = self.filter.removed_markers
+        return [
+            e
+            for e in self.plan.aborted
+            if start <= e.last_offset < end and e.last_offset not in removed
+        ]
 
     def tidy(self) -> None:
         """After an install: the manifest has done its job."""

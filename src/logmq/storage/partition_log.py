@@ -183,8 +183,9 @@ class PartitionLog:
         self._hw = min(max(high_watermark, 0), self.log_end_offset)
         self.producer_state.txn.on_high_watermark(self._hw)
         # whether any segment may hold an aborted transaction: a read_committed fetch
-        # of a log that never had one opens no txn index (librdkafka reads committed)
-        self._aborts_indexed = any(n.endswith(TXN_INDEX_SUFFIX) for n in names) or any(
+        # (librdkafka reads committed) or a cleaning of a log that never had one opens
+        # no txn index; set by appends, recovery and the cleaner's installs
+        self.aborts_indexed = any(n.endswith(TXN_INDEX_SUFFIX) for n in names) or any(
             seg.has_txn_entries for seg in self.segments
         )
 
@@ -240,7 +241,7 @@ class PartitionLog:
     def aborted_transactions(self, fetch_offset: int, upper: int) -> list[tuple[int, int]]:
         """(producer id, first offset) of the aborted transactions a read_committed fetch
         of [fetch_offset, upper) must filter out, from the segments' txn indexes."""
-        if upper <= fetch_offset or not self._aborts_indexed:
+        if upper <= fetch_offset or not self.aborts_indexed:
             return []
         i = max(0, bisect.bisect_right(self._bases, fetch_offset) - 1)
         return collect_aborted(
@@ -363,7 +364,7 @@ class PartitionLog:
                 aborted = txn.on_batch(dataclasses.replace(h, base_offset=base), ctype)
                 if aborted is not None:
                     self.segments[-1].txn_index.append(aborted)
-                    self._aborts_indexed = True
+                    self.aborts_indexed = True
             base += h.last_offset_delta + 1
 
     def _check_producers(
@@ -412,7 +413,7 @@ class PartitionLog:
                 aborted = txn.on_batch(h, ctype)
                 if aborted is not None:
                     self.segments[-1].txn_index.append(aborted)
-                    self._aborts_indexed = True
+                    self.aborts_indexed = True
             if h.leader_epoch > self.leader_epochs.latest_epoch:
                 self.leader_epochs.assign(h.leader_epoch, h.base_offset, flush=False)
         count = sum(h.record_count for _, h in headers)

@@ -1,8 +1,10 @@
 """Replacing a run of segments by one cleaned segment, crash-safely.
 
 The cleaner writes the new segment ``B`` as ``B.log.cleaned`` (+ ``.index.cleaned``,
-``.timeindex.cleaned``), fsyncs it, and records in the ``cleaner-swap`` manifest which
-old segments it replaces. Then, on the event loop thread:
+``.timeindex.cleaned`` and, when the replaced segments indexed aborted transactions
+whose markers it keeps, ``.txnindex.cleaned``), fsyncs it, and records in the
+``cleaner-swap`` manifest which old segments it replaces. Then, on the event loop
+thread:
 
 1. ``commit``: rename the indexes, then the log, from ``.cleaned`` to ``.swap``; fsync
    the directory. The rename of ``B.log.swap`` is the commit point.
@@ -14,6 +16,10 @@ old segments it replaces. Then, on the event loop thread:
 ``.log.swap`` the new files are discarded (the old segments are intact); with one, the
 old segments the manifest names are removed and the renames are completed. Either way
 the log holds the old segments or the new one, never a mix.
+
+The txn index is optional at every step: a missing ``.txnindex`` means no entries, so
+a swap without one is complete. That is also why an old segment's own ``.txnindex``
+must go with it (it would otherwise become the new segment's when they share a base).
 """
 
 from __future__ import annotations
@@ -27,17 +33,21 @@ from logmq.errors import CorruptRecordError
 from logmq.storage import checkpoint as ckpt
 from logmq.storage.compaction import segment_batches
 from logmq.storage.segment import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, segment_name
+from logmq.storage.txn_index import TXN_INDEX_SUFFIX
 
 log = logging.getLogger(__name__)
 
 CLEANED_SUFFIX = ".cleaned"
 SWAP_SUFFIX = ".swap"
 MANIFEST = "cleaner-swap"
-_SUFFIXES = (INDEX_SUFFIX, TIME_INDEX_SUFFIX, LOG_SUFFIX)  # the log last: it commits
+# the log last: its rename commits
+_SUFFIXES = (INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX, LOG_SUFFIX)
+_OPTIONAL = TXN_INDEX_SUFFIX  # absent when there are no entries
 
 
 def segment_paths(directory: Path, base: int, state: str = "") -> list[Path]:
-    """The index, time index and log paths of segment ``base`` with a state suffix."""
+    """The index, time index, txn index and log paths of segment ``base`` with a
+    state suffix (the log last)."""
     return [directory / (segment_name(base, s) + state) for s in _SUFFIXES]
 
 
@@ -78,22 +88,28 @@ def commit(directory: Path, base: int) -> None:
         segment_paths(directory, base, SWAP_SUFFIX),
         strict=True,
     ):
-        os.replace(src, dst)
+        try:
+            os.replace(src, dst)
+        except FileNotFoundError:
+            if not src.name.endswith(_OPTIONAL + CLEANED_SUFFIX):
+                raise
     ckpt.fsync_dir(directory)
 
 
 def finish(directory: Path, base: int) -> None:
     """``.swap`` -> final names, the log first (then leftover index swaps are final).
 
-    A missing index is no reason to stop: the segment rebuilds it when it opens.
+    A missing index is no reason to stop: the segment rebuilds it when it opens. A
+    missing txn index is normal: the cleaned segment indexes no aborted transaction.
     """
     paths = segment_paths(directory, base, SWAP_SUFFIX)
-    os.replace(paths[2], paths[2].with_name(paths[2].name[: -len(SWAP_SUFFIX)]))
-    for src in paths[:2]:
+    os.replace(paths[-1], paths[-1].with_name(paths[-1].name[: -len(SWAP_SUFFIX)]))
+    for src in paths[:-1]:
         try:
             os.replace(src, src.with_name(src.name[: -len(SWAP_SUFFIX)]))
         except FileNotFoundError:
-            log.warning("no %s: the index will be rebuilt", src)
+            if not src.name.endswith(_OPTIONAL + SWAP_SUFFIX):
+                log.warning("no %s: the index will be rebuilt", src)
 
 
 def interrupted(names: Iterable[str]) -> bool:
@@ -110,7 +126,7 @@ def recover(directory: Path) -> int:
         if name.endswith(LOG_SUFFIX + CLEANED_SUFFIX):  # never committed
             base = int(name[:20])
             discard(directory, base)
-            for path in segment_paths(directory, base, SWAP_SUFFIX)[:2]:
+            for path in segment_paths(directory, base, SWAP_SUFFIX)[:-1]:
                 path.unlink(missing_ok=True)
             log.warning("discarded an uncommitted cleaned segment %d in %s", base, directory)
     for name in names:
