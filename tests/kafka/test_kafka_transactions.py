@@ -227,3 +227,58 @@ async def test_aiokafka_transactional_producer_and_read_committed_consumer(broke
     finally:
         await c.stop()
     assert got == [b"kept%d" % i for i in range(5)]
+
+
+def test_consume_transform_produce_commits_offsets_with_the_transaction(broker):
+    """send_offsets_to_transaction: the consumer group's offsets are committed by the
+    transaction's commit (TxnOffsetCommit, settled by the marker), dropped by an abort."""
+    source, sink = topic(broker, 1), topic(broker, 1)
+    feed = ck.Producer({"bootstrap.servers": broker.kafka_bootstrap})
+    for i in range(10):
+        feed.produce(source, b"in%d" % i)
+    assert feed.flush(TIMEOUT) == 0
+    group = f"ctp-{source}"
+    consumer = ck.Consumer(
+        {
+            "bootstrap.servers": broker.kafka_bootstrap,
+            "group.id": group,
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+            "isolation.level": "read_committed",
+        }
+    )
+    p = producer(broker, f"tx-{source}")
+    try:
+        consumer.subscribe([source])
+        got = []
+        deadline = time.monotonic() + TIMEOUT
+        while len(got) < 10 and time.monotonic() < deadline:
+            msg = consumer.poll(0.2)
+            if msg is not None and not msg.error():
+                got.append(msg)
+        assert len(got) == 10
+        tp = ck.TopicPartition(source, 0)
+
+        def transform(commit: bool, upto: int) -> None:
+            p.begin_transaction()
+            for m in got[:upto]:
+                p.produce(sink, m.value().replace(b"in", b"out"))
+            p.send_offsets_to_transaction(
+                [ck.TopicPartition(source, 0, upto)], consumer.consumer_group_metadata()
+            )
+            if commit:
+                p.commit_transaction(TIMEOUT)
+            else:
+                p.abort_transaction(TIMEOUT)
+
+        transform(False, 10)  # aborted: neither the output nor the offsets count
+        [committed] = consumer.committed([tp], TIMEOUT)
+        assert committed.offset < 0
+        transform(True, 6)
+        [committed] = consumer.committed([tp], TIMEOUT)
+        assert committed.offset == 6
+    finally:
+        consumer.close()
+    assert sorted(consume(broker, sink, "read_committed", 6)) == sorted(
+        b"out%d" % i for i in range(6)
+    )
