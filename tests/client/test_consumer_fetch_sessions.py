@@ -157,8 +157,8 @@ async def test_a_spent_budget_ends_an_incremental_read_and_every_partition_gets_
     # per read: (partial, partitions visited, of them with records to read, bytes)
     visited: list[tuple[bool, int, int, int]] = []
 
-    def counting(wanted, max_bytes, *, partial=False):
-        topics, total, any_error = original(wanted, max_bytes, partial=partial)
+    def counting(wanted, max_bytes, *, partial=False, **kw):
+        topics, total, any_error = original(wanted, max_bytes, partial=partial, **kw)
         offsets = {(name, p[0]): p[1] for name, parts in wanted for p in parts}
         answered = [(name, p) for name, parts in topics for p in parts]
         behind = sum(offsets[(name, p.partition)] < p.high_watermark for name, p in answered)

@@ -168,3 +168,15 @@ def test_a_lost_index_is_rebuilt_from_the_log_when_no_snapshot_covers_it(tmp_pat
     assert log.aborted_transactions(0, 5) == [(P, 0)]
     assert log.last_stable_offset == 3
     assert (tmp_path / "t-0" / "00000000000000000000.txnindex").stat().st_size == 34
+
+
+def test_unsequenced_transactional_batches_are_all_written(tmp_path):
+    """A coordinator's own transactional batches carry no sequence: each is new data,
+    never taken for a retry of the one before (which would drop it silently)."""
+    log = open_log(tmp_path)
+    for _ in range(3):
+        log.append(txn_batch(P, -1))
+    assert log.log_end_offset == 6
+    log.append(marker(P, CONTROL_COMMIT), control=True)
+    log.append(txn_batch(P, -1))
+    assert log.log_end_offset == 9

@@ -85,8 +85,10 @@ class ProducerStateManager:
             raise InvalidProducerEpochError(
                 f"producer {h.producer_id} epoch {h.producer_epoch} is older than {entry.epoch}"
             )
-        if h.attributes & ATTR_CONTROL:
-            return None  # a transaction marker: no sequence of its own
+        if h.attributes & ATTR_CONTROL or h.base_sequence < 0:
+            # a transaction marker, or a batch written without a sequence (a coordinator's
+            # own): nothing to deduplicate or order it by
+            return None
         if h.producer_epoch > entry.epoch:
             if h.base_sequence != 0:
                 raise OutOfOrderSequenceError(
@@ -117,7 +119,7 @@ class ProducerStateManager:
         if h.producer_epoch != entry.epoch:
             entry.epoch = h.producer_epoch
             entry.batches.clear()
-        if h.attributes & ATTR_CONTROL:
+        if h.attributes & ATTR_CONTROL or h.base_sequence < 0:
             return  # a marker moves the epoch (an abort may fence) but has no sequence
         entry.batches.append(
             BatchMetadata(
@@ -163,8 +165,8 @@ class ProducerStateManager:
                 entry.epoch = epoch
                 entry.batches.clear()
                 recent.pop(pid, None)
-            if r[R_ATTRIBUTES] & ATTR_CONTROL:
-                continue  # a marker: its epoch counts, it has no sequence
+            if r[R_ATTRIBUTES] & ATTR_CONTROL or r[R_BASE_SEQUENCE] < 0:
+                continue  # a marker, or an unsequenced batch: its epoch counts, no sequence
             q = recent.get(pid)
             if q is None:
                 q = recent[pid] = deque(maxlen=MAX_CACHED_BATCHES)
