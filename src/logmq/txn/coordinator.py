@@ -25,6 +25,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import replace
 
 from ..errors import ErrorCode
+from ..group.codec import OFFSETS_TOPIC
 from .codec import (
     MAX_EPOCH,
     MAX_ID_BYTES,
@@ -51,8 +52,6 @@ from .model import (
     TxnConfig,
     is_epoch_exhausted,
 )
-
-OFFSETS_TOPIC = "__consumer_offsets"
 
 _PREPARED = (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT)
 _COMPLETED = (TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT)
