@@ -227,6 +227,34 @@ class InvalidProducerEpochError(LogMQError):
     code = ErrorCode.INVALID_PRODUCER_EPOCH
 
 
+class TransactionCoordinatorFencedError(LogMQError):
+    """A marker from a coordinator older than the last one this partition heard from."""
+
+    code = ErrorCode.TRANSACTION_COORDINATOR_FENCED
+
+
+class ProducerFencedError(LogMQError):
+    """A newer producer with the same transactional id (or the coordinator, after a
+    transaction timed out) bumped the epoch: this producer can never write or end a
+    transaction again. Fatal: close it (a new one calls init_transactions). Raised for
+    INVALID_PRODUCER_EPOCH from a transaction's coordinator too (``.code`` says which)."""
+
+    code = ErrorCode.PRODUCER_FENCED
+
+
+class TransactionalIdAuthorizationError(LogMQError):
+    """The principal may not WRITE (or DESCRIBE) this transactional id. Fatal."""
+
+    code = ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+
+
+class TransactionStateError(LogMQError):
+    """A transactional call out of order: a send outside begin/commit, a commit with no
+    transaction begun, or the coordinator's INVALID_TXN_STATE."""
+
+    code = ErrorCode.INVALID_TXN_STATE
+
+
 class RequestTimedOutError(LogMQError):
     code = ErrorCode.REQUEST_TIMED_OUT
 

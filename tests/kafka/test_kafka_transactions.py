@@ -73,6 +73,21 @@ def consume(broker, name: str, isolation: str, expect: int, *, wait: float = 10.
     return got
 
 
+def end_offset(broker, name: str, isolation: str) -> int:
+    """Partition 0's end as librdkafka's ListOffsets sees it at ``isolation``."""
+    c = ck.Consumer(
+        {
+            "bootstrap.servers": broker.kafka_bootstrap,
+            "group.id": f"w-{uuid.uuid4().hex[:6]}",
+            "isolation.level": isolation,
+        }
+    )
+    try:
+        return c.get_watermark_offsets(ck.TopicPartition(name, 0), TIMEOUT, cached=False)[1]
+    finally:
+        c.close()
+
+
 def test_committed_records_are_read_by_read_committed_consumers(broker):
     name = topic(broker)
     p = producer(broker, f"tx-{name}")
@@ -110,8 +125,12 @@ def test_an_open_transaction_holds_read_committed_consumers_back(broker):
     p.flush(TIMEOUT)
     assert consume(broker, name, "read_committed", 1, wait=3) == []
     assert consume(broker, name, "read_uncommitted", 1) == [b"pending"]
+    # ListOffsets with the consumer's isolation level: read_committed's end is the LSO
+    assert end_offset(broker, name, "read_committed") == 0
+    assert end_offset(broker, name, "read_uncommitted") == 1
     p.commit_transaction(TIMEOUT)
     assert consume(broker, name, "read_committed", 1) == [b"pending"]
+    assert end_offset(broker, name, "read_committed") == 2  # after the commit marker
 
 
 def test_a_second_producer_with_the_same_id_fences_the_first(broker):

@@ -3,9 +3,15 @@ log appends, replicates, recovers, truncates and rolls (issue 29's partition sid
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
-from logmq.errors import InvalidProducerEpochError, InvalidRecordError
+from logmq.errors import (
+    InvalidProducerEpochError,
+    InvalidRecordError,
+    TransactionCoordinatorFencedError,
+)
 from logmq.storage import batch as b
 from logmq.storage.config import LogConfig
 from logmq.storage.partition_log import PartitionLog
@@ -26,8 +32,14 @@ def txn_batch(pid: int, seq: int, n: int = 2, epoch: int = 0) -> bytes:
     )
 
 
-def marker(pid: int, kind: int, epoch: int = 0) -> bytes:
-    return encode_control_batch(kind, producer_id=pid, producer_epoch=epoch, timestamp=1000)
+def marker(pid: int, kind: int, epoch: int = 0, coordinator_epoch: int = 0) -> bytes:
+    return encode_control_batch(
+        kind,
+        producer_id=pid,
+        producer_epoch=epoch,
+        coordinator_epoch=coordinator_epoch,
+        timestamp=1000,
+    )
 
 
 def plain(n: int = 1) -> bytes:
@@ -79,6 +91,41 @@ def test_a_marker_continues_the_producers_sequence_and_fences_older_epochs(tmp_p
         log.append(txn_batch(P, 4, epoch=0))
     log.append(txn_batch(P, 0, epoch=1))  # the new epoch starts at 0
     assert log.log_end_offset == 8
+
+
+def test_a_marker_from_an_older_coordinator_is_fenced_everywhere(tmp_path):
+    """A coordinator that lost ``__transaction_state``'s partition but has not noticed
+    may still send markers: a partition that heard from a newer one refuses them
+    (TRANSACTION_COORDINATOR_FENCED), on the leader, after a follower replicated the
+    newer marker, and after a restart with or without a snapshot."""
+    log = open_log(tmp_path)
+    log.append(txn_batch(P, 0))  # 0-1
+    log.append(marker(P, CONTROL_COMMIT, coordinator_epoch=3), control=True)  # 2
+    log.append(txn_batch(P, 2))  # 3-4
+    with pytest.raises(TransactionCoordinatorFencedError, match="coordinator epoch 2"):
+        log.append(marker(P, CONTROL_ABORT, coordinator_epoch=2), control=True)
+    assert log.log_end_offset == 5
+    follower = PartitionLog(tmp_path / "u-0", LogConfig())
+    follower.append_as_follower(log.read(0, 1 << 20).read())
+    with pytest.raises(TransactionCoordinatorFencedError):
+        follower.append(marker(P, CONTROL_ABORT, coordinator_epoch=2), control=True)
+    log.append(marker(P, CONTROL_ABORT, coordinator_epoch=3), control=True)  # 5: same epoch
+    log.append(marker(Q, CONTROL_ABORT, coordinator_epoch=1), control=True)  # another producer
+    log.high_watermark = log.log_end_offset
+    log.close()  # a clean restart: from the snapshot
+    log = PartitionLog(tmp_path / "t-0", LogConfig(), high_watermark=7)
+    with pytest.raises(TransactionCoordinatorFencedError):
+        log.append(marker(P, CONTROL_COMMIT, coordinator_epoch=2), control=True)
+    log.close_handles()  # a crash: recovery replays the markers
+    for name in os.listdir(tmp_path / "t-0"):
+        if name.endswith(".snapshot"):
+            os.unlink(tmp_path / "t-0" / name)
+    log = PartitionLog(
+        tmp_path / "t-0", LogConfig(), clean_shutdown=False, recovery_point=0, high_watermark=7
+    )
+    with pytest.raises(TransactionCoordinatorFencedError):
+        log.append(marker(P, CONTROL_COMMIT, coordinator_epoch=2), control=True)
+    log.append(marker(P, CONTROL_COMMIT, coordinator_epoch=4), control=True)  # a newer one
 
 
 def test_the_state_survives_a_clean_restart_and_a_crash(tmp_path):

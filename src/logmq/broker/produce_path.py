@@ -85,7 +85,11 @@ class ProducePath:
         await self.replicas.new_logs_made(keys)
 
     async def append_all(
-        self, entries: Sequence[tuple[str, int, Any]], acks: int, timeout_ms: int
+        self,
+        entries: Sequence[tuple[str, int, Any]],
+        acks: int,
+        timeout_ms: int,
+        guard: Callable[[str, int], None] | None = None,
     ) -> list[Outcome]:
         """Every ``(topic, partition, data)`` append of one produce request, outcomes in
         request order: ``(AppendInfo, PartitionLog)``, or the exception for the client.
@@ -99,12 +103,18 @@ class ProducePath:
         made in that same step, which queues in PendingTopics in arrival order; a later
         append to that topic queues behind it, since the topic stays pending until every
         waiter has taken the step that writes its append.
+
+        ``guard``: run in the same step as each append, just before it (a transactional
+        produce's KIP-890 guard, txn_verification.append_guard); what it raises is
+        that partition's outcome.
         """
         await self.before_appends((topic, partition) for topic, partition, _ in entries)
         out: list[Outcome | None] = [None] * len(entries)
         waits: list[tuple[int, Awaitable[Any]]] = []
         for i, (topic, partition, data) in enumerate(entries):
             try:
+                if guard is not None:
+                    guard(topic, partition)
                 now = self.append_now(topic, partition, data, acks, timeout_ms)
             except Exception as e:  # the client gets it in its answer
                 out[i] = e

@@ -8,6 +8,14 @@ every read_committed consumer, back for good. So the first transactional batch o
 producer on a partition is verified with the transaction's coordinator (AddPartitionsToTxn
 with verify_only); later batches of the same transaction are not, since the partition's
 own state shows the transaction open (Kafka's verification guard does the same).
+
+Between the answer and the append the request may wait (other partitions' checks, the
+produce path's ordering), and the transaction may end meanwhile: its marker written
+here, the batch would then open a transaction no coordinator knows of. So each check
+takes a guard (``ProducerStateManager.start_verification``) before it asks, a marker of
+the producer drops it, and the append, in the same step as its write, goes ahead only
+if the transaction is open here or the guard it took is still the producer's
+(``append_guard``).
 """
 
 from __future__ import annotations
@@ -24,6 +32,28 @@ if TYPE_CHECKING:
     from logmq.storage.partition_log import PartitionLog
 
 TopicPartition = tuple[str, int]
+# partition -> (its log, producer id, epoch, the guard its verification took)
+Guards = dict[TopicPartition, tuple["PartitionLog", int, int, object]]
+
+
+def append_guard(guards: Guards) -> Callable[[str, int], None]:
+    """The check a produce path runs right before each append (no await in between):
+    LogMQError(INVALID_TXN_STATE) when the producer's transaction ended on the partition
+    after its verification began."""
+
+    def check(topic: str, partition: int) -> None:
+        g = guards.get((topic, partition))
+        if g is None:
+            return
+        plog, producer_id, epoch, token = g
+        if not plog.producer_state.verified(producer_id, epoch, token):
+            raise LogMQError(
+                f"the transaction of producer {producer_id} (epoch {epoch}) on "
+                f"{topic}-{partition} ended after this produce was verified",
+                ErrorCode.INVALID_TXN_STATE,
+            )
+
+    return check
 
 
 class TxnVerifier:
@@ -48,11 +78,23 @@ class TxnVerifier:
         return producer_id in txn.ongoing and txn.epochs.get(producer_id) == epoch
 
     async def verify(
-        self, transactional_id: str, producer_id: int, epoch: int, tps: list[TopicPartition]
+        self,
+        transactional_id: str,
+        producer_id: int,
+        epoch: int,
+        tps: list[TopicPartition],
+        guards: Guards | None = None,
     ) -> dict[TopicPartition, ErrorCode]:
         """NONE for each partition the transaction holds (or that holds it already), else
         why not: INVALID_TXN_STATE when the coordinator does not list it, a coordinator
-        error (retriable) when it could not be asked."""
+        error (retriable) when it could not be asked. ``guards`` gets the guard taken on
+        each partition led here, for ``append_guard``."""
+        if guards is not None:
+            for tp in tps:
+                plog = self.local_log(*tp)
+                if plog is not None:
+                    token = plog.producer_state.start_verification(producer_id)
+                    guards[tp] = (plog, producer_id, epoch, token)
         out = {tp: ErrorCode.NONE for tp in tps if self.open_here(tp, producer_id, epoch)}
         ask = [tp for tp in tps if tp not in out]
         if not ask:

@@ -32,6 +32,7 @@ from logmq.broker.fetch_sessions import (
     FetchSessionError,
 )
 from logmq.broker.produce_path import produce_result, record_errors
+from logmq.broker.txn_verification import Guards, append_guard
 from logmq.cluster.topic_names import is_internal, topic_name_error
 from logmq.errors import ErrorCode, LogMQError
 from logmq.kafka.codec import error_entity, response_class
@@ -448,8 +449,10 @@ class KafkaApis:
                 req.context, Op.WRITE, (t.name for t in body.topic_data)
             )
         refused: dict[tuple[str, int], LogMQError] = {}
+        guard = None
         if body.transactional_id is not None:
             assert self.transactions is not None
+            guards: Guards = {}
             refused = await self.transactions.check_produce(
                 req,
                 body.transactional_id,
@@ -459,7 +462,9 @@ class KafkaApis:
                     if t.name not in denied
                     for p in t.partition_data
                 ],
+                guards,
             )
+            guard = append_guard(guards)
         entries = [
             (t.name, p.index, p.records or b"")
             for t in body.topic_data
@@ -467,7 +472,7 @@ class KafkaApis:
             for p in t.partition_data
             if (t.name, p.index) not in refused
         ]
-        outcomes = iter(await self.produce_path.append_all(entries, acks, timeout_ms))
+        outcomes = iter(await self.produce_path.append_all(entries, acks, timeout_ms, guard))
         responses = []
         for t in body.topic_data:
             parts = []
@@ -676,6 +681,8 @@ class KafkaApis:
     async def list_offsets(self, req: Request) -> Reply:
         body = req.body
         m = response_module(body)
+        # v2+: read_committed's "latest" is the LSO, and searches stop there too
+        committed = req.api_version >= 2 and body.isolation_level == 1
         denied: set[str] = set()
         if self.authz is not None and self.authz.enabled:
             denied = self.authz.denied_topics(
@@ -694,7 +701,9 @@ class KafkaApis:
                     if ts == LATEST_TIERED:  # v9 (KIP-1005): nothing is tiered, as on Kafka
                         offset, found = -1, -1
                     else:  # v8's earliest local (KIP-405) is the log start: all is local
-                        offset, found = offset_for(plog, EARLIEST if ts == EARLIEST_LOCAL else ts)
+                        offset, found = offset_for(
+                            plog, EARLIEST if ts == EARLIEST_LOCAL else ts, committed
+                        )
                     code = ErrorCode.NONE
                     leader_epoch = plog.leader_epochs.latest_epoch if offset >= 0 else -1
                 except LogMQError as e:

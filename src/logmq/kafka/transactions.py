@@ -29,7 +29,7 @@ from logmq.storage import batch as b
 
 if TYPE_CHECKING:
     from logmq.broker.txn_coordinator import TransactionCoordinatorService
-    from logmq.broker.txn_verification import TxnVerifier
+    from logmq.broker.txn_verification import Guards, TxnVerifier
 
 INIT_PRODUCER_ID, ADD_PARTITIONS, ADD_OFFSETS, END_TXN, TXN_OFFSET_COMMIT = 22, 24, 25, 26, 28
 # the first version of each API whose clients know PRODUCER_FENCED
@@ -61,11 +61,17 @@ class KafkaTransactionApis:
 
     # -- Produce with a transactional id (called by KafkaApis.produce) -------------------
     async def check_produce(
-        self, req: Request, txn_id: str, entries: list[tuple[str, int, Any]]
+        self,
+        req: Request,
+        txn_id: str,
+        entries: list[tuple[str, int, Any]],
+        guards: Guards | None = None,
     ) -> dict[tuple[str, int], LogMQError]:
         """The partitions of a transactional produce that may not be appended, and why:
         WRITE on the transactional id (ACLs), and KIP-890's verification that each
-        partition is in the producer's ongoing transaction (no hanging transaction)."""
+        partition is in the producer's ongoing transaction (no hanging transaction).
+        ``guards`` gets the verifications' guards: pass ``append_guard(guards)`` to the
+        produce path, so a transaction that ends before the append is not reopened."""
         if not entries:
             return {}
         if not self._allowed(req, Op.WRITE, RT.TRANSACTIONAL_ID, txn_id):
@@ -88,7 +94,7 @@ class KafkaTransactionApis:
                 continue
             producers.setdefault((h.producer_id, h.producer_epoch), []).append((topic, partition))
         for (producer_id, epoch), tps in producers.items():
-            codes = await self.verifier.verify(txn_id, producer_id, epoch, tps)
+            codes = await self.verifier.verify(txn_id, producer_id, epoch, tps, guards)
             for tp, code in codes.items():
                 if code is not ErrorCode.NONE:
                     refused[tp] = LogMQError(

@@ -278,7 +278,9 @@ def _replay_transactions(
         return
 
     def control_type(r: HeaderRow) -> int:
-        return seg.control_type(r[R_POS], r[R_LENGTH] + b.LOG_OVERHEAD)
+        rec = seg.control_record(r[R_POS], r[R_LENGTH] + b.LOG_OVERHEAD)
+        producer_state.note_marker(r[R_PRODUCER_ID], rec.coordinator_epoch, None)
+        return rec.type
 
     aborted = txn.replay_rows(rows, control_type)
     index = seg.txn_index

@@ -20,21 +20,27 @@ if TYPE_CHECKING:
 EARLIEST, LATEST, MAX_TIMESTAMP = -2, -1, -3
 
 
-def offset_for(plog: PartitionLog, ts: int) -> tuple[int, int]:
+def offset_for(plog: PartitionLog, ts: int, committed: bool = False) -> tuple[int, int]:
     """ListOffsets for one partition: (offset, timestamp or -1) for ``ts``.
 
     EARLIEST is the log start, LATEST the high watermark, MAX_TIMESTAMP the record with
     the largest timestamp, any other ``ts >= 0`` the first record at or after it.
+    ``committed`` (isolation level read_committed) bounds all of it by the last stable
+    offset instead of the HW, as Kafka does: a read_committed consumer's "end" is where
+    it can read to, and a search never answers a record it could not read yet.
     """
     if ts == EARLIEST:
         return plog.log_start_offset, -1
+    bound = plog.last_stable_offset if committed else plog.high_watermark
     if ts == LATEST:
-        return plog.high_watermark, -1
+        return bound, -1
     if ts == MAX_TIMESTAMP:
-        return max_timestamp_record(plog)
-    if ts < 0:
+        offset, found = max_timestamp_record(plog)
+    elif ts < 0:
         raise LogMQError(f"invalid timestamp {ts}", ErrorCode.INVALID_REQUEST)
-    return first_record_at_or_after(plog, ts)
+    else:
+        offset, found = first_record_at_or_after(plog, ts)
+    return (offset, found) if offset < bound else (-1, -1)
 
 
 def first_record_at_or_after(plog: PartitionLog, ts: int) -> tuple[int, int]:

@@ -342,7 +342,7 @@ class PartitionLog:
         pending: dict[int, ProducerEntry] = {}
         keep = headers
         if any(h.producer_id >= 0 for _, h in headers):
-            keep, dups = self._check_producers(headers, pending)
+            keep, dups = self._check_producers(mv, headers, pending)
             if not keep:
                 max_ts = max(h.max_timestamp for _, h in headers)
                 count = sum(h.record_count for _, h in headers)
@@ -360,7 +360,10 @@ class PartitionLog:
         for pos, h in kept:
             attrs = h.attributes
             if attrs & _TXN_ATTRS and h.producer_id >= 0:
-                ctype = control_record(mv, pos, verify=False).type if attrs & _CONTROL else None
+                ctype = None
+                if attrs & _CONTROL:
+                    ctype = control_record(mv, pos, verify=False).type
+                    self.producer_state.verifications.pop(h.producer_id, None)
                 aborted = txn.on_batch(dataclasses.replace(h, base_offset=base), ctype)
                 if aborted is not None:
                     self.segments[-1].txn_index.append(aborted)
@@ -368,17 +371,29 @@ class PartitionLog:
             base += h.last_offset_delta + 1
 
     def _check_producers(
-        self, headers: list[tuple[int, b.BatchHeader]], pending: dict[int, ProducerEntry]
+        self,
+        mv: memoryview,
+        headers: list[tuple[int, b.BatchHeader]],
+        pending: dict[int, ProducerEntry],
     ) -> tuple[list[tuple[int, b.BatchHeader]], list[Any]]:
-        """Split idempotent retries from new batches; stage the new ones in ``pending``."""
+        """Split idempotent retries from new batches; stage the new ones in ``pending``.
+        A marker (only ``append(control=True)`` lets one through) is also checked
+        against the coordinator epoch of the producer's last marker."""
+        state = self.producer_state
         keep: list[tuple[int, b.BatchHeader]] = []
         dups = []
         for pos, h in headers:
-            dup = self.producer_state.check(h, pending)
+            dup = state.check(h, pending)
             if dup is not None:
                 dups.append(dup)
                 continue
-            self.producer_state.stage(h, self.log_end_offset + count_offsets(keep), pending)
+            marker = h.attributes & _CONTROL and h.producer_id >= 0
+            if marker:
+                coordinator_epoch = control_record(mv, pos, verify=False).coordinator_epoch
+                state.check_marker(h.producer_id, coordinator_epoch, pending)
+            state.stage(h, self.log_end_offset + count_offsets(keep), pending)
+            if marker:
+                state.note_marker(h.producer_id, coordinator_epoch, pending)
             keep.append((pos, h))
         return keep, dups
 
@@ -409,7 +424,10 @@ class PartitionLog:
             if h.attributes & _TXN_ATTRS and h.producer_id >= 0:
                 ctype = None
                 if h.attributes & _CONTROL:
-                    ctype = control_record(mv, pos, verify=False).type
+                    rec = control_record(mv, pos, verify=False)
+                    ctype = rec.type
+                    self.producer_state.note_marker(h.producer_id, rec.coordinator_epoch, None)
+                    self.producer_state.verifications.pop(h.producer_id, None)
                 aborted = txn.on_batch(h, ctype)
                 if aborted is not None:
                     self.segments[-1].txn_index.append(aborted)

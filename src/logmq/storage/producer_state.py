@@ -17,7 +17,11 @@ from pathlib import Path
 
 import msgpack
 
-from logmq.errors import InvalidProducerEpochError, OutOfOrderSequenceError
+from logmq.errors import (
+    InvalidProducerEpochError,
+    OutOfOrderSequenceError,
+    TransactionCoordinatorFencedError,
+)
 from logmq.storage.batch import ATTR_CONTROL, NO_SEQUENCE, BatchHeader
 from logmq.storage.batch_scan import (
     R_ATTRIBUTES,
@@ -53,9 +57,18 @@ class ProducerEntry:
     epoch: int
     batches: deque[BatchMetadata] = field(default_factory=lambda: deque(maxlen=MAX_CACHED_BATCHES))
     last_timestamp: int = -1
+    # the coordinator epoch of the last marker written for this producer: a marker from
+    # an older coordinator (one that lost its __transaction_state partition but has not
+    # noticed) is refused, as in Kafka
+    coordinator_epoch: int = -1
 
     def copy(self) -> ProducerEntry:
-        e = ProducerEntry(self.producer_id, self.epoch, last_timestamp=self.last_timestamp)
+        e = ProducerEntry(
+            self.producer_id,
+            self.epoch,
+            last_timestamp=self.last_timestamp,
+            coordinator_epoch=self.coordinator_epoch,
+        )
         e.batches.extend(self.batches)
         return e
 
@@ -67,6 +80,28 @@ class ProducerStateManager:
         # with the producers, as Kafka's producer snapshot carries each producer's
         # current transaction
         self.txn = TxnPartitionState()
+        # KIP-890's verification guards (in memory only: a new leader verifies afresh):
+        # producer id -> the token of its verifications in flight, dropped by the
+        # producer's next marker, so an append verified before a marker cannot open a
+        # transaction after it
+        self.verifications: dict[int, object] = {}
+
+    def start_verification(self, producer_id: int) -> object:
+        """The guard a verification of ``producer_id``'s batch takes before it asks the
+        coordinator (shared by concurrent ones: a producer pipelines its requests)."""
+        token = self.verifications.get(producer_id)
+        if token is None:
+            token = self.verifications[producer_id] = object()
+        return token
+
+    def verified(self, producer_id: int, epoch: int, token: object) -> bool:
+        """May a transactional batch of ``producer_id`` verified with ``token`` be
+        appended now? Yes while its transaction is open here; otherwise only if no
+        marker of the producer came since the verification began."""
+        txn = self.txn
+        if producer_id in txn.ongoing and txn.epochs.get(producer_id) == epoch:
+            return True
+        return self.verifications.get(producer_id) is token
 
     def check(
         self, h: BatchHeader, pending: dict[int, ProducerEntry] | None = None
@@ -128,6 +163,28 @@ class ProducerStateManager:
         )
         entry.last_timestamp = max(entry.last_timestamp, h.max_timestamp)
 
+    def check_marker(
+        self, producer_id: int, coordinator_epoch: int, pending: dict[int, ProducerEntry]
+    ) -> None:
+        """A leader's marker for ``producer_id`` from a coordinator of
+        ``coordinator_epoch``: refuse one older than the last marker's, then stage the
+        epoch (call before ``stage``)."""
+        entry = pending.get(producer_id) or self.producers.get(producer_id)
+        if entry is not None and coordinator_epoch < entry.coordinator_epoch:
+            raise TransactionCoordinatorFencedError(
+                f"marker for producer {producer_id} from coordinator epoch "
+                f"{coordinator_epoch}, older than {entry.coordinator_epoch}"
+            )
+
+    def note_marker(
+        self, producer_id: int, coordinator_epoch: int, pending: dict[int, ProducerEntry] | None
+    ) -> None:
+        """A marker for ``producer_id`` was written (leader: staged in ``pending``;
+        follower and recovery: ``pending`` None): remember its coordinator epoch."""
+        entry = (pending or self.producers).get(producer_id)
+        if entry is not None and coordinator_epoch > entry.coordinator_epoch:
+            entry.coordinator_epoch = coordinator_epoch
+
     def commit(self, pending: dict[int, ProducerEntry]) -> None:
         self.producers.update(pending)
 
@@ -183,6 +240,7 @@ class ProducerStateManager:
     def clear(self) -> None:
         self.producers.clear()
         self.txn = TxnPartitionState()
+        self.verifications.clear()
 
     # -- snapshots ------------------------------------------------------------------------
 
@@ -193,6 +251,7 @@ class ProducerStateManager:
                 e.epoch,
                 e.last_timestamp,
                 [[m.first_seq, m.last_seq, m.first_offset, m.last_offset] for m in e.batches],
+                e.coordinator_epoch,
             ]
             for e in self.producers.values()
         ]
@@ -202,8 +261,11 @@ class ProducerStateManager:
     def load_bytes(self, data: bytes) -> int:
         doc = msgpack.unpackb(data)
         self.producers.clear()
-        for pid, epoch, ts, batches in doc["producers"]:
-            e = ProducerEntry(pid, epoch, last_timestamp=ts)
+        for pid, epoch, ts, batches, *more in doc["producers"]:
+            # the coordinator epoch is absent from snapshots written before transactions
+            e = ProducerEntry(
+                pid, epoch, last_timestamp=ts, coordinator_epoch=int(more[0]) if more else -1
+            )
             e.batches.extend(BatchMetadata(*m) for m in batches)
             self.producers[pid] = e
         offset = int(doc["offset"])

@@ -30,7 +30,7 @@ from logmq.storage.batch_scan import (
 from logmq.storage.index import IndexCorruptError, OffsetIndex, TimeIndex
 from logmq.storage.open_files import OpenFileCache
 from logmq.storage.txn_index import TXN_INDEX_SUFFIX, TxnIndex, TxnIndexCorruptError
-from logmq.storage.txn_state import control_record
+from logmq.storage.txn_state import ControlRecord, control_record
 from logmq.storage.verify import RecoveryScan, VerifiedRanges, verify_range
 
 try:
@@ -260,10 +260,10 @@ class LogSegment:
         """``TxnIndex.collect`` of this segment."""
         return self.txn_index.collect(fetch_offset, upper)
 
-    def control_type(self, pos: int, size: int) -> int:
-        """The marker type (commit/abort) of the control batch at ``pos``."""
+    def control_record(self, pos: int, size: int) -> ControlRecord:
+        """The control record (marker type, coordinator epoch) of the batch at ``pos``."""
         data = os.pread(self.file.fileno(), size, pos)
-        return control_record(data, 0).type
+        return control_record(data, 0)
 
     def _file_path(self, suffix: str) -> str:
         """A file's path as a string: cheaper than a Path on the paths every open takes."""
