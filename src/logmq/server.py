@@ -627,9 +627,11 @@ class Broker:
             transactions=KafkaTransactionApis(self.txns, txn_verifier, self.authorization),
         )
         self.kafka_pipeline.door.handlers.update(self.kafka.table())
-        self.kafka_pipeline.door.handlers[61] = KafkaProducerApis(
-            self.replicas.leader_log, self.authorization
-        ).describe_producers
+        self.kafka_pipeline.door.handlers.update(
+            KafkaProducerApis(
+                self.replicas.leader_log, self.authorization, self.marker_writer
+            ).table()
+        )
         self.kafka_pipeline.door.after = RequestTimeQuota(quotas, throttled_reply)
         self.native_pipeline.door.after = RequestTimeQuota(quotas, throttled, from_broker)
         security_admin = KafkaSecurityAdminApis(

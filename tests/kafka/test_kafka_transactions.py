@@ -9,6 +9,7 @@ import uuid
 
 import pytest
 
+from logmq.errors import ErrorCode
 from tests.harness import BrokerProcess
 
 ck = pytest.importorskip("confluent_kafka")
@@ -301,3 +302,46 @@ def test_consume_transform_produce_commits_offsets_with_the_transaction(broker):
     assert sorted(consume(broker, sink, "read_committed", 6)) == sorted(
         b"out%d" % i for i in range(6)
     )
+
+
+def test_an_admin_aborts_an_open_transaction_with_write_txn_markers(broker):
+    """What Java's ``Admin.abortTransaction`` (kafka-transactions.sh abort) sends: the
+    producer's id, epoch and coordinator epoch from DescribeProducers, then an ABORT
+    WriteTxnMarkers to the partition's leader. The LSO moves past the transaction; a
+    marker from an older coordinator epoch than the partition's last is refused."""
+    from tests.kafka.test_kafka_conformance import call, module_of
+
+    name = topic(broker, 1)
+    p = producer(broker, f"tx-{name}")
+    p.begin_transaction()
+    p.produce(name, b"committed")
+    p.commit_transaction(TIMEOUT)
+    p.begin_transaction()
+    p.produce(name, b"left open")
+    p.flush(TIMEOUT)
+    assert end_offset(broker, name, "read_committed") == 2
+
+    dp = module_of(61, 0)
+    described = call(broker, 61, 0, topics=(dp.TopicRequest(name=name, partition_indexes=(0,)),))[0]
+    (state,) = described.topics[0].partitions[0].active_producers
+    assert state.current_txn_start_offset == 2
+    assert state.coordinator_epoch >= 0  # the commit's marker told the partition
+
+    wm = module_of(27, 1)
+
+    def write_marker(coordinator_epoch: int) -> int:
+        marker = wm.WritableTxnMarker(
+            producer_id=state.producer_id,
+            producer_epoch=state.producer_epoch,
+            transaction_result=False,
+            topics=(wm.WritableTxnMarkerTopic(name=name, partition_indexes=(0,)),),
+            coordinator_epoch=coordinator_epoch,
+        )
+        answer = call(broker, 27, 1, markers=(marker,))[0]
+        return answer.markers[0].topics[0].partitions[0].error_code.value
+
+    assert write_marker(state.coordinator_epoch - 1) == ErrorCode.TRANSACTION_COORDINATOR_FENCED
+    assert end_offset(broker, name, "read_committed") == 2
+    assert write_marker(state.coordinator_epoch) == ErrorCode.NONE
+    assert end_offset(broker, name, "read_committed") == 4  # past the open one and its marker
+    assert consume(broker, name, "read_committed", 2, wait=8) == [b"committed"]

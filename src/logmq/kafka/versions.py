@@ -48,6 +48,7 @@ SUPPORTED: dict[int, tuple[int, int]] = {
     24: (0, 4),  # AddPartitionsToTxn (v4: batched, verify_only, from brokers: KIP-890)
     25: (0, 3),  # AddOffsetsToTxn
     26: (0, 4),  # EndTxn (v5 is KIP-890 part 2's epoch bump per transaction: not served)
+    27: (1, 2),  # WriteTxnMarkers: an admin's abort (kafka/producers.py); v0 went in 4.0
     28: (0, 3),  # TxnOffsetCommit (v4+ is KIP-890 part 2: not served)
     29: (1, 3),  # DescribeAcls (v0, before pattern types, went in Kafka 4.0: KIP-896)
     30: (1, 3),  # CreateAcls
