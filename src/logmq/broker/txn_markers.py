@@ -13,6 +13,16 @@ acks=all produce is. Only then does it write CompleteCommit/CompleteAbort.
   writes the local ones directly and sends the rest as WriteTxnMarkers (native API 27)
   to their leaders, and answers an error per partition. The coordinator service
   retries the failed ones.
+
+A coordinator resends a job's markers until each partition answers, so a partition may
+get one marker twice: a retry after a lost answer, or the first request arriving late
+(KAFKA-17754's delayed marker). After the transaction completed, the producer may have
+begun its next one on that partition, with the same producer id and epoch; a late copy
+would end it. Markers of logmq's coordinators name their job (coordinator epoch and a
+job id unique to one transaction's ending), and the leader remembers the last jobs it
+wrote for each producer on each partition: a copy of one is answered NONE, not written
+again. The memory is the leader's only (a new leader starts empty); markers without a
+job (Kafka's WriteTxnMarkers, an admin's abort) are always written.
 """
 
 from __future__ import annotations
@@ -20,7 +30,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections import defaultdict
+from collections import OrderedDict, defaultdict, deque
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -38,6 +48,9 @@ log = logging.getLogger("logmq.txn")
 
 TopicPartition = tuple[str, int]
 MARKER_TIMEOUT_MS = 30_000
+JOBS_KEPT = 8  # jobs remembered per producer and partition
+PRODUCERS_KEPT = 100_000  # (partition, producer) pairs remembered, least recent dropped
+JobKey = tuple[int, int]  # (coordinator epoch, job id)
 # on __consumer_offsets-<partition>: (partition, producer id, commit)
 OffsetsMarker = Callable[[int, int, bool], Awaitable[None]]
 
@@ -57,6 +70,8 @@ class MarkerWriter:
         self.offsets_topic = offsets_topic
         self.on_offsets_marker = on_offsets_marker
         self.timeout_ms = timeout_ms
+        # (partition, producer id) -> the jobs whose marker this leader wrote there
+        self._written: OrderedDict[tuple[TopicPartition, int], deque[JobKey]] = OrderedDict()
 
     async def write(
         self,
@@ -65,8 +80,11 @@ class MarkerWriter:
         coordinator_epoch: int,
         commit: bool,
         partitions: Iterable[TopicPartition],
+        job_id: int | None = None,
     ) -> dict[TopicPartition, ErrorCode]:
-        """Append one marker to each partition (concurrently); an error per partition."""
+        """Append one marker to each partition (concurrently); an error per partition.
+        ``job_id``: the coordinator's job; a partition that has its marker already
+        answers NONE without a second one."""
         tps = list(dict.fromkeys(partitions))
         data = encode_control_batch(
             CONTROL_COMMIT if commit else CONTROL_ABORT,
@@ -75,25 +93,48 @@ class MarkerWriter:
             coordinator_epoch=coordinator_epoch,
             timestamp=int(time.time() * 1000),
         )
+        job = None if job_id is None else (coordinator_epoch, job_id)
         codes = await asyncio.gather(
-            *(self._write_one(tp, data, producer_id, commit) for tp in tps)
+            *(self._write_one(tp, data, producer_id, commit, job) for tp in tps)
         )
         return dict(zip(tps, codes, strict=True))
 
     async def _write_one(
-        self, tp: TopicPartition, data: bytes, producer_id: int, commit: bool
+        self,
+        tp: TopicPartition,
+        data: bytes,
+        producer_id: int,
+        commit: bool,
+        job: JobKey | None = None,
     ) -> ErrorCode:
         try:
             plog = self.replicas.leader_log(*tp)
+            if job is not None and job in self._written.get((tp, producer_id), ()):
+                log.debug("marker of job %s for %s-%d written already", job, *tp)
+                return ErrorCode.NONE
             await self.replicas.append(tp, plog, data, -1, self.timeout_ms, control=True)
         except LogMQError as e:
             return e.code
         except Exception:
             log.exception("writing a transaction marker to %s-%d failed", *tp)
             return ErrorCode.UNKNOWN_SERVER_ERROR
+        if job is not None:
+            # only once replicated: a copy answered NONE must find the marker durable
+            self._remember((tp, producer_id), job)
         if tp[0] == self.offsets_topic and self.on_offsets_marker is not None:
             await self.on_offsets_marker(tp[1], producer_id, commit)
         return ErrorCode.NONE
+
+    def _remember(self, key: tuple[TopicPartition, int], job: JobKey) -> None:
+        written = self._written
+        jobs = written.get(key)
+        if jobs is None:
+            jobs = written[key] = deque(maxlen=JOBS_KEPT)
+            if len(written) > PRODUCERS_KEPT:
+                written.popitem(last=False)
+        else:
+            written.move_to_end(key)
+        jobs.append(job)
 
 
 class MarkerSender:
@@ -135,7 +176,12 @@ class MarkerSender:
     ) -> Mapping[TopicPartition, ErrorCode]:
         if leader == self.node_id:
             return await self.writer.write(
-                job.producer_id, job.producer_epoch, job.coordinator_epoch, job.commit, tps
+                job.producer_id,
+                job.producer_epoch,
+                job.coordinator_epoch,
+                job.commit,
+                tps,
+                job.job_id,
             )
         body = {"markers": [marker_body(job, tps)]}
         try:
@@ -155,6 +201,7 @@ def marker_body(job: MarkerJob, tps: Iterable[TopicPartition]) -> dict[str, Any]
         "producer_epoch": job.producer_epoch,
         "coordinator_epoch": job.coordinator_epoch,
         "commit": job.commit,
+        "job_id": job.job_id,
         "topics": [{"topic": t, "partitions": ps} for t, ps in topics.items()],
     }
 

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import secrets
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, Unpack
 
@@ -52,6 +53,9 @@ from logmq.txn import (
 from logmq.txn.codec import NO_PRODUCER_EPOCH, NO_PRODUCER_ID, decode_key
 
 log = logging.getLogger("logmq.txn")
+
+# a core's first job id is random below 2**JOB_ID_BITS: cores never reach each other's
+JOB_ID_BITS = 62
 
 # What an append or replication error of __transaction_state tells a transactional
 # client (Kafka's mapping): waiting helps for an unavailable partition, a lost
@@ -371,7 +375,14 @@ class TxnShard(CoordinatorShard[TxnShardCore]):
     # -- the shard's hooks --------------------------------------------------------------
     def _build_core(self, newest: dict[bytes, bytes], now_ms: int) -> TxnShardCore:
         coordinator = TransactionCoordinator(
-            self.partition, self.partition_count, self._config, self.leader_epoch
+            self.partition,
+            self.partition_count,
+            self._config,
+            self.leader_epoch,
+            # a random start: a reloaded core (or a restarted broker with the same
+            # coordinator epoch) never reuses an earlier core's job ids, which partition
+            # leaders use to recognise a marker they already wrote (txn_markers.py)
+            first_job_id=secrets.randbits(JOB_ID_BITS) + 1,
         )
         for key, value in newest.items():
             try:

@@ -87,13 +87,16 @@ class TransactionCoordinator:
         partition_count: int = 1,
         config: TxnConfig | None = None,
         coordinator_epoch: int = 0,
+        first_job_id: int = 1,
     ) -> None:
         self.partition = partition
         self.partition_count = partition_count
         self.config = config or TxnConfig()
         self.coordinator_epoch = coordinator_epoch
         self._txns: dict[str, TransactionMetadata] = {}
-        self._next_job_id = 1
+        # the shell starts each core's job ids somewhere no earlier core's reach, so that
+        # (coordinator epoch, job id) names one transaction's markers for good
+        self._next_job_id = first_job_id
 
     # ---- reading -------------------------------------------------------------------
 
