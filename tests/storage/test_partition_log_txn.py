@@ -227,3 +227,19 @@ def test_unsequenced_transactional_batches_are_all_written(tmp_path):
     log.append(marker(P, CONTROL_COMMIT), control=True)
     log.append(txn_batch(P, -1))
     assert log.log_end_offset == 9
+
+
+def test_the_lso_never_falls_below_a_log_start_moved_past_an_open_transaction(tmp_path):
+    """DeleteRecords (or retention) past an open transaction's first offset: those
+    offsets are gone for every reader, so read_committed's end is the log start, as in
+    Kafka, never an offset below the earliest one."""
+    log = open_log(tmp_path)
+    log.append(txn_batch(P, 0))  # 0-1: open
+    log.append(plain(3))  # 2-4
+    log.high_watermark = log.log_end_offset
+    assert log.last_stable_offset == 0
+    log.advance_log_start_offset(3)
+    assert log.last_stable_offset == 3
+    log.append(marker(P, CONTROL_COMMIT), control=True)  # 5
+    log.high_watermark = log.log_end_offset
+    assert log.last_stable_offset == 6

@@ -236,7 +236,9 @@ class PartitionLog:
         txn = self.producer_state.txn
         if not txn.ongoing and not txn.ended:
             return self._hw
-        return txn.lso(self._hw)
+        # never below the log start (retention or DeleteRecords past an open
+        # transaction's first offset): offsets there are gone for every reader, as Kafka
+        return min(max(txn.lso(self._hw), self.log_start_offset), self._hw)
 
     def aborted_transactions(self, fetch_offset: int, upper: int) -> list[tuple[int, int]]:
         """(producer id, first offset) of the aborted transactions a read_committed fetch
