@@ -166,9 +166,9 @@ def producers(ctx: CliContext, topic: str, partitions: tuple[int, ...], as_json:
 @click.option(
     "--coordinator-epoch",
     type=click.IntRange(min=0),
-    default=0,
-    show_default=True,
-    help="The coordinator epoch the marker carries.",
+    default=None,
+    help="The coordinator epoch the marker carries [default: that of the producer's "
+    "last marker on the partition, from DescribeProducers].",
 )
 @json_option
 @click.pass_obj
@@ -179,7 +179,7 @@ def abort(
     partition: int,
     producer_id: int,
     producer_epoch: int,
-    coordinator_epoch: int,
+    coordinator_epoch: int | None,
     as_json: bool,
 ) -> None:
     """End a hanging transaction on one partition with an ABORT marker.

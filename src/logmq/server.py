@@ -576,6 +576,8 @@ class Broker:
             metrics=self.metrics,
             max_fetch_wait_ms=cfg.max_fetch_wait_ms,
             quotas=quotas,
+            # a transactional produce passes the Kafka door's checks (kafka/transactions.py)
+            transactions=KafkaTransactionApis(self.txns, txn_verifier, self.authorization),
         )
         self.admin = AdminApi(
             cfg,
@@ -585,8 +587,9 @@ class Broker:
             self.producer_ids,
             self.metrics,
             quotas=quotas,
+            txns=self.txns,
         )
-        self.group_api = GroupApi(self.groups, self.metrics)
+        self.group_api = GroupApi(self.groups, self.metrics, self.txns)
         views = PartitionViews(cfg.node_id, lambda: self.quorum.image, logs)
         self.reassignment_api = ReassignmentApi(self.quorum, views, self.metrics)
         self.kafka = KafkaApis(
@@ -660,6 +663,8 @@ class Broker:
         txn_api = TxnApi(self.marker_writer, self.txns, self.replicas, self.authorization)
         self._handlers[ApiKey.WRITE_TXN_MARKERS] = txn_api.write_txn_markers
         self._handlers[ApiKey.ADD_PARTITIONS_TO_TXN] = txn_api.add_partitions_to_txn
+        self._handlers[ApiKey.ADD_OFFSETS_TO_TXN] = txn_api.add_offsets_to_txn
+        self._handlers[ApiKey.END_TXN] = txn_api.end_txn
         self._handlers[ApiKey.DESCRIBE_TRANSACTIONS] = txn_api.describe_transactions
         self._handlers[ApiKey.LIST_TRANSACTIONS] = txn_api.list_transactions
         self._handlers[ApiKey.DESCRIBE_PRODUCERS] = txn_api.describe_producers

@@ -180,7 +180,8 @@ async def test_apis_listed_and_offsets_topic_created_on_first_use(broker_factory
         assert (good["error"], good["node_id"], good["port"]) == (0, 1, broker.port)
         assert good["host"] == "127.0.0.1"
         assert empty["error"] == ErrorCode.INVALID_GROUP_ID and empty["message"]
-        other = await c.call(ApiKey.FIND_COORDINATOR, {"key_type": 1, "keys": ["tx"]})
+        # key type 1 (transactional ids) is served too; others are not
+        other = await c.call(ApiKey.FIND_COORDINATOR, {"key_type": 2, "keys": ["tx"]})
         assert other.body["coordinators"][0]["error"] == ErrorCode.INVALID_REQUEST
         meta = await c.call(ApiKey.METADATA, {"topics": ["__consumer_offsets"]})
         (offsets_topic,) = meta.body["topics"]

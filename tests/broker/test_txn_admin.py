@@ -162,6 +162,7 @@ async def test_describe_producers_from_the_leader_only():
                 "last_sequence": 9,
                 "last_timestamp": 1234,
                 "current_txn_start_offset": 40,
+                "coordinator_epoch": -1,
             },
             {
                 "producer_id": 6,
@@ -169,6 +170,7 @@ async def test_describe_producers_from_the_leader_only():
                 "last_sequence": -1,
                 "last_timestamp": -1,
                 "current_txn_start_offset": -1,
+                "coordinator_epoch": -1,
             },
         ],
     }

@@ -25,7 +25,8 @@ bookkeeping), sender (the producer's I/O task), producer, fetcher (sans-IO respo
 decoding), consumer + fetch_loop (its fetch tasks) + consumer_positions,
 group_membership (sans-IO KIP-848 member state machine) +
 group_session (its asyncio shell in the consumer), group_offsets (OffsetCommit /
-OffsetFetch), admin + group_admin, sync (blocking wrappers).
+OffsetFetch), transactions (the transactional producer's coordinator requests,
+complete_transaction), admin + group_admin, sync (blocking wrappers).
 """
 
 from typing import TYPE_CHECKING
@@ -55,6 +56,7 @@ _HOMES = {
     "LoopThread": "sync",
     "Producer": "sync",
     "RecordFuture": "sync",
+    "complete_transaction": "transactions",
 }
 
 
@@ -92,6 +94,7 @@ if TYPE_CHECKING:
     from logmq.client.group_offsets import OffsetAndMetadata
     from logmq.client.producer import AsyncProducer, BufferFullError, BulkHandle, RecordHandle
     from logmq.client.sync import Admin, Consumer, LoopThread, Producer, RecordFuture
+    from logmq.client.transactions import complete_transaction
 
 __all__ = [
     "Admin",
@@ -115,4 +118,5 @@ __all__ = [
     "RecordFuture",
     "RecordHandle",
     "TopicDescription",
+    "complete_transaction",
 ]

@@ -24,6 +24,7 @@ from logmq.client.security_admin import (
     QuotaFilter,
     ScramCredentialInfo,
 )
+from logmq.client.transactions import complete_transaction
 from logmq.client.txn_admin import (
     DEFAULT_MAX_AGE_MS,
     HangingTransaction,
@@ -560,7 +561,7 @@ class AsyncAdmin:
         partition: int,
         producer_id: int,
         producer_epoch: int,
-        coordinator_epoch: int = 0,
+        coordinator_epoch: int | None = None,
     ) -> None:
         """End a hanging transaction on one partition with an ABORT marker (its leader
         appends it); needs CLUSTER_ACTION when the authorizer is on."""
@@ -574,6 +575,16 @@ class AsyncAdmin:
         """Open transactions on ``topics``' partitions (None: every non-internal topic)
         that no coordinator will end (see client/txn_admin.py)."""
         return await txn_admin.find_hanging(self._cluster, topics, max_age_ms)
+
+    async def complete_transaction(
+        self, transactional_id: str, producer_id: int, producer_epoch: int, commit: bool
+    ) -> None:
+        """Commit (``commit=True``) or abort a transaction another client prepared
+        (``AsyncProducer.prepare_transaction``); succeeds again for one already completed
+        the same way (client/transactions.py)."""
+        await complete_transaction(
+            self._cluster, transactional_id, producer_id, producer_epoch, commit
+        )
 
 
 def _new_topic_body(t: NewTopic) -> dict[str, Any]:

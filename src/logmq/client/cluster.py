@@ -482,16 +482,21 @@ class ClusterClient:
         )
 
     async def list_offsets(
-        self, requests: dict[TopicPartition, int], *, retries: int = 5
+        self,
+        requests: dict[TopicPartition, int],
+        *,
+        retries: int = 5,
+        isolation_level: int = 0,
     ) -> dict[TopicPartition, tuple[int, int]]:
         """ListOffsets routed to each partition's leader: ``{tp: (offset, timestamp)}``.
 
-        ``requests`` maps a partition to -2 (earliest), -1 (latest) or a time in ms.
+        ``requests`` maps a partition to -2 (earliest), -1 (latest) or a time in ms;
+        with ``isolation_level`` 1 (read_committed) "latest" is the last stable offset.
         """
         return await self.to_leaders(
             ApiKey.LIST_OFFSETS,
             {tp: {"timestamp": ts} for tp, ts in requests.items()},
-            {"replica_id": -1, "isolation_level": 0},
+            {"replica_id": -1, "isolation_level": isolation_level},
             lambda p: (p.get("offset", -1), p.get("timestamp", -1)),
             retries=retries,
         )

@@ -13,6 +13,11 @@ through every rebalance. Positions are committed with ``commit()`` /
 ``commit_async()`` or automatically (``enable_auto_commit``): auto-commit and
 revocation commit what the application has finished with, i.e. the positions as of
 its latest ``poll()`` call, which makes processing at-least-once.
+
+``isolation_level="read_committed"`` reads only committed transactions: fetches stop
+at the last stable offset (an open transaction holds the consumer back there) and the
+batches of aborted transactions are dropped (client/fetcher.py); "latest" offsets are
+the last stable offset too. Transaction markers are never returned at either level.
 """
 
 from __future__ import annotations
@@ -33,6 +38,8 @@ from logmq.errors import LogMQError, NoOffsetForPartitionError
 from logmq.gcpause import gc_paused
 from logmq.records import Record
 
+ISOLATION_LEVELS = {"read_uncommitted": 0, "read_committed": 1}
+
 
 class AsyncConsumer(GroupConsumerMixin, FetchLoopMixin):
     """Consume assigned partitions, or a consumer group's share of topics, from asyncio.
@@ -40,6 +47,8 @@ class AsyncConsumer(GroupConsumerMixin, FetchLoopMixin):
     ``poll()`` returns Records; ``poll_batches()`` is the batch-wise fast path returning
     FetchedBatch objects whose ``rows`` are the raw decoded records. ``async for record
     in consumer`` iterates forever. Group options are described in docs/clients.md.
+    ``isolation_level``: "read_uncommitted" (the default: every record, markers
+    excepted) or "read_committed" (committed transactions only).
     """
 
     def __init__(
@@ -70,9 +79,14 @@ class AsyncConsumer(GroupConsumerMixin, FetchLoopMixin):
         request_timeout_ms: int = 30000,
         retry_backoff_ms: int = 100,
         security: ClientSecurity | None = None,
+        isolation_level: str = "read_uncommitted",
     ) -> None:
         if auto_offset_reset not in RESET_TARGETS:
             raise ValueError("auto_offset_reset must be 'earliest', 'latest' or 'none'")
+        if isolation_level not in ISOLATION_LEVELS:
+            raise ValueError("isolation_level must be 'read_uncommitted' or 'read_committed'")
+        self.isolation_level = ISOLATION_LEVELS[isolation_level]
+        self._read_committed = self.isolation_level == 1
         self.auto_offset_reset = auto_offset_reset
         self.fetch_min_bytes = fetch_min_bytes
         self.fetch_max_bytes = fetch_max_bytes
@@ -201,7 +215,9 @@ class AsyncConsumer(GroupConsumerMixin, FetchLoopMixin):
         if where is None:
             return {}
         try:
-            found = await self._cluster.list_offsets(dict.fromkeys(tps, where))
+            found = await self._cluster.list_offsets(
+                dict.fromkeys(tps, where), isolation_level=self.isolation_level
+            )
         except LogMQError:
             return {}
         return {tp: off for tp, (off, _) in found.items()}
@@ -239,7 +255,9 @@ class AsyncConsumer(GroupConsumerMixin, FetchLoopMixin):
         tps = list(partitions) or list(self._assigned)
         for tp in tps:
             self._state(*tp)
-        offsets = await self._cluster.list_offsets(dict.fromkeys(tps, where))
+        offsets = await self._cluster.list_offsets(
+            dict.fromkeys(tps, where), isolation_level=self.isolation_level
+        )
         for tp, (offset, _) in offsets.items():
             self.seek(tp[0], tp[1], offset)
 
@@ -286,7 +304,9 @@ class AsyncConsumer(GroupConsumerMixin, FetchLoopMixin):
         return {tp: v[0] for tp, v in res.items()}
 
     async def end_offsets(self, partitions: Iterable[TopicPartition]) -> dict:
-        res = await self._cluster.list_offsets(dict.fromkeys(partitions, LATEST))
+        res = await self._cluster.list_offsets(
+            dict.fromkeys(partitions, LATEST), isolation_level=self.isolation_level
+        )
         return {tp: v[0] for tp, v in res.items()}
 
     async def _reset_positions(self) -> None:
@@ -310,7 +330,9 @@ class AsyncConsumer(GroupConsumerMixin, FetchLoopMixin):
                 )
             self._wake_poll()
             return
-        offsets = await self._cluster.list_offsets(dict.fromkeys(todo, where))
+        offsets = await self._cluster.list_offsets(
+            dict.fromkeys(todo, where), isolation_level=self.isolation_level
+        )
         for tp, (offset, _) in offsets.items():
             st = self._assigned.get(tp)
             if st is not None and st.position is None:

@@ -104,6 +104,7 @@ class FetchLoopMixin:
     _slot_free: asyncio.Event | None
     _started: bool
     _closed: bool
+    _read_committed: bool
 
     if TYPE_CHECKING:
 
@@ -352,6 +353,8 @@ class FetchLoopMixin:
             session_epoch=session_epoch,
             forgotten=forgotten,
         )
+        if self._read_committed:
+            body["isolation_level"] = 1  # stop at the LSO, list aborted transactions
         return body, session
 
     @gc_paused()
@@ -372,6 +375,8 @@ class FetchLoopMixin:
         assigned = self._assigned
         parts = completed.parts
         none = ErrorCode.NONE
+        committed = self._read_committed
+        aborted = _aborted_lists(body) if committed else {}
         # One pass over the answer, and a PartitionData only for a partition with
         # records: an answer can name thousands of partitions.
         for f in fetched_partitions(body, tail):
@@ -409,6 +414,7 @@ class FetchLoopMixin:
             if nxt != offset:
                 st.fetch_position = nxt
             if nxt > offset or not pd.exhausted:
+                pd.drop_txn_batches(aborted.get(tp), committed)  # markers, aborted txns
                 parts.append((st.epoch, pd))
         return completed, refresh
 
@@ -420,3 +426,17 @@ class FetchLoopMixin:
         else:
             st.position = st.fetch_position = None
             st.epoch += 1
+
+
+def _aborted_lists(body: dict[str, Any]) -> dict[TopicPartition, list[Any]]:
+    """A read_committed answer's ``aborted_transactions`` by partition (only the
+    partitions that list some)."""
+    out: dict[TopicPartition, list[Any]] = {}
+    for t in body.get("topics") or ():
+        for p in t.get("partitions") or ():
+            aborted = p.get("aborted_transactions")
+            if aborted and isinstance(aborted, list):
+                out[(t.get("topic"), p.get("partition"))] = [
+                    a for a in aborted if isinstance(a, list | tuple)
+                ]
+    return out

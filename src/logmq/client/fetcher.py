@@ -8,11 +8,18 @@ decoded. ``poll()`` takes a partition's uncompressed batches with one compiled c
 code runs per batch or per record; compressed batches and ``poll_batches()`` decode a
 batch per compiled call (``records_codec``) and build Records with one C-level
 ``map``/``zip`` pass.
+
+Transactions: control batches (COMMIT/ABORT markers) are never handed out, and a
+read_committed consumer also drops the batches of aborted transactions, from the
+aborted-transaction list of the answer, as Kafka's consumer does (``txn_filter``).
+Either way the position moves past what was dropped. A partition without control or
+transactional batches costs one header walk and no copy.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import struct
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from itertools import repeat
 from operator import add, itemgetter
@@ -23,7 +30,9 @@ from logmq.gcpause import gc_paused
 from logmq.net.fetch_message import fetched_partitions
 from logmq.records import Record
 from logmq.storage.batch import (
+    ATTR_CONTROL,
     ATTR_LOG_APPEND_TIME,
+    ATTR_TRANSACTIONAL,
     HEADER_SIZE,
     LOG_OVERHEAD,
     MAX_BATCH_SIZE,
@@ -36,6 +45,7 @@ from logmq.storage.batch import (
 from logmq.storage.batch_scan import batches_end, take_records
 from logmq.storage.compression import CLIENT_MAX_INFLATED, InflateLimitError
 from logmq.storage.records_codec import decode_rows
+from logmq.storage.txn_state import CONTROL_ABORT, control_record
 
 _tuple_new = tuple.__new__
 _OFFSET_DELTA, _TS_DELTA, _KEY, _VALUE, _HEADERS = (itemgetter(i) for i in range(5))
@@ -129,6 +139,76 @@ def build_records(
     return list(map(_tuple_new, repeat(Record, n), fields))
 
 
+_LENGTH = struct.Struct(">i")  # batch_length, at byte 8 of a batch
+_MIN_LENGTH = HEADER_SIZE - LOG_OVERHEAD
+
+
+def has_flagged_batches(data: Any, mask: int) -> bool:
+    """Whether a whole batch in ``data`` has an attribute bit of ``mask`` set: a walk
+    over the batch lengths, reading one byte per batch (malformed lengths end it; the
+    decoding path reports them)."""
+    pos = 0
+    last = len(data) - HEADER_SIZE  # the last position a whole header can start at
+    unpack = _LENGTH.unpack_from
+    while pos <= last:  # per batch on every fetch: kept to the fewest steps
+        if data[pos + 22] & mask:  # the attributes' low byte
+            return True
+        length = unpack(data, pos + 8)[0]
+        if length < 49:  # HEADER_SIZE - LOG_OVERHEAD: a bad length, left to the decoder
+            return False
+        pos += length + 12  # LOG_OVERHEAD
+    return False
+
+
+def txn_filter(
+    data: Any, aborted: Iterable[Sequence[int]] | None, read_committed: bool
+) -> bytes | None:
+    """``data`` without its control batches and, for read_committed, without the
+    batches of aborted transactions; None when nothing is to be dropped.
+
+    ``aborted`` is the answer's ``[producer id, first offset]`` list. As in Kafka's
+    consumer: walking the batches in order, a transaction becomes aborted for its
+    producer once a batch reaches its first offset; that producer's transactional
+    batches are dropped until its ABORT marker. Only whole batches are kept (a trailing
+    partial one is dropped: the next fetch reads it whole). A control batch that cannot
+    be read stops the filtering there: it and what follows stay, for the decoding path
+    to report.
+    """
+    pending = sorted((int(a[1]), int(a[0])) for a in aborted or () if len(a) >= 2)
+    mask = ATTR_CONTROL | ATTR_TRANSACTIONAL if read_committed and pending else ATTR_CONTROL
+    if not has_flagged_batches(data, mask):
+        return None
+    active: set[int] = set()  # producers whose transaction here is aborted
+    i = 0
+    keep: list[Any] = []
+    end = 0
+    for pos, h in iter_headers(data):
+        end = pos + h.size
+        if read_committed:
+            last = h.base_offset + h.last_offset_delta
+            while i < len(pending) and pending[i][0] <= last:
+                active.add(pending[i][1])
+                i += 1
+        if h.attributes & ATTR_CONTROL:
+            if h.producer_id in active:
+                try:
+                    control = control_record(data, pos)
+                except LogMQError:
+                    keep.append(data[pos:])
+                    return b"".join(keep)
+                if control.type == CONTROL_ABORT:
+                    active.discard(h.producer_id)
+            continue
+        if read_committed and h.attributes & ATTR_TRANSACTIONAL and h.producer_id in active:
+            continue
+        keep.append(data[pos:end])
+    if end < len(data) and len(data) - end >= HEADER_SIZE:
+        length = _LENGTH.unpack_from(data, end + 8)[0]
+        if length < _MIN_LENGTH or length + LOG_OVERHEAD > MAX_BATCH_SIZE:
+            keep.append(data[end:])  # garbage, not a cut batch: the decoder says so
+    return b"".join(keep)
+
+
 @dataclass(slots=True)
 class PartitionData:
     """The part of one fetch response that belongs to one partition, consumed lazily."""
@@ -143,9 +223,23 @@ class PartitionData:
     pos: int = 0  # next undecoded batch in data
     position: int = 0  # next offset to hand out
     pending: FetchedBatch | None = None  # a batch partly handed out
+    # where the position goes once ``data`` is used up: past the batches a transaction
+    # filter dropped at its end (-1: nothing was dropped)
+    skip_to: int = -1
 
     def __post_init__(self) -> None:
         self.position = self.fetch_offset
+
+    def drop_txn_batches(self, aborted: Iterable[Sequence[int]] | None, committed: bool) -> None:
+        """Apply ``txn_filter`` to this partition's data (before anything is taken)."""
+        kept = txn_filter(self.data, aborted, committed)
+        if kept is not None:
+            self.skip_to = batches_end(self.data, 0)
+            self.data = memoryview(kept)
+
+    def _past_dropped(self) -> None:
+        if self.skip_to > self.position and self.exhausted:
+            self.position = self.skip_to
 
     @property
     def tp(self) -> tuple[str, int]:
@@ -247,6 +341,8 @@ class PartitionData:
                 raise CorruptRecordError(stop)
             if not self._take_batch(out, max_records):
                 break
+        if self.skip_to >= 0:
+            self._past_dropped()
         return out
 
     def _take_batch(self, out: list[Record], max_records: int) -> bool:
@@ -293,6 +389,8 @@ class PartitionData:
             out.append(b)
             count += len(b.rows)
             self.position = b.next_offset
+        if self.skip_to >= 0:
+            self._past_dropped()
         return out
 
 

@@ -7,11 +7,17 @@ DeliveryTracker (inflight.py): sequence numbers for idempotence, at most
 ``max_in_flight`` batches per partition, and retries that resend the *same bytes* in
 order. Sends to a topic whose metadata is not known yet wait in a per-topic queue that
 keeps their order.
+
+With a ``transactional_id`` the producer writes transactions (client/transactions.py):
+its batches carry the transactional attribute and its producer id and epoch, the
+sender adds each partition to the transaction before the partition's first batch,
+and sends outside ``begin_transaction()`` ... ``commit/abort_transaction()`` raise.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Callable, Generator, Sequence
 from time import time_ns
@@ -23,11 +29,16 @@ from logmq.client.inflight import DeliveryTracker
 from logmq.client.partitioner import partitioner as partitioner_named
 from logmq.client.security import ClientSecurity
 from logmq.client.sender import Sender
-from logmq.errors import LogMQError, UnknownTopicOrPartitionError
+from logmq.client.transactions import TransactionIdentity, TransactionManager, TxnState
+from logmq.errors import ErrorCode, LogMQError, TransactionStateError, UnknownTopicOrPartitionError
 from logmq.records import RecordMetadata
-from logmq.storage.batch import Compression
+from logmq.storage.batch import ATTR_TRANSACTIONAL, Compression
 
 ACKS = {0: 0, 1: 1, -1: -1, "all": -1, "0": 0, "1": 1, "-1": -1}
+_IN_TRANSACTION = TxnState.IN_TRANSACTION
+_ABORT_ON_CLOSE = frozenset(
+    {TxnState.IN_TRANSACTION, TxnState.COMMITTING, TxnState.ABORTING, TxnState.ABORTABLE}
+)
 
 
 class BufferFullError(LogMQError):
@@ -126,6 +137,12 @@ class AsyncProducer:
     ``batch_size`` defaults to 64 KiB, not Kafka's 16 KiB: a request costs this client
     and the broker about a hundred times what a record costs, so 16 KiB batches
     (~150 records of 100 bytes) spend more time on requests than on records.
+
+    ``transactional_id`` makes it a transactional producer (idempotent, acks=all):
+    ``await init_transactions()`` once, then per transaction ``begin_transaction()``,
+    sends, optionally ``await send_offsets_to_transaction(...)``, and ``await
+    commit_transaction()`` or ``await abort_transaction()``. ``transaction_timeout_ms``
+    is how long the coordinator lets a transaction stay open before aborting it.
     """
 
     def __init__(
@@ -151,9 +168,17 @@ class AsyncProducer:
         allow_auto_create_topics: bool = False,
         metadata_max_age_ms: int = 300_000,
         partitioner: str = "murmur2",
+        transactional_id: str | None = None,
+        transaction_timeout_ms: int = 60000,
     ) -> None:
         if acks not in ACKS:
             raise ValueError(f"acks must be 0, 1 or 'all', not {acks!r}")
+        if transactional_id is not None:
+            if not enable_idempotence:
+                raise ValueError("a transactional producer is idempotent")
+            if ACKS[acks] == 0:
+                raise ValueError("a transactional producer needs acks='all'")
+            acks = -1  # as Kafka's clients: a transaction's records are replicated
         if not 1 <= max_in_flight <= 5:
             raise ValueError("max_in_flight must be 1..5")
         self.acks = ACKS[acks]
@@ -190,6 +215,9 @@ class AsyncProducer:
             retries=retries,
             retry_backoff_ms=retry_backoff_ms,
         )
+        self._txn: TransactionManager | None = None
+        if transactional_id is not None:
+            self._txn = TransactionManager(self._cluster, transactional_id, transaction_timeout_ms)
         self._waiting: dict[str, list[tuple[Any, ...]]] = {}  # topic -> sends awaiting metadata
         self._resolvers: dict[str, asyncio.Task[None]] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -213,10 +241,12 @@ class AsyncProducer:
                 self._acc,
                 self._tracker,
                 acks=self.acks,
-                compression=self.compression,
+                # the attributes of every batch: the codec, and a transaction's flag
+                compression=self.compression | (ATTR_TRANSACTIONAL if self._txn else 0),
                 request_timeout_ms=self.request_timeout_ms,
                 retry_backoff_ms=self.retry_backoff_ms,
                 buffer_memory=self.buffer_memory,
+                txn=self._txn,
             )
             try:
                 await sender.start()
@@ -237,6 +267,11 @@ class AsyncProducer:
         """Flush what was sent, stop the sender and close connections."""
         if self._closed:
             return
+        txn = self._txn
+        if self._sender is not None and txn is not None and txn.state in _ABORT_ON_CLOSE:
+            # as Kafka's clients: a transaction left open is aborted, not committed
+            with contextlib.suppress(LogMQError):
+                await self.abort_transaction()
         if self._sender is not None:
             await self.flush()
             self._accepting = False
@@ -275,6 +310,9 @@ class AsyncProducer:
         """
         if not self._accepting:
             raise LogMQError("producer is not running (use async with / start())")
+        txn = self._txn
+        if txn is not None and txn.state is not _IN_TRANSACTION:
+            txn.check_send()
         if type(value) is not bytes and value is not None:
             value = _to_bytes(value)
         if key is not None and type(key) is not bytes:
@@ -395,6 +433,8 @@ class AsyncProducer:
     def _append_bulk(self, topic, values, keys, partition):
         if self._closing or self._closed or self._sender is None:
             raise LogMQError("producer is not running (use async with / start())")
+        if self._txn is not None:
+            self._txn.check_send()
         n = self._cluster.metadata.partition_count(topic)
         if n == 0 or topic in self._waiting:
             return None
@@ -450,10 +490,130 @@ class AsyncProducer:
             pending = list(self._acc.batches())
             self._acc.close_all()
         pending.extend(self._tracker.pending())
+        if self._sender is not None:
+            pending.extend(self._sender.in_transit)
         self._wake()
         loop = asyncio.get_running_loop()
         for b in pending:
             if not b.done:
+                await b.async_future(loop)
+
+    # -- transactions -------------------------------------------------------------
+    def _transactional(self) -> TransactionManager:
+        if self._txn is None:
+            raise TransactionStateError("not a transactional producer (no transactional_id)")
+        return self._txn
+
+    @property
+    def transaction_identity(self) -> TransactionIdentity:
+        """``(transactional_id, producer_id, producer_epoch)``: what
+        ``complete_transaction`` needs to end this producer's transaction from
+        elsewhere (producer id and epoch are -1 before ``init_transactions``)."""
+        return self._transactional().identity
+
+    async def init_transactions(self) -> None:
+        """Register the transactional id with its coordinator: fences any older producer
+        with the same id (its open transaction is aborted) and takes a new epoch."""
+        txn = self._transactional()
+        if self._sender is None:
+            await self.start()
+        pid, epoch = await txn.init()
+        self._tracker.set_producer(pid, epoch)
+
+    def begin_transaction(self) -> None:
+        """Start a transaction (local: the coordinator learns of it with the first
+        partition or offsets added)."""
+        self._transactional().begin()
+
+    async def send_offsets_to_transaction(
+        self, offsets: dict[tuple[str, int], int], group_id: str
+    ) -> None:
+        """Commit ``{(topic, partition): next offset}`` for ``group_id`` as part of the
+        transaction: visible to the group when it commits, gone when it aborts."""
+        await self._transactional().send_offsets(offsets, group_id)
+
+    async def commit_transaction(self) -> None:
+        """Flush the transaction's records, then commit it. A record that failed makes
+        the transaction abortable: this raises its error, and abort_transaction() is
+        the way on. Retriable coordinator errors are retried until the request
+        timeout (then RequestTimedOutError, and commit may be called again)."""
+        txn = self._transactional()
+        if txn.state is TxnState.ABORTABLE and txn.error is not None:
+            raise txn.error
+        txn._require(
+            TxnState.IN_TRANSACTION,
+            TxnState.COMMITTING,
+            TxnState.PREPARED,
+            what="commit_transaction()",
+        )
+        if txn.state is TxnState.IN_TRANSACTION:
+            txn.state = TxnState.COMMITTING
+        await self.flush()
+        if txn.state in (TxnState.ABORTABLE, TxnState.FATAL) and txn.error is not None:
+            raise txn.error
+        await txn.end(commit=True)
+
+    async def abort_transaction(self) -> None:
+        """Drop the records not sent yet (their sends fail), wait for those on their
+        way, and abort: read_committed consumers never see any of them."""
+        txn = self._transactional()
+        txn._require(
+            TxnState.IN_TRANSACTION,
+            TxnState.COMMITTING,
+            TxnState.ABORTING,
+            TxnState.PREPARED,
+            TxnState.ABORTABLE,
+            what="abort_transaction()",
+        )
+        txn.state = TxnState.ABORTING
+        await self._drop_unsent()
+        await txn.end(commit=False)
+        if self._tracker.needs_new_producer_id:  # a failed batch left a sequence gap
+            pid, epoch = await txn.bump_epoch()
+            self._tracker.set_producer(pid, epoch)
+
+    async def prepare_transaction(self) -> TransactionIdentity:
+        """Flush the transaction's records and return its identity without ending it:
+        another client ends it later with ``complete_transaction(cluster, *identity,
+        commit)`` (client/transactions.py; ``Admin.complete_transaction``). Until then
+        the transaction holds back read_committed consumers of its partitions, and
+        the coordinator aborts it after ``transaction_timeout_ms``. The producer may
+        ``begin_transaction()`` again once the transaction has been completed."""
+        txn = self._transactional()
+        txn._require(TxnState.IN_TRANSACTION, what="prepare_transaction()")
+        await self.flush()
+        if txn.state in (TxnState.ABORTABLE, TxnState.FATAL) and txn.error is not None:
+            raise txn.error
+        txn.state = TxnState.PREPARED
+        return txn.identity
+
+    async def _drop_unsent(self) -> None:
+        """Abort's first half: fail every batch not handed to the sender yet, then wait
+        until those already on their way have their answers."""
+        while self._resolvers:
+            await asyncio.gather(*self._resolvers.values(), return_exceptions=True)
+        err = LogMQError(
+            "the transaction was aborted before this record was sent",
+            ErrorCode.OPERATION_NOT_ATTEMPTED,
+        )
+        with self._lock:
+            dropped = [b for tp in self._acc.partitions() for b in self._acc.remove_partition(tp)]
+            for b in dropped:
+                self._acc.release(b)
+        for b in dropped:
+            b.fail(err)
+        if self._sender is not None:
+            self._sender._space_check()
+        loop = asyncio.get_running_loop()
+        while True:
+            sender = self._sender
+            pending = [b for b in self._tracker.pending() if not b.done]
+            if sender is not None:
+                pending += [b for b in sender.in_transit if not b.done]
+            if not pending:
+                return
+            self._wake()
+            for b in pending:
                 await b.async_future(loop)
 
     async def wait_for_space(self) -> None:

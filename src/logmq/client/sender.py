@@ -6,13 +6,19 @@ partition per request, so each response entry maps to exactly one batch); reques
 pipelined and their responses handled in done-callbacks, so the task never waits for a
 round trip before sending more. It sleeps until the next linger deadline, retry time,
 or wake-up (new batch, full batch, response, flush).
+
+A transactional producer's sender holds back a partition's batches until the partition
+is in the transaction: it asks the TransactionManager to add the partitions it found
+waiting (one AddPartitionsToTxn at a time, for all of them) and sends them in a later
+round. It never renews the producer id by itself: a transactional producer's epoch
+changes only through its coordinator (abort_transaction).
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from logmq.client.accumulator import ProducerBatch, RecordAccumulator, TopicPartition
 from logmq.client.cluster import ClusterClient
@@ -25,6 +31,9 @@ from logmq.errors import (
     error_for,
 )
 from logmq.net.codec import ApiKey, Response
+
+if TYPE_CHECKING:
+    from logmq.client.transactions import TransactionManager
 
 TIMER_RESOLUTION = 0.001  # seconds; the event loop's timers are no finer
 
@@ -45,8 +54,14 @@ class Sender:
         request_timeout_ms: int,
         retry_backoff_ms: int,
         buffer_memory: int,
+        txn: TransactionManager | None = None,
     ) -> None:
         self.cluster = cluster
+        self.txn = txn
+        # a transactional sender's batches taken for this round, not yet sent: what a
+        # commit's flush must wait for too
+        self.in_transit: list[ProducerBatch] = []
+        self._add_task: asyncio.Task[None] | None = None
         self.acc = acc
         self.tracker = tracker
         self.acks = acks
@@ -62,7 +77,7 @@ class Sender:
 
     # -- lifecycle ------------------------------------------------------------------
     async def start(self) -> None:
-        if self.tracker.idempotent:
+        if self.tracker.idempotent and self.txn is None:  # else init_transactions()
             await self.init_producer_id()
         self._task = asyncio.create_task(self._run(), name="logmq-producer-sender")
 
@@ -72,9 +87,10 @@ class Sender:
         self.wakeup.set()
         if self._task is not None:
             await self._task
-        if self._refresh_task is not None:
-            self._refresh_task.cancel()
-            await asyncio.gather(self._refresh_task, return_exceptions=True)
+        for task in (self._refresh_task, self._add_task):
+            if task is not None:
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
 
     async def init_producer_id(self) -> None:
         resp = await self.cluster.request_any(
@@ -91,7 +107,7 @@ class Sender:
         while not (self.closing and not len(self.acc) and not self.tracker.busy):
             self.wakeup.clear()
             try:
-                if self.tracker.needs_new_producer_id:
+                if self.tracker.needs_new_producer_id and self.txn is None:
                     await self.init_producer_id()
                 sent = await self._send_ready(_now())
             except LogMQError:
@@ -134,6 +150,8 @@ class Sender:
         tracker = self.tracker
         tps = set(self.acc.partitions())
         tps.update(tracker.retry_partitions())
+        txn = self.txn
+        to_add: list[TopicPartition] = []
         with self.acc.lock:
             for tp in tps:
                 leader = md.leader_for(*tp)
@@ -143,6 +161,9 @@ class Sender:
                     continue
                 if tracker.has_retries(tp):
                     taken = tracker.take_retries(tp, now)
+                elif txn is not None and tp not in txn.added:
+                    to_add.append(tp)  # not in the transaction yet: its batches wait
+                    continue
                 else:
                     taken = []
                     room = tracker.room(tp)
@@ -160,12 +181,42 @@ class Sender:
             self._finish(b, RequestTimedOutError(f"no leader for {b.topic}-{b.partition} in time"))
         if leaderless:
             self._refresh_soon(leaderless)
+        if to_add:
+            self._add_soon(to_add)
+        if txn is not None:
+            self.in_transit = [b for rounds in by_node.values() for bs in rounds for b in bs]
         sent = 0
-        for node, rounds in by_node.items():
-            for batches in rounds:
-                await self._send_round(node, batches)
-                sent += len(batches)
+        try:
+            for node, rounds in by_node.items():
+                for batches in rounds:
+                    await self._send_round(node, batches)
+                    sent += len(batches)
+        finally:
+            if txn is not None:
+                self.in_transit = []
         return sent
+
+    def _add_soon(self, tps: list[TopicPartition]) -> None:
+        """AddPartitionsToTxn for partitions whose batches wait, in the background (one
+        at a time: partitions found meanwhile go in the next one)."""
+        if self._add_task is not None and not self._add_task.done():
+            return
+        self._add_task = asyncio.create_task(self._add(tps))
+
+    async def _add(self, tps: list[TopicPartition]) -> None:
+        assert self.txn is not None
+        try:
+            failed = await self.txn.add_partitions(tps)
+        except LogMQError as e:
+            failed = dict.fromkeys(tps, e)
+        if failed:  # their batches can never be sent in this transaction
+            with self.acc.lock:
+                dropped = [
+                    (b, err) for tp, err in failed.items() for b in self.acc.remove_partition(tp)
+                ]
+            for b, err in dropped:
+                self._finish(b, err)
+        self.wakeup.set()
 
     def _expire(self, tp: TopicPartition, now: float) -> list[ProducerBatch]:
         out = []
@@ -261,6 +312,8 @@ class Sender:
             self._finish(b, err)
 
     def _finish(self, b: ProducerBatch, err: BaseException) -> None:
+        if self.txn is not None:
+            self.txn.fail(err)  # the transaction can only abort now
         b.fail(err)
         self._release(b)
 

@@ -271,6 +271,31 @@ class Producer(_Client):
     def partitions_for(self, topic: str) -> list[int]:
         return self._run(self._p.partitions_for(topic))
 
+    # -- transactions (the AsyncProducer methods, blocking) -----------------------------
+    @property
+    def transaction_identity(self) -> tuple[str, int, int]:
+        return self._p.transaction_identity
+
+    def init_transactions(self, timeout: float | None = None) -> None:
+        self._run(self._p.init_transactions(), timeout)
+
+    def begin_transaction(self) -> None:
+        self._p.begin_transaction()
+
+    def send_offsets_to_transaction(
+        self, offsets: Mapping[TopicPartition, int], group_id: str, timeout: float | None = None
+    ) -> None:
+        self._run(self._p.send_offsets_to_transaction(dict(offsets), group_id), timeout)
+
+    def commit_transaction(self, timeout: float | None = None) -> None:
+        self._run(self._p.commit_transaction(), timeout)
+
+    def abort_transaction(self, timeout: float | None = None) -> None:
+        self._run(self._p.abort_transaction(), timeout)
+
+    def prepare_transaction(self, timeout: float | None = None) -> tuple[str, int, int]:
+        return self._run(self._p.prepare_transaction(), timeout)
+
     def close(self) -> None:
         """Flush, then stop."""
         if self._closed:
@@ -616,7 +641,7 @@ class Admin(_Client):
         partition: int,
         producer_id: int,
         producer_epoch: int,
-        coordinator_epoch: int = 0,
+        coordinator_epoch: int | None = None,
     ) -> None:
         self._run(
             self._a.abort_transaction(
@@ -628,6 +653,14 @@ class Admin(_Client):
         self, topics: Iterable[str] | None = None, max_age_ms: int = DEFAULT_MAX_AGE_MS
     ) -> list[HangingTransaction]:
         return self._run(self._a.find_hanging(None if topics is None else list(topics), max_age_ms))
+
+    def complete_transaction(
+        self, transactional_id: str, producer_id: int, producer_epoch: int, commit: bool
+    ) -> None:
+        """Commit or abort a prepared transaction (see AsyncAdmin.complete_transaction)."""
+        self._run(
+            self._a.complete_transaction(transactional_id, producer_id, producer_epoch, commit)
+        )
 
     def close(self) -> None:
         if self._closed:

@@ -3,8 +3,8 @@ describe producers, abort a hanging transaction and find hanging ones.
 
 The functions take the admin's ClusterClient; AsyncAdmin exposes them as methods.
 
-* A transactional id is known only to its coordinator. The native door has no
-  FindCoordinator for transactional ids, so DescribeTransactions goes to every broker
+* A transactional id is known only to its coordinator. DescribeTransactions goes to
+  every broker (one round for any number of ids, rather than a FindCoordinator per id)
   and each id takes the answer of the broker that coordinates it (the others say
   NOT_COORDINATOR). ListTransactions likewise asks every broker and merges.
 * DescribeProducers and the abort (WriteTxnMarkers) go to each partition's leader.
@@ -85,6 +85,7 @@ class ProducerState:
     last_sequence: int
     last_timestamp: int
     current_txn_start_offset: int  # -1: no open transaction on the partition
+    coordinator_epoch: int = -1  # of the producer's last marker here; -1: none yet
 
 
 @dataclass(slots=True, frozen=True)
@@ -321,6 +322,7 @@ def _producer(s: dict[str, Any]) -> ProducerState:
         s.get("last_sequence", -1),
         s.get("last_timestamp", -1),
         s.get("current_txn_start_offset", -1),
+        s.get("coordinator_epoch", -1),
     )
 
 
@@ -330,13 +332,24 @@ async def abort_transaction(
     partition: int,
     producer_id: int,
     producer_epoch: int,
-    coordinator_epoch: int = 0,
+    coordinator_epoch: int | None = None,
     *,
     retries: int = 5,
 ) -> None:
     """Write an ABORT marker for ``producer_id`` to the partition's leader, ending the
     transaction the partition holds open. WriteTxnMarkers is an inter-broker API: with
-    the authorizer on, the principal needs CLUSTER_ACTION (a super user), as Kafka's."""
+    the authorizer on, the principal needs CLUSTER_ACTION (a super user), as Kafka's.
+    ``coordinator_epoch``: by default the one of the producer's last marker there, from
+    DescribeProducers, as kafka-transactions.sh does (the partition refuses a marker
+    from an older coordinator epoch than its last, TRANSACTION_COORDINATOR_FENCED)."""
+    if coordinator_epoch is None:
+        found = await describe_producers(cluster, [(topic, partition)])
+        epochs = [
+            s.coordinator_epoch
+            for s in found.get((topic, partition), ())
+            if s.producer_id == producer_id
+        ]
+        coordinator_epoch = max(epochs[0], 0) if epochs else 0
     marker = {
         "producer_id": producer_id,
         "producer_epoch": producer_epoch,

@@ -40,6 +40,7 @@ if TYPE_CHECKING:
     from logmq.broker.metrics import BrokerMetrics
     from logmq.broker.producer_ids import ProducerIdManager
     from logmq.broker.topic_creation import TopicCreator
+    from logmq.broker.txn_coordinator import TransactionCoordinatorService
     from logmq.cluster.metadata_image import MetadataImage
     from logmq.security.quota_enforcer import MutationQuota, QuotaEnforcer
 
@@ -74,8 +75,11 @@ class AdminApi:
         producer_ids: ProducerIdManager,
         metrics: BrokerMetrics,
         quotas: QuotaEnforcer | None = None,
+        txns: TransactionCoordinatorService | None = None,
     ) -> None:
+        """``txns`` serves InitProducerId with a transactional id (None: refused)."""
         self.config = config
+        self.txns = txns
         self.quotas = quotas  # controller_mutation_rate, metered here on the controller
         self.quorum = quorum
         self.topics = topics
@@ -451,15 +455,42 @@ class AdminApi:
 
     # -- InitProducerId ---------------------------------------------------------------
     async def init_producer_id(self, req: Request) -> Reply:
+        """An idempotent producer's id, or a transactional producer's from its
+        coordinator (which fences older epochs of the id and aborts what they left
+        open). ``{"transactional_id"?, "transaction_timeout_ms"?, "producer_id"?,
+        "producer_epoch"?}`` -> ``{"error", "message"?, "producer_id", "producer_epoch"}``."""
         body = req.body
-        if req_field(body, "transactional_id", str, None) is not None:
-            raise InvalidRequestError("transactions are not supported yet")
+        txn_id = req_field(body, "transactional_id", str, None)
         pid = req_int(body, "producer_id", -1)
         epoch = req_int(body, "producer_epoch", -1)
+        if txn_id is not None:
+            return await self._init_transactional(
+                txn_id, req_int(body, "transaction_timeout_ms", 60_000), pid, epoch
+            )
         ids = self.producer_ids
         if pid >= 0 and 0 <= epoch < MAX_PRODUCER_EPOCH and ids.was_issued(pid):
             return Reply({"error": 0, "producer_id": pid, "producer_epoch": epoch + 1})
         return Reply({"error": 0, "producer_id": await ids.next_id(), "producer_epoch": 0})
+
+    async def _init_transactional(
+        self, txn_id: str, timeout_ms: int, producer_id: int, epoch: int
+    ) -> Reply:
+        def refused(code: ErrorCode, message: str) -> Reply:
+            return Reply(
+                {"error": int(code), "message": message, "producer_id": -1, "producer_epoch": -1}
+            )
+
+        if self.txns is None:
+            return refused(ErrorCode.INVALID_REQUEST, "transactions are not served here")
+        try:
+            result = await self.txns.init_producer_id(txn_id, timeout_ms, producer_id, epoch)
+        except LogMQError as e:
+            return refused(e.code, str(e))
+        if result.error is not ErrorCode.NONE:
+            return refused(result.error, result.error.name)
+        return Reply(
+            {"error": 0, "producer_id": result.producer_id, "producer_epoch": result.producer_epoch}
+        )
 
 
 def _assignments(entries: list) -> dict[int, tuple[int, ...]]:

@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from logmq.native.group_api import GroupApi
     from logmq.native.reassignment_api import ReassignmentApi
     from logmq.native.security_api import SecurityApi
+    from logmq.native.txn_api import TxnApi
 
 Handler = Callable[[Request], Awaitable[Reply | None]]
 
@@ -55,7 +56,10 @@ SUPPORTED_APIS: dict[int, tuple[int, int]] = {
     ApiKey.BROKER_HEARTBEAT: (0, 0),
     ApiKey.ALLOCATE_PRODUCER_IDS: (0, 0),
     ApiKey.WRITE_TXN_MARKERS: (0, 0),  # broker -> broker (native/txn_api.py)
-    ApiKey.ADD_PARTITIONS_TO_TXN: (0, 0),  # verify_only, broker -> broker
+    ApiKey.ADD_PARTITIONS_TO_TXN: (0, 0),  # a producer's; verify_only: broker -> broker
+    ApiKey.ADD_OFFSETS_TO_TXN: (0, 0),  # native/txn_api.py
+    ApiKey.END_TXN: (0, 0),  # native/txn_api.py
+    ApiKey.TXN_OFFSET_COMMIT: (0, 0),  # native/group_api.py
     ApiKey.DESCRIBE_PRODUCERS: (0, 0),  # native/txn_api.py (operations tools)
     ApiKey.DESCRIBE_TRANSACTIONS: (0, 0),
     ApiKey.LIST_TRANSACTIONS: (0, 0),
@@ -94,6 +98,7 @@ GROUP_APIS = frozenset(
         ApiKey.FIND_COORDINATOR,
         ApiKey.CONSUMER_GROUP_HEARTBEAT,
         ApiKey.OFFSET_COMMIT,
+        ApiKey.TXN_OFFSET_COMMIT,
         ApiKey.OFFSET_FETCH,
         ApiKey.LIST_GROUPS,
         ApiKey.CONSUMER_GROUP_DESCRIBE,
@@ -146,15 +151,28 @@ def handler_table(
     cluster_api: ClusterApi,
     reassignment_api: ReassignmentApi,
     security_api: SecurityApi | None = None,
+    txn_api: TxnApi | None = None,
 ) -> dict[int, Handler]:
     """api key -> the method of the native API objects that answers it.
 
-    ``security_api`` defaults to one over the admin API's quorum and metrics."""
+    ``security_api`` defaults to one over the admin API's quorum and metrics; without
+    ``txn_api`` the transaction APIs are left out (the caller adds them)."""
     if security_api is None:
         from logmq.native.security_api import SecurityApi
 
         security_api = SecurityApi(admin.quorum, admin.metrics)
-    return {
+    txn: dict[int, Handler] = {}
+    if txn_api is not None:
+        txn = {
+            ApiKey.ADD_PARTITIONS_TO_TXN: txn_api.add_partitions_to_txn,
+            ApiKey.ADD_OFFSETS_TO_TXN: txn_api.add_offsets_to_txn,
+            ApiKey.END_TXN: txn_api.end_txn,
+            ApiKey.WRITE_TXN_MARKERS: txn_api.write_txn_markers,
+            ApiKey.DESCRIBE_TRANSACTIONS: txn_api.describe_transactions,
+            ApiKey.LIST_TRANSACTIONS: txn_api.list_transactions,
+            ApiKey.DESCRIBE_PRODUCERS: txn_api.describe_producers,
+        }
+    return txn | {
         ApiKey.API_VERSIONS: admin.api_versions,
         ApiKey.METADATA: admin.metadata,
         ApiKey.CREATE_TOPICS: admin.create_topics,
@@ -170,6 +188,7 @@ def handler_table(
         ApiKey.FIND_COORDINATOR: group_api.find_coordinator,
         ApiKey.CONSUMER_GROUP_HEARTBEAT: group_api.consumer_group_heartbeat,
         ApiKey.OFFSET_COMMIT: group_api.offset_commit,
+        ApiKey.TXN_OFFSET_COMMIT: group_api.txn_offset_commit,
         ApiKey.OFFSET_FETCH: group_api.offset_fetch,
         ApiKey.LIST_GROUPS: group_api.list_groups,
         ApiKey.CONSUMER_GROUP_DESCRIBE: group_api.consumer_group_describe,

@@ -3,10 +3,13 @@
 One pipeline step (``guard``) for the whole native door: every resource a request names
 must be allowed, else the request is answered with the resource type's
 *_AUTHORIZATION_FAILED (native clients take errors per request). The inter-broker APIs
-(a follower's fetch, ISR changes, registration and heartbeats, producer id blocks, a
-request another broker forwards to the controller) need CLUSTER_ACTION on the cluster:
-brokers' principals, never a client's. Bodies are untrusted: an entry of the wrong
-shape names nothing here, and its handler refuses it.
+(a follower's fetch, ISR changes, registration and heartbeats, producer id blocks,
+transaction markers, AddPartitionsToTxn with ``verify_only``, a request another broker
+forwards to the controller) need CLUSTER_ACTION on the cluster: brokers' principals,
+never a client's. A transactional producer's requests need WRITE on its transactional
+id (its transactional produce is checked by the produce handler, as on the Kafka door).
+Bodies are untrusted: an entry of the wrong shape names nothing here, and its handler
+refuses it.
 """
 
 from __future__ import annotations
@@ -74,9 +77,31 @@ def _offset_commit(body: Any) -> list[Need]:
 
 
 def _find_coordinator(body: Any) -> list[Need]:
-    if isinstance(body, dict) and body.get("key_type", 0) != 0:
-        return []
-    return [(Op.DESCRIBE, RT.GROUP, k) for k in _list(body, "keys") if isinstance(k, str)]
+    key_type = body.get("key_type", 0) if isinstance(body, dict) else 0
+    if key_type == 1:
+        rtype = RT.TRANSACTIONAL_ID
+    elif key_type == 0:
+        rtype = RT.GROUP
+    else:
+        return []  # refused by the handler
+    return [(Op.DESCRIBE, rtype, k) for k in _list(body, "keys") if isinstance(k, str)]
+
+
+def _txn_id(body: Any) -> list[Need]:
+    txn_id = body.get("transactional_id") if isinstance(body, dict) else None
+    return [(Op.WRITE, RT.TRANSACTIONAL_ID, txn_id)] if isinstance(txn_id, str) else []
+
+
+def _add_partitions(body: Any) -> list[Need]:
+    return _txn_id(body) + _topics(Op.WRITE)(body)
+
+
+def _add_offsets(body: Any) -> list[Need]:
+    return _txn_id(body) + _group(Op.READ)(body)
+
+
+def _txn_offset_commit(body: Any) -> list[Need]:
+    return _txn_id(body) + _group(Op.READ)(body) + _topics(Op.READ)(body)
 
 
 BROKER_ONLY = frozenset(
@@ -86,7 +111,6 @@ BROKER_ONLY = frozenset(
         ApiKey.ALLOCATE_PRODUCER_IDS,
         ApiKey.ALTER_PARTITION,
         ApiKey.WRITE_TXN_MARKERS,
-        ApiKey.ADD_PARTITIONS_TO_TXN,  # only verify_only, from partition leaders
     }
 )
 
@@ -124,6 +148,10 @@ NEEDS: dict[int, Callable[[Any], list[Need]]] = {
     ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: _cluster(Op.DESCRIBE),
     ApiKey.ALTER_USER_SCRAM_CREDENTIALS: _cluster(Op.ALTER),
     ApiKey.DESCRIBE_PRODUCERS: _topics(Op.READ),
+    ApiKey.ADD_PARTITIONS_TO_TXN: _add_partitions,  # a producer's (verify_only: brokers')
+    ApiKey.ADD_OFFSETS_TO_TXN: _add_offsets,
+    ApiKey.END_TXN: _txn_id,
+    ApiKey.TXN_OFFSET_COMMIT: _txn_offset_commit,
     # per transactional id in the handler (native/txn_api.py), as Kafka: DESCRIBE on each
     # id; a denied id gets TRANSACTIONAL_ID_AUTHORIZATION_FAILED, ListTransactions leaves
     # the ids out
@@ -142,6 +170,8 @@ def from_broker(req: Request) -> bool:
         return False
     if body.get("forwarded_by") is not None:
         return True
+    if req.api_key == ApiKey.ADD_PARTITIONS_TO_TXN:
+        return body.get("verify_only") is True  # a partition leader's check (KIP-890)
     return req.api_key == ApiKey.FETCH and body.get("replica_id", -1) != -1
 
 
@@ -164,6 +194,17 @@ class NativeAuthorization:
                 return None
             return _denied(req, ErrorCode.CLUSTER_AUTHORIZATION_FAILED, "act as a broker")
         if key == ApiKey.INIT_PRODUCER_ID:
+            txn_id = body.get("transactional_id") if isinstance(body, dict) else None
+            if txn_id is not None:
+                if isinstance(txn_id, str) and not authz.allowed(
+                    req.context, Op.WRITE, RT.TRANSACTIONAL_ID, txn_id
+                ):
+                    return _denied(
+                        req,
+                        ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+                        f"WRITE transactional_id {txn_id!r}",
+                    )
+                return None  # not a str: the handler refuses it
             if authz.allowed(
                 req.context, Op.IDEMPOTENT_WRITE, RT.CLUSTER, CLUSTER, log_denial=False
             ) or authz.allowed_on_some(req.context, Op.WRITE, RT.TOPIC):

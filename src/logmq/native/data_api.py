@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from logmq.broker.fetch_sessions import (
     FINAL_EPOCH,
@@ -27,6 +27,7 @@ from logmq.broker.fetch_sessions import (
     FetchSessionError,
 )
 from logmq.broker.produce_path import produce_result
+from logmq.broker.txn_verification import Guards, append_guard
 from logmq.errors import ErrorCode, LogMQError
 from logmq.gcpause import gc_paused
 from logmq.native.request_fields import InvalidRequestError, req_int, req_list, req_str
@@ -43,6 +44,21 @@ if TYPE_CHECKING:
     from logmq.security.quota_enforcer import QuotaEnforcer
 
 log = logging.getLogger("logmq.broker")
+
+
+class TxnProduceCheck(Protocol):
+    """What a produce with a transactional id must pass first (the Kafka door's
+    ``KafkaTransactionApis.check_produce``, shared so both doors refuse the same
+    batches): WRITE on the id, transactional batches, and each partition in the
+    producer's ongoing transaction (KIP-890 part 1)."""
+
+    async def check_produce(
+        self,
+        req: Request,
+        txn_id: str,
+        entries: list[tuple[str, int, Any]],
+        guards: Guards | None = None,
+    ) -> dict[tuple[str, int], LogMQError]: ...
 
 
 def _perror(partition: int, code: ErrorCode, message: str | None = None, **extra: Any) -> dict:
@@ -97,8 +113,12 @@ class DataApi:
         metrics: BrokerMetrics,
         max_fetch_wait_ms: int,
         quotas: QuotaEnforcer | None = None,
+        transactions: TxnProduceCheck | None = None,
     ) -> None:
+        """``transactions`` checks produces that carry a transactional id (None:
+        such produces are refused)."""
         self.produce_path = produce_path
+        self.transactions = transactions
         self.quotas = quotas  # client byte-rate quotas, shared with the Kafka door
         self.replicas = replicas
         self.metrics = metrics
@@ -150,7 +170,11 @@ class DataApi:
             ]  # fmt: skip
             return Reply({"topics": out})
         entries = [(name, partition, data) for name, parts in work for partition, data in parts]
-        outcomes = await self.produce_path.append_all(entries, acks, timeout_ms)
+        txn_id = body.get("transactional_id")
+        if txn_id is None:
+            outcomes = await self.produce_path.append_all(entries, acks, timeout_ms)
+        else:
+            outcomes = await self._transactional(req, txn_id, entries, acks, timeout_ms)
         results = [
             self._result(req.api_key, topic, partition, outcome)
             for (topic, partition, _), outcome in zip(entries, outcomes, strict=True)
@@ -168,6 +192,32 @@ class DataApi:
         if not throttle:
             return Reply({"topics": out})
         return Reply({"topics": out, "throttle_ms": throttle}, throttle_ms=throttle)
+
+    async def _transactional(
+        self,
+        req: Request,
+        txn_id: Any,
+        entries: list[tuple[str, int, memoryview]],
+        acks: int,
+        timeout_ms: int,
+    ) -> list[Outcome]:
+        """Outcomes of a transactional produce: the refused partitions' errors, the
+        appends of the others (each guarded, as on the Kafka door, against its
+        transaction ending between the check and the append)."""
+        if not isinstance(txn_id, str):
+            raise InvalidRequestError("field 'transactional_id' must be str")
+        if self.transactions is None:
+            error = LogMQError(
+                "transactions are not served here", ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+            )
+            return [error for _ in entries]
+        guards: Guards = {}
+        refused = await self.transactions.check_produce(req, txn_id, entries, guards)
+        allowed = [e for e in entries if (e[0], e[1]) not in refused]
+        appended = iter(
+            await self.produce_path.append_all(allowed, acks, timeout_ms, append_guard(guards))
+        )
+        return [refused.get((t, p)) or next(appended) for t, p, _ in entries]
 
     def _result(self, api_key: int, topic: str, partition: int, outcome: Outcome) -> dict:
         """One partition's entry of a Produce answer (produce_path.append_all's outcome)."""
@@ -315,6 +365,7 @@ class DataApi:
 
     # -- ListOffsets ------------------------------------------------------------------
     async def list_offsets(self, req: Request) -> Reply:
+        committed = req_int(req.body, "isolation_level", 0) == 1  # "latest" is the LSO
         out = []
         for t in req_list(req.body, "topics"):
             name = req_str(t, "topic")
@@ -323,7 +374,7 @@ class DataApi:
                 partition, ts = req_int(p, "partition"), req_int(p, "timestamp")
                 try:
                     plog = self.replicas.leader_log(name, partition)
-                    offset, found_ts = offset_for(plog, ts)
+                    offset, found_ts = offset_for(plog, ts, committed)
                     results.append(
                         {
                             "partition": partition,

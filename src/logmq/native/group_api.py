@@ -1,7 +1,8 @@
 """Handlers of the consumer group APIs (docs/protocol.md, "Consumer group APIs").
 
-FindCoordinator, ConsumerGroupHeartbeat, OffsetCommit, OffsetFetch, ListGroups,
-ConsumerGroupDescribe, DeleteGroups and OffsetDelete. A handler checks the body, turns
+FindCoordinator (key type 0: a group; 1: a transactional id), ConsumerGroupHeartbeat,
+OffsetCommit, TxnOffsetCommit, OffsetFetch, ListGroups, ConsumerGroupDescribe,
+DeleteGroups and OffsetDelete. A handler checks the body, turns
 the request into an operation on the group's shard (group_shard.py) and shapes the
 answer; the deterministic rules are the group core's (logmq.group). A body the broker
 cannot read gets the generic ``{"error": INVALID_REQUEST, "message"}``; a readable
@@ -45,6 +46,9 @@ from logmq.net.reply import Reply
 if TYPE_CHECKING:
     from logmq.broker.group_coordinator import GroupCoordinatorService
     from logmq.broker.metrics import BrokerMetrics
+    from logmq.broker.txn_coordinator import TransactionCoordinatorService
+
+KEY_GROUP, KEY_TRANSACTION = 0, 1  # FindCoordinator's key types
 
 MAX_SUBSCRIBED_TOPICS = 10_000
 NO_REBALANCE_TIMEOUT = -1  # "unchanged" in a heartbeat
@@ -107,9 +111,16 @@ def _message(code: ErrorCode, fallback: str | None = None) -> str | None:
 class GroupApi:
     """The native group APIs: thin translations onto the group coordinator service."""
 
-    def __init__(self, groups: GroupCoordinatorService, metrics: BrokerMetrics) -> None:
+    def __init__(
+        self,
+        groups: GroupCoordinatorService,
+        metrics: BrokerMetrics,
+        txns: TransactionCoordinatorService | None = None,
+    ) -> None:
+        """``txns`` answers FindCoordinator for transactional ids (key type 1)."""
         self.groups = groups
         self.metrics = metrics
+        self.txns = txns
 
     # -- FindCoordinator ----------------------------------------------------------------
     async def find_coordinator(self, req: Request) -> Reply:
@@ -127,16 +138,22 @@ class GroupApi:
                 "error": 0,
                 "message": None,
             }
-            problem = group_id_error(key)
             try:
-                if key_type != 0:
+                if key_type == KEY_TRANSACTION and self.txns is not None:
+                    if not key:
+                        raise LogMQError("empty transactional id", ErrorCode.INVALID_REQUEST)
+                    node, host, port = await self.txns.find_coordinator(key)
+                elif key_type != KEY_GROUP:
                     raise LogMQError(
-                        f"key_type {key_type} is not supported: only 0 (consumer groups)",
+                        f"key_type {key_type} is not supported: 0 (consumer groups) or "
+                        "1 (transactional ids)",
                         ErrorCode.INVALID_REQUEST,
                     )
-                if problem:
-                    raise LogMQError(problem, ErrorCode.INVALID_GROUP_ID)
-                node, host, port = await self.groups.find_coordinator(key)
+                else:
+                    problem = group_id_error(key)
+                    if problem:
+                        raise LogMQError(problem, ErrorCode.INVALID_GROUP_ID)
+                    node, host, port = await self.groups.find_coordinator(key)
                 entry.update(node_id=node, host=host, port=port)
             except LogMQError as exc:
                 self.metrics.error(req.api_key, exc.code)
@@ -311,6 +328,62 @@ class GroupApi:
         if len(distinct) == 1 and (only := distinct.pop()) in _REQUEST_WIDE:
             top = only
         return answer(codes, top, _message(top))
+
+    # -- TxnOffsetCommit -----------------------------------------------------------------
+    async def txn_offset_commit(self, req: Request) -> Reply:
+        """A transaction's offsets: pending in the group's shard until the producer's
+        marker reaches the group's offsets partition (committed) or drops them (aborted).
+        Generation and member are checked as for OffsetCommit when given."""
+        body = req.body
+        req_str(body, "transactional_id")  # named for the ACL check (the guard)
+        group_id = req_str(body, "group_id")
+        producer_id = req_int(body, "producer_id")
+        producer_epoch = req_int(body, "producer_epoch")
+        generation = req_int(body, "generation_id", -1)
+        member_id = req_field(body, "member_id", str, "")
+        instance_id = req_field(body, "group_instance_id", str, None)
+        entries: list[tuple[str, list[int]]] = []
+        offsets: dict[TopicPartition, tuple[int, str]] = {}
+        for t in req_list(body, "topics"):
+            topic = req_str(t, "topic")
+            parts = []
+            for p in req_list(t, "partitions"):
+                partition = req_int(p, "partition")
+                offsets[(topic, partition)] = (
+                    req_int(p, "offset"),
+                    req_field(p, "metadata", str, None) or "",
+                )
+                parts.append(partition)
+            entries.append((topic, parts))
+        top, message = ErrorCode.NONE, None
+        codes: dict[TopicPartition, ErrorCode] = {}
+        try:
+            codes = await self.groups.txn_offset_commit(
+                group_id, producer_id, producer_epoch, offsets, member_id, generation, instance_id
+            )
+        except LogMQError as exc:
+            top, message = exc.code, str(exc)
+        if top is ErrorCode.NONE:
+            distinct = set(codes.values())
+            if len(distinct) == 1 and (only := distinct.pop()) is not ErrorCode.NONE:
+                top, message = only, _message(only)
+        if top is not ErrorCode.NONE:
+            self.metrics.error(req.api_key, top)
+        return Reply(
+            {
+                "error": int(top),
+                "message": message,
+                "topics": [
+                    {
+                        "topic": t,
+                        "partitions": [
+                            {"partition": p, "error": int(codes.get((t, p), top))} for p in ps
+                        ],
+                    }
+                    for t, ps in entries
+                ],
+            }
+        )
 
     # -- OffsetFetch --------------------------------------------------------------------
     async def offset_fetch(self, req: Request) -> Reply:

@@ -1,10 +1,32 @@
-"""The native door's transaction APIs: between brokers, and for the operations tools.
+"""The native door's transaction APIs: a producer's, between brokers, and for the tools.
+
+A transactional producer's (logmq's own clients; ACLs in native/authorization.py, as
+Kafka's: WRITE on the transactional id, WRITE on each topic added, READ on the group
+whose offsets are added):
+
+* AddPartitionsToTxn (24) without ``verify_only``: ``{"transactional_id",
+  "producer_id", "producer_epoch", "topics": [{"topic", "partitions": [int]}]}`` ->
+  ``{"error", "message"?, "topics": [{"topic", "partitions": [{"partition",
+  "error"}]}]}``. A partition of no known topic gets UNKNOWN_TOPIC_OR_PARTITION and
+  the others OPERATION_NOT_ATTEMPTED (nothing is added); else every partition gets the
+  coordinator's one code. ``error`` is the first code that is not
+  OPERATION_NOT_ATTEMPTED (0 when all were added).
+* AddOffsetsToTxn (25): ``{"transactional_id", "producer_id", "producer_epoch",
+  "group_id"}`` -> ``{"error", "message"?}``.
+* EndTxn (26): ``{"transactional_id", "producer_id", "producer_epoch", "committed":
+  bool}`` -> ``{"error", "message"?}``. A retry of a transaction already completed
+  the same way answers 0; the other outcome, or nothing to end, INVALID_TXN_STATE; a
+  retry while its markers are still being written, CONCURRENT_TRANSACTIONS.
+
+Each answers NOT_COORDINATOR (or COORDINATOR_LOAD_IN_PROGRESS) when this broker does
+not coordinate the id now: the client finds the coordinator again.
 
 Between brokers (both need CLUSTER_ACTION):
 
 * WriteTxnMarkers (27): a coordinator's markers for partitions this broker leads
   (broker/txn_markers.py). Request ``{"markers": [{"producer_id", "producer_epoch",
-  "coordinator_epoch", "commit", "topics": [{"topic", "partitions": [int]}]}]}``;
+  "coordinator_epoch", "commit", "job_id"?, "topics": [{"topic", "partitions":
+  [int]}]}]}`` (``job_id``: the coordinator's job, so a copy is not written twice);
   answer ``{"markers": [{"producer_id", "topics": [{"topic", "partitions":
   [{"partition", "error"}]}]}]}``.
 * AddPartitionsToTxn (24) with ``verify_only`` (KIP-890 part 1): a partition leader asks
@@ -27,13 +49,13 @@ For ``logmq txn`` (Kafka's kafka-transactions.sh), the client reaching every bro
 * DescribeProducers (61): ``{"topics": [{"topic", "partitions": [int]}]}`` ->
   ``{"topics": [{"topic", "partitions": [{"partition", "error", "producers":
   [{"producer_id", "producer_epoch", "last_sequence", "last_timestamp",
-  "current_txn_start_offset"}]}]}]}``, from the leader's producer state (READ on the
-  topic, checked by the door's guard).
+  "current_txn_start_offset", "coordinator_epoch"}]}]}]}``, from the leader's producer
+  state (READ on the topic, checked by the door's guard).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Awaitable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from logmq.errors import ErrorCode, LogMQError
@@ -104,6 +126,7 @@ def producers_of(plog: PartitionLog) -> list[dict[str, Any]]:
                 "last_sequence": entry.batches[-1].last_seq if entry.batches else -1,
                 "last_timestamp": entry.last_timestamp,
                 "current_txn_start_offset": ongoing.get(pid, -1),
+                "coordinator_epoch": entry.coordinator_epoch,
             }
         )
     return out
@@ -140,6 +163,7 @@ class TxnApi:
                 req_int(marker, "coordinator_epoch"),
                 req_field(marker, "commit", bool),
                 _partitions(marker),
+                req_field(marker, "job_id", int, None),  # logmq's coordinators name the job
             )
             out.append({"producer_id": producer_id, "topics": _by_topic(codes)})
         return Reply({"markers": out})
@@ -147,9 +171,7 @@ class TxnApi:
     async def add_partitions_to_txn(self, req: Request) -> Reply:
         body = req.body
         if not req_field(body, "verify_only", bool, False):
-            raise InvalidRequestError(
-                "between brokers AddPartitionsToTxn only verifies (verify_only: true)"
-            )
+            return await self._add_partitions(body)
         tps = _partitions(body)
         try:
             codes = await self.txns.verify_partitions(
@@ -161,6 +183,65 @@ class TxnApi:
         except LogMQError as e:
             return Reply({"error": int(e.code), "message": str(e), "topics": []})
         return Reply({"error": 0, "topics": _by_topic(_complete(codes, tps))})
+
+    # -- a transactional producer's requests ---------------------------------------------
+    async def _add_partitions(self, body: Any) -> Reply:
+        """A producer's AddPartitionsToTxn: all its partitions join, or none does."""
+        txn_id = req_str(body, "transactional_id")
+        producer_id = req_int(body, "producer_id")
+        epoch = req_int(body, "producer_epoch")
+        tps = list(dict.fromkeys(_partitions(body)))
+        image = self.txns.quorum.image
+        unknown = {tp for tp in tps if image.partition(*tp) is None}
+        message = None
+        if unknown:
+            codes = {
+                tp: ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                if tp in unknown
+                else ErrorCode.OPERATION_NOT_ATTEMPTED
+                for tp in tps
+            }
+            message = f"no such partitions: {sorted(unknown)}"
+        else:
+            try:
+                code = await self.txns.add_partitions_to_txn(txn_id, producer_id, epoch, tps)
+            except LogMQError as e:
+                code, message = e.code, str(e)
+            codes = dict.fromkeys(tps, code)
+        top = next(
+            (
+                c
+                for c in codes.values()
+                if c not in (ErrorCode.NONE, ErrorCode.OPERATION_NOT_ATTEMPTED)
+            ),
+            ErrorCode.NONE,
+        )
+        answer: dict[str, Any] = {"error": int(top), "topics": _by_topic(codes)}
+        if top is not ErrorCode.NONE:
+            answer["message"] = message or top.name
+        return Reply(answer)
+
+    async def add_offsets_to_txn(self, req: Request) -> Reply:
+        body = req.body
+        return await _code_answer(
+            self.txns.add_offsets_to_txn(
+                req_str(body, "transactional_id"),
+                req_int(body, "producer_id"),
+                req_int(body, "producer_epoch"),
+                req_str(body, "group_id"),
+            )
+        )
+
+    async def end_txn(self, req: Request) -> Reply:
+        body = req.body
+        return await _code_answer(
+            self.txns.end_txn(
+                req_str(body, "transactional_id"),
+                req_int(body, "producer_id"),
+                req_int(body, "producer_epoch"),
+                req_field(body, "committed", bool),
+            )
+        )
 
     # -- the operations tools (logmq txn) -------------------------------------------------
     async def describe_transactions(self, req: Request) -> Reply:
@@ -233,6 +314,17 @@ class TxnApi:
                 entry.update(error=int(e.code), message=str(e))
             topics.setdefault(topic, []).append(entry)
         return Reply({"topics": [{"topic": t, "partitions": ps} for t, ps in topics.items()]})
+
+
+async def _code_answer(pending: Awaitable[ErrorCode]) -> Reply:
+    """``{"error", "message"?}`` for a coordinator call that answers one code."""
+    try:
+        code = await pending
+    except LogMQError as e:
+        return Reply({"error": int(e.code), "message": str(e)})
+    if code is ErrorCode.NONE:
+        return Reply({"error": 0})
+    return Reply({"error": int(code), "message": code.name})
 
 
 def _complete(
