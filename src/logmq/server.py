@@ -732,6 +732,7 @@ class Broker:
             metadata=lambda: self.quorum.image,
             broker_epoch=lambda: self.quorum.broker_epoch,
             replicated=self.replicated,
+            fenced=lambda: self.quorum.image.fenced_brokers(),
             config=ReplicationConfig(
                 replica_lag_time_max_ms=self.config.replica_lag_time_max_ms,
                 fetcher=FetcherConfig(security=self.inter_broker_security),

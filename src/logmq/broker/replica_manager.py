@@ -163,8 +163,10 @@ class ReplicaManager:
         replicated: bool = True,
         config: ReplicationConfig | None = None,
         clock: Callable[[], int] = _now_ms,
+        fenced: Callable[[], Iterable[int]] = tuple,
     ) -> None:
         self.broker_id = broker_id
+        self.fenced = fenced  # the brokers the controller has fenced, from the image
         # A cluster gives every local partition a replica; a single broker gives none
         # (each partition is its own ISR, its HW its log end offset).
         self.replicated = replicated
@@ -249,6 +251,11 @@ class ReplicaManager:
         now = self.clock()
         lag = self.config.replica_lag_time_max_ms
         silent = {r for r, seen in self.follower_seen.items() if now - seen > lag}
+        # A broker the controller fenced counts as silent at once (KIP-841): it is never
+        # proposed for an ISR (the controller would refuse it, INELIGIBLE_REPLICA, and a
+        # refused member holds the HW until the partition epoch moves) and it leaves
+        # ISRs now rather than after replica.lag.time.max.ms of acks=all stalls.
+        silent.update(self.fenced())
         if silent - self._silent:
             self._ticking.update(k for k, r in self.replicas.items() if r.is_leader)
         self._silent = silent

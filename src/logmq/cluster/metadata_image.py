@@ -197,6 +197,10 @@ class MetadataImage:
         b = self.brokers.get(broker_id)
         return b is not None and not b.fenced and not b.storage_full
 
+    def fenced_brokers(self) -> list[int]:
+        """Registered brokers the controller has fenced: they may not join an ISR."""
+        return [b for b, reg in self.brokers.items() if reg.fenced]
+
     def active_brokers(self) -> list[int]:
         return sorted(b for b, reg in self.brokers.items() if not reg.fenced)
 
