@@ -62,7 +62,8 @@ def log_end(bootstrap: str, topic: str) -> int:
     return sum(o for o, _ in ends.values())
 
 
-def session():
+def session(app_name: str = "logmq-bench-spark"):
+    """A local[2] SparkSession with the logmq source and sink registered."""
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
     from pyspark.sql import SparkSession
@@ -71,7 +72,7 @@ def session():
 
     spark = (
         SparkSession.builder.master("local[2]")
-        .appName("logmq-bench-spark")
+        .appName(app_name)
         .config("spark.ui.enabled", "false")
         .config("spark.sql.shuffle.partitions", "2")
         .getOrCreate()

@@ -3,7 +3,8 @@
 Spark creates the reader and calls ``partitions()`` in a planning process on the
 driver, then pickles the reader into every task, where ``read()`` runs. So the
 partition list is decided once, from offsets resolved at planning time, and the reader
-carries nothing but its parsed options into the tasks.
+carries nothing but its parsed options into the tasks. With read_committed (the default)
+``latest`` is the last stable offset, and an ``endingOffsets`` past it is refused.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ class LogMQBatchReader(DataSourceReader):
 
     def partitions(self) -> list[InputPartition]:
         o = self.options
-        view = ClusterView(o.bootstrap)
+        view = ClusterView(o.bootstrap, read_committed=o.read_committed)
         try:
             bounds = view.bounds(o.subscription, must_exist=True)
             start = resolve(o.starting, "startingOffsets", bounds, view, o.timestamp_strategy)

@@ -3,6 +3,12 @@
 One ``ClusterView`` lives in the driver-side reader for the whole life of a streaming
 query (Spark keeps that Python process), holding one blocking ``Admin`` client, opened
 on first use. It is never pickled into tasks: readers drop it in ``__getstate__``.
+
+A read_committed view (the default) reports a partition's end as its last stable offset
+(LSO), from ListOffsets with isolation level 1 (a read_committed consumer's
+``end_offsets``), so no planned range reaches into a
+transaction that is still open: a task would otherwise wait for records the broker may
+never make visible to it (and an aborted transaction's would never be).
 """
 
 from __future__ import annotations
@@ -21,16 +27,20 @@ log = logging.getLogger("logmq_spark")
 
 @dataclass(frozen=True, slots=True)
 class LogBounds:
-    """A partition's log start offset and log end offset (the high watermark)."""
+    """A partition's log start offset and the end a reader may go to: the high watermark,
+    or for read_committed the LSO (``high_watermark`` then holds the HW)."""
 
     start: int
     end: int
+    high_watermark: int | None = None
 
 
 class ClusterView:
-    def __init__(self, bootstrap: str) -> None:
+    def __init__(self, bootstrap: str, *, read_committed: bool = False) -> None:
         self.bootstrap = bootstrap
+        self.read_committed = read_committed
         self._admin: Admin | None = None
+        self._committed: Consumer | None = None  # asks for LSOs (its end_offsets)
 
     def admin(self) -> Admin:
         if self._admin is None:
@@ -41,6 +51,9 @@ class ClusterView:
         admin, self._admin = self._admin, None
         if admin is not None:
             admin.close()
+        consumer, self._committed = self._committed, None
+        if consumer is not None:
+            consumer.close()
 
     def topics(self, subscription: Subscription, *, must_exist: bool) -> list[str]:
         """The subscribed topics that exist now (a missing named topic raises if must_exist)."""
@@ -68,12 +81,26 @@ class ClusterView:
                 if attempt == 1 or must_exist:
                     raise
                 continue
-            return {
+            bounds = {
                 (name, p.partition): LogBounds(p.log_start_offset, p.log_end_offset)
                 for name, desc in described.items()
                 for p in desc.partitions
             }
+            if self.read_committed and bounds:
+                stable = self.stable_offsets(list(bounds))
+                bounds = {
+                    tp: LogBounds(b.start, stable.get(tp, b.end), b.end) for tp, b in bounds.items()
+                }
+            return bounds
         return {}
+
+    def stable_offsets(self, tps: list[TP]) -> dict[TP, int]:
+        """Each partition's last stable offset (ListOffsets latest, read_committed)."""
+        if self._committed is None:
+            self._committed = Consumer(
+                self.bootstrap, isolation_level="read_committed", client_id="logmq-spark"
+            )
+        return dict(self._committed.end_offsets(tps))
 
     def offsets_for_time(self, tps: list[TP], timestamp_ms: int) -> dict[TP, int | None]:
         """The first offset at or after ``timestamp_ms`` per partition (None: none so late)."""

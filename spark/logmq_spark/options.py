@@ -26,6 +26,11 @@ LATEST = -1
 
 DEFAULT_POLL_TIMEOUT_MS = 120_000
 DEFAULT_PARTITION_FETCH_BYTES = 4 << 20
+DEFAULT_TXN_PREFIX = "logmq-spark"
+# A task's transaction stays open until the driver commits the whole write, so it must
+# outlive the slowest task: the broker's default cap (transaction.max.timeout.ms).
+DEFAULT_TXN_TIMEOUT_MS = 900_000
+ISOLATION_LEVELS = ("read_committed", "read_uncommitted")
 
 
 class OptionError(ValueError):
@@ -74,6 +79,11 @@ class SourceOptions:
     group_id: str | None = None
     poll_timeout_ms: int = DEFAULT_POLL_TIMEOUT_MS
     max_partition_fetch_bytes: int = DEFAULT_PARTITION_FETCH_BYTES
+    isolation_level: str = "read_committed"
+
+    @property
+    def read_committed(self) -> bool:
+        return self.isolation_level == "read_committed"
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,6 +93,9 @@ class SinkOptions:
     acks: str = "all"
     compression: str = "none"
     producer: dict[str, int | str] = field(default_factory=dict)
+    exactly_once: bool = False
+    transactional_id_prefix: str = DEFAULT_TXN_PREFIX
+    transaction_timeout_ms: int = DEFAULT_TXN_TIMEOUT_MS
 
 
 def _get(options: Mapping[str, str], *names: str) -> str | None:
@@ -230,6 +243,13 @@ def source_options(options: Mapping[str, str], *, streaming: bool) -> SourceOpti
     group = _get(options, "groupId")
     if group is not None and not group.strip():
         raise OptionError("option 'groupId' must not be empty")
+    isolation = (
+        (_get(options, "isolationLevel", "kafka.isolation.level") or ISOLATION_LEVELS[0])
+        .strip()
+        .lower()
+    )
+    if isolation not in ISOLATION_LEVELS:
+        raise OptionError("option 'isolationLevel' must be read_committed or read_uncommitted")
     return SourceOptions(
         bootstrap=bootstrap,
         subscription=subscription,
@@ -247,6 +267,7 @@ def source_options(options: Mapping[str, str], *, streaming: bool) -> SourceOpti
         max_partition_fetch_bytes=(
             _positive_int(options, "maxPartitionFetchBytes") or DEFAULT_PARTITION_FETCH_BYTES
         ),
+        isolation_level=isolation,
     )
 
 
@@ -279,10 +300,21 @@ def sink_options(options: Mapping[str, str]) -> SinkOptions:
         except ValueError as e:
             raise OptionError(f"option 'partitioner': {e}") from None
         producer["partitioner"] = partitioner
+    exactly_once = _bool(options, "exactlyOnce", False)
+    prefix = (_get(options, "transactionalIdPrefix") or DEFAULT_TXN_PREFIX).strip()
+    if not prefix:
+        raise OptionError("option 'transactionalIdPrefix' must not be empty")
+    if exactly_once and acks != "all" and acks != "-1":
+        raise OptionError("option 'exactlyOnce' needs acks=all (transactions require it)")
     return SinkOptions(
         bootstrap=bootstrap,
         topic=topic,
         acks="all" if acks in ("all", "-1") else "1",
         compression=compression,
         producer=producer,
+        exactly_once=exactly_once,
+        transactional_id_prefix=prefix,
+        transaction_timeout_ms=(
+            _positive_int(options, "transactionTimeoutMs") or DEFAULT_TXN_TIMEOUT_MS
+        ),
     )

@@ -3,7 +3,10 @@
 A task owns one blocking ``Consumer`` assigned to its one partition (the consumer
 fetches from the partition's leader), seeks to the range start and takes whole decoded
 batches with ``poll_batches`` (the client's bulk path: no Python object per record)
-until the range end. Several logmq batches are gathered into one Arrow batch so the
+until the range end. The consumer reads with the query's isolation level; under
+read_committed it drops aborted transactions' records and skips transaction markers, so
+a range's end is reached by the consumer's position, not by counting records. Several
+logmq batches are gathered into one Arrow batch so the
 cost of crossing into the JVM is paid per tens of thousands of records.
 
 Retention may remove the start of a range between planning and reading: with
@@ -63,6 +66,7 @@ class RangeReader:
             max_partition_fetch_bytes=self.options.max_partition_fetch_bytes,
             fetch_max_bytes=max(self.options.max_partition_fetch_bytes, 50 << 20),
             client_id="logmq-spark",
+            isolation_level=self.options.isolation_level,
         )
         try:
             consumer.assign([self.tp])
@@ -84,6 +88,12 @@ class RangeReader:
                     break
                 last_progress = time.monotonic()
                 continue
+            # Markers and aborted records take offsets but return no rows: move on by
+            # the consumer's position, which steps over them.
+            moved = consumer.position(r.topic, r.partition)
+            if moved > self.position:
+                self.position = moved
+                last_progress = time.monotonic()
             if not got:
                 if time.monotonic() - last_progress > self.options.poll_timeout_ms / 1000:
                     if not self._stalled(consumer):

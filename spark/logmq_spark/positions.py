@@ -70,8 +70,11 @@ def check_batch_range(start: Offsets, end: Offsets, bounds: Mapping[TP, LogBound
     for tp in sorted(end):
         name = f"{tp[0]}-{tp[1]}"
         if end[tp] > bounds[tp].end:
+            where = "the end of its log"
+            if bounds[tp].high_watermark is not None:  # read_committed
+                where = "the end of its log for read_committed (the last stable offset)"
             raise OptionError(
-                f"endingOffsets {end[tp]} of {name} is beyond the end of its log ({bounds[tp].end})"
+                f"endingOffsets {end[tp]} of {name} is beyond {where} ({bounds[tp].end})"
             )
         if start[tp] > end[tp]:
             raise OptionError(

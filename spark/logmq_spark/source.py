@@ -22,7 +22,13 @@ from logmq_spark.arrow import SCHEMA
 from logmq_spark.batch_reader import LogMQBatchReader
 from logmq_spark.options import OptionError, sink_options, source_options
 from logmq_spark.stream_reader import LogMQStreamReader
-from logmq_spark.writer import LogMQBatchWriter, LogMQStreamWriter, check_topic, sink_columns
+from logmq_spark.writer import (
+    LogMQBatchWriter,
+    LogMQStreamWriter,
+    check_exactly_once,
+    check_topic,
+    sink_columns,
+)
 
 
 def check_source_options(options: Mapping[str, str]) -> None:
@@ -81,5 +87,6 @@ class LogMQDataSource(DataSource):
         # whole result table each trigger instead.
         options = sink_options(self.options)
         columns = sink_columns(schema, options)
+        check_exactly_once(options, streaming=True)
         check_topic(options)
         return LogMQStreamWriter(options, columns)

@@ -6,7 +6,8 @@ trigger ``latestOffset(start, limit)`` to pick the batch's end, ``partitions(sta
 end)`` to cut it into tasks and, once the batch is done, ``commit(end)``. Tasks get a
 pickled copy of this reader (without its admin client) and call ``read``.
 
-End offsets are the partitions' high watermarks, so a batch never waits for records;
+End offsets are the partitions' high watermarks (read_uncommitted) or last stable offsets
+(read_committed, the default), so a batch never waits for records;
 ``latestOffset`` honours the engine's read limit (``maxRecordsPerTrigger`` becomes
 ``ReadMaxRows``) and, under ``Trigger.AvailableNow``, the target offsets recorded when
 the trigger started. Topics and partitions that appear later are picked up by the next
@@ -52,6 +53,21 @@ from logmq_spark.positions import resolve
 log = logging.getLogger("logmq_spark")
 
 
+def hold_back(begin: Offsets, bounds: dict[TP, LogBounds]) -> Offsets:
+    """Each partition's end for the next batch: its readable end, except that a start
+    already past the LSO but not past the high watermark (a checkpoint written while the
+    query read uncommitted) waits there instead of looking like a truncated log."""
+    out: Offsets = {}
+    for tp, b in bounds.items():
+        start = begin.get(tp)
+        hw = b.high_watermark
+        if start is not None and hw is not None and b.end < start <= hw:
+            out[tp] = start
+        else:
+            out[tp] = b.end
+    return out
+
+
 class LogMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __init__(self, options: SourceOptions) -> None:
         if options.group_id is not None and not hasattr(Admin, "commit_group_offsets"):
@@ -70,9 +86,12 @@ class LogMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         state["_view"] = None  # a live client never travels into a task
         return state
 
+    def _new_view(self) -> ClusterView:
+        return ClusterView(self.options.bootstrap, read_committed=self.options.read_committed)
+
     def _bounds(self) -> dict[TP, LogBounds]:
         if self._view is None:
-            self._view = ClusterView(self.options.bootstrap)
+            self._view = self._new_view()
         return self._view.bounds(self.options.subscription, must_exist=False)
 
     # -- offsets ------------------------------------------------------------------------
@@ -98,7 +117,7 @@ class LogMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         # for a batch only when it builds the next one, so the query's final position
         # (the end of an availableNow run, say) is committed here.
         self._commit_group(begin)
-        latest = {tp: b.end for tp, b in self._bounds().items()}
+        latest = hold_back(begin, self._bounds())
         self._latest = latest
         if self._target is not None:
             latest = cap(latest, self._target)
@@ -139,7 +158,7 @@ class LogMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if group is None or not offsets or offsets == self._group_committed:
             return
         if self._view is None:
-            self._view = ClusterView(self.options.bootstrap)
+            self._view = self._new_view()
         if self._view.commit_group_offsets(group, offsets):
             self._group_committed = offsets
 
