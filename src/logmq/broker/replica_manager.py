@@ -256,7 +256,9 @@ class ReplicaManager:
         # refused member holds the HW until the partition epoch moves) and it leaves
         # ISRs now rather than after replica.lag.time.max.ms of acks=all stalls.
         silent.update(self.fenced())
-        if silent - self._silent:
+        if silent != self._silent:
+            # a broker fell silent (it leaves ISRs) or came back: an idle partition in
+            # its fetch session sees no fetch from it, so only a tick asks it back in
             self._ticking.update(k for k, r in self.replicas.items() if r.is_leader)
         self._silent = silent
         ticking = self._ticking
