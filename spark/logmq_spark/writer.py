@@ -16,7 +16,9 @@ epoch; the driver's ``commit`` ends every task's transaction with commit, its ``
 with abort. Nothing a task writes is visible to read_committed readers before the
 driver decides, so a failed attempt's records never show. The transactional id is
 ``{prefix}-{epoch}-{Spark partition}``, one per task and epoch, where the epoch is a
-per-write id (batch) or ``{query id}-{batch id}`` (streaming): a retry of the task
+per-write id (batch) or the query id (streaming: micro-batches run one after another,
+so one id per partition serves them all and the coordinator's ids stay bounded): a
+retry of the task
 reuses it, and its ``init_transactions`` fences the earlier attempt (a killed executor
 included) and aborts what that attempt left open.
 
@@ -180,7 +182,12 @@ class TaskTxn:
 def stream_task_txn(options: SinkOptions, query_id: str, batch_id: int, partition: int) -> TaskTxn:
     assert options.topic is not None  # checked on the driver (check_exactly_once)
     prefix = options.transactional_id_prefix
-    epoch = f"{query_id}-{batch_id}"
+    # The query is the epoch: Spark runs a stream's micro-batches one after another and
+    # commits each before the next starts, so batch N+1's init never fences a batch the
+    # driver has not ended, and one id per Spark partition (not per batch) keeps the
+    # coordinator's ids bounded: a 1 s trigger would otherwise add 86,400 ids a day per
+    # partition, each kept for --transactional-id-expiration-ms.
+    epoch = query_id
     return TaskTxn(
         transactional_id(prefix, epoch, partition),
         epoch,

@@ -93,9 +93,10 @@ def test_source_isolation_level() -> None:
 def test_ids_are_one_per_task_and_epoch() -> None:
     o = sink_options(_opts(topic="out", exactlyOnce="true", transactionalIdPrefix="etl"))
     t = sink.stream_task_txn(o, "q1", 7, 3)
-    assert t.transactional_id == "etl-q1-7-3"
+    assert t.transactional_id == "etl-q1-3"  # the query's, for every micro-batch
     assert (t.marker_group, t.marker_topic, t.batch_id) == ("etl-q1-3", "out", 7)
-    assert sink.stream_task_txn(o, "q1", 8, 3).marker_group == t.marker_group
+    later = sink.stream_task_txn(o, "q1", 8, 3)
+    assert (later.transactional_id, later.marker_group) == (t.transactional_id, t.marker_group)
     b = sink.batch_task_txn(o, "w9", 2)
     assert b.transactional_id == "etl-w9-2" and b.marker_group is None
 
@@ -531,10 +532,16 @@ def test_streaming_copy_exactly_once_across_a_rerun(
     def values(committed: bool = True) -> Counter:
         return Counter(r.value for r in read_topic(bootstrap, dst, 3, committed=committed))
 
+    def producer_epoch(query_id: str) -> int:
+        with Admin(bootstrap) as admin:
+            (txn,) = admin.describe_transactions([f"logmq-spark-{query_id}-0"])
+        return txn.producer_epoch
+
     produce(0, 600)
-    run()
+    first_id = run()
     want = Counter(f"v{i}".encode() for i in range(600))
     assert values() == want
+    before = producer_epoch(first_id)
 
     last = _last_commit(checkpoint)
     last.unlink()  # as if the driver died after ending the transactions
@@ -542,9 +549,8 @@ def test_streaming_copy_exactly_once_across_a_rerun(
     query_id = run()
     assert values() == want
     assert values(committed=False) == want, "the re-run wrote nothing again"
-    with Admin(bootstrap) as admin:  # the batch did run again: its task re-initialized
-        (txn,) = admin.describe_transactions([f"logmq-spark-{query_id}-{last.name}-0"])
-    assert txn.producer_epoch == 1
+    assert query_id == first_id  # the checkpoint keeps the query's id
+    assert producer_epoch(query_id) == before + 1  # the batch did run again: re-initialized
 
     produce(600, 300)
     run()
