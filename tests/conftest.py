@@ -26,8 +26,14 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Tests marked ``soak`` run only with ``--soak``."""
+    """Tests marked ``soak`` run only with ``--soak``, and then with a timeout that fits
+    LOGMQ_SOAK_SECONDS plus their setup and final checks (the suite's per-test timeout,
+    300 s, is shorter than a default soak)."""
     if config.getoption("--soak"):
+        seconds = float(os.environ.get("LOGMQ_SOAK_SECONDS", "300"))
+        for item in items:
+            if "soak" in item.keywords and item.get_closest_marker("timeout") is None:
+                item.add_marker(pytest.mark.timeout(seconds + 600))
         return
     skip = pytest.mark.skip(reason="soak test: run with --soak")
     for item in items:
