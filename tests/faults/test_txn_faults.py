@@ -677,6 +677,16 @@ def test_acks_do_not_wait_for_a_fenced_follower_of_an_idle_partition(tmp_path: P
             return desc is not None and follower not in desc.partitions[0].isr
 
         wait_until(shrunk, "the controller to take the frozen follower out of the ISR")
+
+        def asked_back() -> bool:
+            return log.read_text().count("INELIGIBLE_REPLICA") > refusals
+
+        # Before the fix the leader asked for the fenced follower back within a tick or
+        # two (100 ms each) of the shrink, the follower being at the HW of an idle
+        # partition: watch its log for that long before producing (an absence has no
+        # event to wait for, so this is a bounded observation, not a synchronisation).
+        with pytest.raises(AssertionError, match="timed out"):
+            wait_until(asked_back, "the leader to ask for the fenced follower back", 3.0)
         # several produces, spread over the leader's ISR backoffs: none waits for the
         # frozen follower, and the leader never asks for it back
         took = [send() for _ in range(5)]
