@@ -29,6 +29,7 @@ import enum
 from collections import defaultdict
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 TopicPartition = tuple[str, int]
 
@@ -127,21 +128,24 @@ class Violation:
 
 @dataclass(slots=True)
 class CheckResult:
-    violations: list[Violation]
+    """A checker's verdict (this module's, and txn_history's with its own kinds)."""
+
+    violations: list[Any]  # Violation, or txn_history's
     stats: dict[str, int]
+    label: str = "history"
 
     @property
     def ok(self) -> bool:
         return not self.violations
 
-    def kinds(self) -> set[Kind]:
+    def kinds(self) -> set[Any]:
         return {v.kind for v in self.violations}
 
-    def of_kind(self, kind: Kind) -> list[Violation]:
+    def of_kind(self, kind: Any) -> list[Any]:
         return [v for v in self.violations if v.kind is kind]
 
     def report(self, limit: int = REPORT_LIMIT) -> str:
-        lines = ["history: " + ", ".join(f"{k}={v}" for k, v in self.stats.items())]
+        lines = [f"{self.label}: " + ", ".join(f"{k}={v}" for k, v in self.stats.items())]
         if self.ok:
             lines.append("no violations")
             return "\n".join(lines)
@@ -149,7 +153,7 @@ class CheckResult:
         for v in self.violations:
             by_kind[v.kind].append(v)
         lines.append(f"{len(self.violations)} violation(s):")
-        for kind in Kind:
+        for kind in type(self.violations[0].kind):  # in the kinds' declared order
             found = by_kind.get(kind)
             if not found:
                 continue

@@ -43,8 +43,8 @@ from typing import Any
 import pytest
 
 from logmq import Admin
-from logmq.errors import LogMQError
 from logmq.group import OFFSETS_TOPIC, coordinator_partition
+from tests.faults.cluster_checks import admin_call, all_in_sync
 from tests.faults.processes import Cluster
 
 ck = pytest.importorskip("confluent_kafka")
@@ -276,35 +276,10 @@ def wait_until(condition: Callable[[], Any], what: str, timeout: float = WAIT_S)
         time.sleep(0.1)  # between polls of the condition
 
 
-def live(cluster: Cluster) -> str:
-    return ",".join(cluster.node(n).bootstrap for n in cluster.running())
-
-
-def admin_call(cluster: Cluster, call: Callable[[Admin], Any]) -> Any:
-    """``call(admin)`` on the running brokers; None on a (retriable) failure."""
-    try:
-        with Admin(live(cluster), request_timeout_ms=3_000) as admin:
-            return call(admin)
-    except (LogMQError, OSError, TimeoutError):
-        return None
-
-
 def find_coordinator(cluster: Cluster, group: str) -> int | None:
     """The node FindCoordinator names for ``group`` (asked of the running brokers)."""
     info = admin_call(cluster, lambda a: a._run(a._a._cluster.find_coordinator(group)))
     return info.node_id if info is not None else None
-
-
-def all_in_sync(cluster: Cluster, topics: list[str]) -> bool:
-    def check(admin: Admin) -> bool:
-        desc = admin.describe_topics(topics)
-        return all(
-            len(p.replicas) == 3 and sorted(p.isr) == cluster.ids
-            for t in topics
-            for p in desc[t].partitions
-        )
-
-    return bool(admin_call(cluster, check))
 
 
 def end_offsets(cluster: Cluster) -> dict[int, int] | None:

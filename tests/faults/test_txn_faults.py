@@ -56,8 +56,8 @@ from typing import Any
 import pytest
 
 from logmq import Admin
-from logmq.errors import LogMQError
 from logmq.net.codec import ApiKey
+from tests.faults.cluster_checks import admin_call, all_in_sync
 from tests.faults.processes import Cluster, pause, resume
 from tests.faults.txn_history import OPEN_STATES, Kind, Outcome, TxnHistory
 
@@ -105,28 +105,6 @@ def wait_until(
             said = what() if callable(what) else what
             raise AssertionError(f"timed out after {timeout}s waiting for {said}")
         time.sleep(0.05)  # between polls of the condition
-
-
-def admin_call(cluster: Cluster, call: Callable[[Admin], Any], timeout_ms: int = 3000) -> Any:
-    """``call(admin)`` on the running, unpaused brokers; None on a failure."""
-    live = [cluster.node(n).bootstrap for n in cluster.running() if not cluster.node(n).paused]
-    try:
-        with Admin(",".join(live), request_timeout_ms=timeout_ms) as admin:
-            return call(admin)
-    except (LogMQError, OSError, TimeoutError):
-        return None
-
-
-def all_in_sync(cluster: Cluster, topics: list[str]) -> bool:
-    def check(admin: Admin) -> bool:
-        desc = admin.describe_topics(topics)
-        return all(
-            len(p.replicas) == 3 and sorted(p.isr) == cluster.ids
-            for t in topics
-            for p in desc[t].partitions
-        )
-
-    return bool(admin_call(cluster, check))
 
 
 def offsets(admin: Admin, isolation: int) -> dict[int, int]:

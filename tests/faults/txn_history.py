@@ -48,12 +48,12 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
+from tests.faults.history import CheckResult
+
 TopicPartition = tuple[str, int]
 
 #: Transaction states in which a coordinator has not finished a transaction yet.
 OPEN_STATES = frozenset({"Ongoing", "PrepareCommit", "PrepareAbort", "PrepareEpochFence"})
-#: Violations listed per kind in a report before the rest are only counted.
-REPORT_LIMIT = 10
 SEPARATOR = "|"
 
 
@@ -137,37 +137,6 @@ class Violation:
     def __str__(self) -> str:
         at = "".join(f" {x}" for x in (self.where, self.attempt) if x)
         return f"{self.kind.value}:{at}: {self.detail}"
-
-
-@dataclass(slots=True)
-class CheckResult:
-    violations: list[Violation]
-    stats: dict[str, int]
-
-    @property
-    def ok(self) -> bool:
-        return not self.violations
-
-    def kinds(self) -> set[Kind]:
-        return {v.kind for v in self.violations}
-
-    def of_kind(self, kind: Kind) -> list[Violation]:
-        return [v for v in self.violations if v.kind is kind]
-
-    def report(self, limit: int = REPORT_LIMIT) -> str:
-        lines = ["txn history: " + ", ".join(f"{k}={v}" for k, v in self.stats.items())]
-        if self.ok:
-            lines.append("no violations")
-            return "\n".join(lines)
-        lines.append(f"{len(self.violations)} violation(s):")
-        for kind in Kind:
-            found = self.of_kind(kind)
-            if found:
-                lines.append(f"  {kind.value}: {len(found)}")
-                lines.extend(f"    {v}" for v in found[:limit])
-                if len(found) > limit:
-                    lines.append(f"    ... and {len(found) - limit} more")
-        return "\n".join(lines)
 
 
 @dataclass(slots=True)
@@ -308,7 +277,7 @@ class TxnHistory:
         self._check_reads(verdict, out)
         self._check_lso(hang_limit_ms, out)
         self._check_final_state(out)
-        return CheckResult(out, self._stats(verdict))
+        return CheckResult(out, self._stats(verdict), "txn history")
 
     def _locate(self, out: list[Violation]) -> dict[str, dict[str, list]]:
         """attempt -> {"all": [(tp, offset, value)], "committed": [...]} from the final
