@@ -326,6 +326,33 @@ class BrokerCluster:
                 f.result()
         return self
 
+    def wait_for_topic(self, name: str, partitions: int, timeout: float = 30.0) -> None:
+        """Wait until every running broker's metadata has ``name`` with ``partitions``
+        partitions, each with a leader.
+
+        CreateTopics answers once the controller has committed the topic and the broker
+        that answered has applied it; the other brokers apply it at their next metadata
+        fetch, so a client asking one of them at once may still hear "unknown topic" (as
+        in Kafka, whose own tests wait for every broker the same way)."""
+        from logmq.client import Admin
+        from logmq.errors import LogMQError
+
+        deadline = time.monotonic() + timeout
+        for node in self.nodes.values():
+            if not node.running:
+                continue
+            while True:
+                try:
+                    with Admin(node.bootstrap) as admin:
+                        parts = admin.describe_topics([name])[name].partitions
+                    if len(parts) == partitions and all(p.leader >= 0 for p in parts):
+                        break
+                except LogMQError:
+                    pass
+                if time.monotonic() > deadline:
+                    raise AssertionError(f"broker {node.node_id} does not know topic {name}")
+                time.sleep(0.05)
+
     def close(self) -> None:
         for b in self.nodes.values():
             b.close()

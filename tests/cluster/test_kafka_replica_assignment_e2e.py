@@ -37,6 +37,7 @@ def test_confluent_assignment_places_replicas_and_preferred_leaders(cluster):
     admin = AdminClient({"bootstrap.servers": cluster.nodes[3].kafka_bootstrap})
     topic = NewTopic("placed", 2, replica_assignment=[[2, 3], [3, 1]])
     admin.create_topics([topic])["placed"].result(30)
+    cluster.wait_for_topic("placed", 2)
     want = {0: (2, [2, 3]), 1: (3, [3, 1])}
     deadline = time.monotonic() + DEADLINE_S
     while True:

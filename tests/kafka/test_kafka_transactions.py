@@ -166,6 +166,7 @@ def test_transactions_across_a_three_broker_cluster(tmp_path):
         name = "txn-cluster"
         admin = kadmin.AdminClient({"bootstrap.servers": first.kafka_bootstrap})
         admin.create_topics([kadmin.NewTopic(name, 6, 3)])[name].result(timeout=TIMEOUT)
+        cluster.wait_for_topic(name, 6)
         leaders = {
             p.leader for p in admin.list_topics(name, timeout=10).topics[name].partitions.values()
         }
