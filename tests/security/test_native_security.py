@@ -189,3 +189,107 @@ async def test_native_acls(pki, tmp_path):
                 await admin.create_topics([NewTopic("bob-t")])
     finally:
         broker.stop()
+
+
+async def test_native_transactions_under_acls(pki, tmp_path):
+    """Transactions through the secured native door ask Kafka's ACLs: WRITE on the
+    transactional id (InitProducerId, AddPartitionsToTxn, EndTxn...), WRITE on each
+    topic added, READ on the group whose offsets join the transaction and on their
+    topics."""
+    from logmq.errors import (
+        ErrorCode,
+        TransactionalIdAuthorizationError,
+    )
+    from logmq.security.acl import (
+        AccessControlEntry,
+        AclBinding,
+        AclOperation,
+        AclPermissionType,
+        PatternType,
+        ResourcePattern,
+        ResourceType,
+    )
+
+    ca, cert = pki
+    jaas = (
+        "org.apache.kafka.common.security.plain.PlainLoginModule required "
+        'username="broker" password="broker-secret" user_broker="broker-secret" '
+        'user_alice="alice-secret" user_bob="bob-secret";'
+    )
+    args = secured_args(str(cert.keystore_path), str(ca.cert_path))
+    authorizer = "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
+    args += [
+        "--override", f"listener.name.native.plain.sasl.jaas.config={jaas}",
+        "--override", f"authorizer.class.name={authorizer}",
+        "--override", "super.users=User:broker",
+        "--transaction-state-partitions", "1",
+        "--offsets-topic-partitions", "1",
+    ]  # fmt: skip
+
+    def allow(rtype: ResourceType, name: str, op: AclOperation, user: str = "User:alice"):
+        pattern = PatternType.PREFIXED if name.endswith("-") else PatternType.LITERAL
+        return AclBinding(
+            ResourcePattern(rtype, name, pattern),
+            AccessControlEntry(user, "*", op, AclPermissionType.ALLOW),
+        )
+
+    broker = BrokerProcess(tmp_path / "data", extra_args=args)
+    broker.start()
+    try:
+        su = security(ca, "broker", "broker-secret")
+        async with AsyncAdmin(broker.bootstrap, security=su) as admin:
+            await admin.create_topics([NewTopic("etl-out", 2), NewTopic("secret", 1)])
+            await admin.create_acls(
+                [
+                    allow(ResourceType.TOPIC, "etl-out", AclOperation.WRITE),
+                    allow(ResourceType.TOPIC, "etl-out", AclOperation.READ),
+                    allow(ResourceType.TRANSACTIONAL_ID, "etl-", AclOperation.WRITE),
+                    allow(ResourceType.GROUP, "etl-group", AclOperation.READ),
+                    allow(ResourceType.TOPIC, "etl-out", AclOperation.WRITE, "User:bob"),
+                ]
+            )
+        alice, bob = security(ca), security(ca, "bob", "bob-secret")
+
+        async with AsyncProducer(broker.bootstrap, security=alice, transactional_id="etl-1") as p:
+            await p.init_transactions()
+            p.begin_transaction()
+            p.send("etl-out", b"committed", partition=0)
+            await p.send_offsets_to_transaction({("etl-out", 1): 7}, "etl-group")
+            await p.commit_transaction()
+
+            # a group she may not read: the transaction fails, aborting recovers it
+            p.begin_transaction()
+            p.send("etl-out", b"aborted", partition=1)
+            with pytest.raises(LogMQError) as refused:
+                await p.send_offsets_to_transaction({("etl-out", 1): 9}, "other-group")
+            assert refused.value.code is ErrorCode.GROUP_AUTHORIZATION_FAILED
+            await p.abort_transaction()
+
+            # a topic she may not write: AddPartitionsToTxn refuses it
+            p.begin_transaction()
+            refused_send = p.send("secret", b"no", partition=0)
+            with pytest.raises(LogMQError) as refused:
+                await refused_send
+            assert refused.value.code is ErrorCode.TOPIC_AUTHORIZATION_FAILED
+            await p.abort_transaction()
+
+        # an id outside her prefix, and bob on her id: InitProducerId refuses both
+        for sec, tid in ((alice, "other-1"), (bob, "etl-1")):
+            async with AsyncProducer(broker.bootstrap, security=sec, transactional_id=tid) as p:
+                with pytest.raises(TransactionalIdAuthorizationError):
+                    await p.init_transactions()
+
+        async with AsyncConsumer(
+            broker.bootstrap, security=su, auto_offset_reset="earliest",
+            isolation_level="read_committed",
+        ) as consumer:  # fmt: skip
+            consumer.assign([("etl-out", 0), ("etl-out", 1)])
+            seen: list[bytes] = []
+            for _ in range(6):
+                seen += [r.value for r in await consumer.poll(0.25)]
+            assert seen == [b"committed"]
+        async with AsyncAdmin(broker.bootstrap, security=su) as admin:
+            offsets = await admin.group_offsets("etl-group")
+            assert offsets[("etl-out", 1)].offset == 7
+    finally:
+        broker.stop()
