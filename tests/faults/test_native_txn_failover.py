@@ -12,9 +12,10 @@ never; nothing is left open.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -94,6 +95,17 @@ def one_transaction(p: Producer, tag: str, n: int = 9) -> list[bytes]:
     return values
 
 
+@contextlib.contextmanager
+def coordinator_killed(cluster: Cluster, txn_id: str) -> Iterator[None]:
+    """kill -9 the coordinator of ``txn_id`` for the body; then restart it and wait
+    until every replica is back in sync."""
+    victim = coordinator_of(cluster, txn_id)
+    cluster.kill(victim)
+    yield
+    cluster.restart(victim)
+    wait_until(lambda: all_in_sync(cluster, [TOPIC, "__transaction_state"]), "ISR of 3")
+
+
 def try_commit(p: Producer) -> bool:
     """commit_transaction(), False when it timed out (it may be called again)."""
     try:
@@ -117,30 +129,21 @@ def test_native_transactions_survive_coordinator_kills(cluster):
         # 1. open, its records on the brokers: the coordinator dies, commit carries on
         values = one_transaction(p, "open-commit")
         p.flush()
-        victim = coordinator_of(cluster, tid)
-        cluster.kill(victim)
-        p.commit_transaction()
+        with coordinator_killed(cluster, tid):
+            p.commit_transaction()
         committed += values
-        cluster.restart(victim)
-        wait_until(lambda: all_in_sync(cluster, [TOPIC, "__transaction_state"]), "ISR of 3")
 
         # 2. the same for an abort
         values = one_transaction(p, "open-abort")
         p.flush()
-        victim = coordinator_of(cluster, tid)
-        cluster.kill(victim)
-        p.abort_transaction()
+        with coordinator_killed(cluster, tid):
+            p.abort_transaction()
         aborted += values
-        cluster.restart(victim)
-        wait_until(lambda: all_in_sync(cluster, [TOPIC, "__transaction_state"]), "ISR of 3")
 
         # 3. between transactions: the next one's AddPartitionsToTxn finds the new one
-        victim = coordinator_of(cluster, tid)
-        cluster.kill(victim)
-        committed += one_transaction(p, "after-kill")
-        p.commit_transaction()
-        cluster.restart(victim)
-        wait_until(lambda: all_in_sync(cluster, [TOPIC, "__transaction_state"]), "ISR of 3")
+        with coordinator_killed(cluster, tid):
+            committed += one_transaction(p, "after-kill")
+            p.commit_transaction()
 
     # 4. frozen: a producer with a short request timeout times out on commit, stays
     # committable, and a second call commits once the cluster has moved on

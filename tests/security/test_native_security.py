@@ -56,6 +56,24 @@ def security(ca, user="alice", password="alice-secret") -> ClientSecurity:
     )
 
 
+def acl_broker_args(pki) -> list[str]:
+    """A SASL_SSL native listener with Kafka's StandardAuthorizer: users broker (a
+    super user), alice and bob."""
+    ca, cert = pki
+    jaas = (
+        "org.apache.kafka.common.security.plain.PlainLoginModule required "
+        'username="broker" password="broker-secret" user_broker="broker-secret" '
+        'user_alice="alice-secret" user_bob="bob-secret";'
+    )
+    authorizer = "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
+    return [
+        *secured_args(str(cert.keystore_path), str(ca.cert_path)),
+        "--override", f"listener.name.native.plain.sasl.jaas.config={jaas}",
+        "--override", f"authorizer.class.name={authorizer}",
+        "--override", "super.users=User:broker",
+    ]  # fmt: skip
+
+
 async def round_trip(bootstrap: str, sec: ClientSecurity, topic: str, n: int = 50) -> list:
     async with AsyncAdmin(bootstrap, security=sec) as admin:
         await admin.create_topics([NewTopic(topic)])
@@ -142,20 +160,8 @@ async def test_native_acls(pki, tmp_path):
         ResourceType,
     )
 
-    ca, cert = pki
-    jaas = (
-        "org.apache.kafka.common.security.plain.PlainLoginModule required "
-        'username="broker" password="broker-secret" user_broker="broker-secret" '
-        'user_alice="alice-secret" user_bob="bob-secret";'
-    )
-    args = secured_args(str(cert.keystore_path), str(ca.cert_path))
-    authorizer = "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
-    args += [
-        "--override", f"listener.name.native.plain.sasl.jaas.config={jaas}",
-        "--override", f"authorizer.class.name={authorizer}",
-        "--override", "super.users=User:broker",
-    ]  # fmt: skip
-    broker = BrokerProcess(tmp_path / "data", extra_args=args)
+    ca, _ = pki
+    broker = BrokerProcess(tmp_path / "data", extra_args=acl_broker_args(pki))
     broker.start()
     try:
         su = security(ca, "broker", "broker-secret")
@@ -210,21 +216,9 @@ async def test_native_transactions_under_acls(pki, tmp_path):
         ResourceType,
     )
 
-    ca, cert = pki
-    jaas = (
-        "org.apache.kafka.common.security.plain.PlainLoginModule required "
-        'username="broker" password="broker-secret" user_broker="broker-secret" '
-        'user_alice="alice-secret" user_bob="bob-secret";'
-    )
-    args = secured_args(str(cert.keystore_path), str(ca.cert_path))
-    authorizer = "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
-    args += [
-        "--override", f"listener.name.native.plain.sasl.jaas.config={jaas}",
-        "--override", f"authorizer.class.name={authorizer}",
-        "--override", "super.users=User:broker",
-        "--transaction-state-partitions", "1",
-        "--offsets-topic-partitions", "1",
-    ]  # fmt: skip
+    ca, _ = pki
+    args = acl_broker_args(pki)
+    args += ["--transaction-state-partitions", "1", "--offsets-topic-partitions", "1"]
 
     def allow(rtype: ResourceType, name: str, op: AclOperation, user: str = "User:alice"):
         pattern = PatternType.PREFIXED if name.endswith("-") else PatternType.LITERAL
