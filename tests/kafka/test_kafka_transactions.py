@@ -118,6 +118,48 @@ def test_aborted_records_are_hidden_from_read_committed_only(broker):
     assert len(everything) == 15  # the aborted ones too; markers are never records
 
 
+def kcat_values(broker, name: str, *conf: str) -> list[bytes]:
+    """What kcat prints reading partition 0 from the start until its end (-e)."""
+    import shutil
+    import subprocess
+
+    if shutil.which("kcat") is None:
+        pytest.skip("kcat is not installed (.ci/run installs it)")
+    proc = subprocess.run(
+        ["kcat", "-b", broker.kafka_bootstrap, "-C", "-t", name, "-p", "0", "-o", "beginning",
+         "-e", "-q", "-f", "%s\\n", *conf],
+        capture_output=True,
+        timeout=60,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr.decode(errors="replace")
+    return proc.stdout.split(b"\n")[:-1]
+
+
+def test_kcat_reads_committed_by_default_and_everything_when_asked(broker):
+    """kcat (librdkafka) consumes read_committed by default: aborted records hidden,
+    markers never printed, and with a transaction open it ends at the LSO."""
+    name = topic(broker, 1)
+    p = producer(broker, f"tx-{name}")
+    for tag, commit in ((b"c1", True), (b"ab", False), (b"c2", True)):
+        p.begin_transaction()
+        for i in range(3):
+            p.produce(name, tag + b"-%d" % i, partition=0)
+        p.flush(TIMEOUT)
+        if commit:
+            p.commit_transaction(TIMEOUT)
+        else:
+            p.abort_transaction(TIMEOUT)
+    p.begin_transaction()
+    p.produce(name, b"open", partition=0)
+    p.flush(TIMEOUT)
+    committed = [b"c1-0", b"c1-1", b"c1-2", b"c2-0", b"c2-1", b"c2-2"]
+    assert kcat_values(broker, name) == committed
+    uncommitted = kcat_values(broker, name, "-X", "isolation.level=read_uncommitted")
+    assert uncommitted == [*committed[:3], b"ab-0", b"ab-1", b"ab-2", *committed[3:], b"open"]
+    p.commit_transaction(TIMEOUT)
+    assert kcat_values(broker, name) == [*committed, b"open"]
+
+
 def test_an_open_transaction_holds_read_committed_consumers_back(broker):
     name = topic(broker, 1)
     p = producer(broker, f"tx-{name}")
