@@ -36,6 +36,57 @@ async def crash(mgr: LogManager) -> None:
     mgr.started = False
 
 
+async def test_leader_epochs_survive_two_crashes_of_a_quiet_log(tmp_path):
+    """A log written once and then idle, its broker killed twice: the first recovery
+    rebuilds the epochs from the batches and sets the recovery point to the log end;
+    the checkpoint written before the second kill must not let the second start skip
+    the scan while the epoch file was never written (the transactional soak found
+    partitions answering OffsetForLeaderEpoch with "no such epoch", which sent
+    librdkafka consumers back to the beginning)."""
+    mgr = LogManager(tmp_path)
+    await mgr.start()
+    plog = mgr.create_log("quiet", 0, SMALL)
+    for i in range(10):
+        await mgr.append(plog, make_batch(2, tag=i), leader_epoch=3)
+    await crash(mgr)  # no flush: no epoch file, no recovery point
+
+    mgr = LogManager(tmp_path)
+    await mgr.start()
+    assert mgr.recovered_logs == ["quiet-0"]
+    assert mgr.get_log("quiet", 0).leader_epochs.entries() == [(3, 0)]
+    mgr.write_checkpoints()  # what the periodic checkpoint does while the log is quiet
+    assert read_offsets(tmp_path / "recovery-point-checkpoint") == {("quiet", 0): 20}
+    await crash(mgr)
+
+    mgr = LogManager(tmp_path)
+    await mgr.start()
+    plog = mgr.get_log("quiet", 0)
+    assert plog.leader_epochs.entries() == [(3, 0)]
+    assert plog.leader_epochs.end_offset_for_epoch(3, plog.log_end_offset) == (3, 20)
+    await mgr.stop()
+
+
+async def test_unwritten_epochs_hold_the_recovery_point_back(tmp_path):
+    """Epochs only in memory keep the recovery point last checkpointed (none: a full
+    scan), whatever path left them unwritten."""
+    mgr = LogManager(tmp_path)
+    await mgr.start()
+    plog = mgr.create_log("held", 0, SMALL)
+    await mgr.append(plog, make_batch(2), leader_epoch=1)
+    await mgr.sync(plog)
+    mgr.write_checkpoints()
+    assert read_offsets(tmp_path / "recovery-point-checkpoint") == {("held", 0): 2}
+    plog.leader_epochs.assign(4, 2, flush=False)  # a leadership begun, not flushed yet
+    await mgr.append(plog, make_batch(2), leader_epoch=4)
+    plog.recovery_point = plog.log_end_offset  # as if flushed without the epoch job
+    mgr.write_checkpoints()
+    assert read_offsets(tmp_path / "recovery-point-checkpoint") == {("held", 0): 2}
+    await mgr.sync(plog)  # the flush writes the epochs: the recovery point moves on
+    mgr.write_checkpoints()
+    assert read_offsets(tmp_path / "recovery-point-checkpoint") == {("held", 0): 4}
+    await mgr.stop()
+
+
 async def test_clean_and_unclean_restart(tmp_path):
     mgr = LogManager(tmp_path)
     await mgr.start()

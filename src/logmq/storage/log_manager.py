@@ -281,6 +281,13 @@ class LogManager:
                 self.data_dir,
                 len(self._logs),
             )
+        # A recovered log starts with its recovery point at its end, and the epochs its
+        # scan found only in memory: write them now (all logs together), or a quiet log,
+        # never flushed again, would checkpoint that recovery point without them and
+        # the next crash would skip the scan and lose its epoch history.
+        pending = [p for p in self._logs.values() if p.leader_epochs.unflushed]
+        for err in self._write_small_files(pending) if pending else []:
+            log.error("cannot write recovered leader epochs: %s", err)
 
     async def stop(self) -> None:
         """Stop chores, wait for pending syncs, close every log, leave the clean marker."""
@@ -687,9 +694,23 @@ class LogManager:
 
     def _checkpoint_values(self) -> list[tuple[str, _CheckpointValue]]:
         logs = list(self._logs.items())
-        positions = {k: p.recovery_position for k, p in logs if p.recovery_position is not None}
+        # A log whose leader epochs are not on disk yet keeps the recovery point last
+        # written (none: a full scan), so that a crash scans the records whose epochs
+        # would otherwise be lost with it: the epochs are rebuilt from the batches.
+        rps_then, positions_then = self._checkpointed.get(RECOVERY_POINT_CHECKPOINT, ({}, {}))
+        rps: dict[tuple[str, int], int] = {}
+        positions: dict[tuple[str, int], tuple[int, int]] = {}
+        for k, p in logs:
+            if not p.leader_epochs.unflushed:
+                rps[k] = p.recovery_point
+                if p.recovery_position is not None:
+                    positions[k] = p.recovery_position
+            elif k in rps_then:
+                rps[k] = min(rps_then[k], p.recovery_point)
+                if positions_then and k in positions_then and rps[k] == rps_then[k]:
+                    positions[k] = positions_then[k]
         return [
-            (RECOVERY_POINT_CHECKPOINT, ({k: p.recovery_point for k, p in logs}, positions)),
+            (RECOVERY_POINT_CHECKPOINT, (rps, positions)),
             (REPLICATION_OFFSET_CHECKPOINT, ({k: p.high_watermark for k, p in logs}, None)),
             (LOG_START_OFFSET_CHECKPOINT, ({k: p.log_start_offset for k, p in logs}, None)),
         ]
