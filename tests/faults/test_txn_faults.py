@@ -60,6 +60,7 @@ from logmq.net.codec import ApiKey
 from tests.faults.cluster_checks import admin_call, all_in_sync
 from tests.faults.processes import Cluster, pause, resume
 from tests.faults.txn_history import OPEN_STATES, Kind, Outcome, TxnHistory
+from tests.faults.txn_worker import HUNG_EXIT
 
 ck = pytest.importorskip("confluent_kafka")
 
@@ -201,11 +202,26 @@ class Observers:
 
 # -- the workers -------------------------------------------------------------------------
 class Workers:
+    """The worker processes, one per slot. A worker that exits with HUNG_EXIT (a
+    librdkafka call hung: see txn_worker) is started again in its slot by a
+    supervising thread, as the kill scenario does by hand."""
+
     def __init__(self, kafka: str, logs: Path, pace_ms: int = PACE_MS) -> None:
         self.kafka, self.logs, self.pace_ms = kafka, logs, pace_ms
         self.procs: dict[int, subprocess.Popen] = {}
+        self.revived = 0
         for slot in range(WORKERS):
             self.start(slot)
+        self._stopping = threading.Event()
+        self._supervisor = threading.Thread(target=self._supervise, name="workers", daemon=True)
+        self._supervisor.start()
+
+    def _supervise(self) -> None:
+        while not self._stopping.wait(0.2):
+            for slot, proc in list(self.procs.items()):
+                if proc.poll() == HUNG_EXIT:
+                    self.revived += 1
+                    self.start(slot)
 
     def log_path(self, slot: int) -> Path:
         return self.logs / f"worker-{slot}.log"
@@ -252,6 +268,8 @@ class Workers:
                 p.send_signal(signal.SIGUSR1)
 
     def stop(self) -> dict[int, int | None]:
+        self._stopping.set()
+        self._supervisor.join()
         for p in self.procs.values():
             if p.poll() is None:
                 p.send_signal(signal.SIGCONT)
@@ -488,16 +506,25 @@ class Run:
         w.unpace()
         ends = {p: self.n // PARTITIONS + (p < self.n % PARTITIONS) for p in range(PARTITIONS)}
 
+        # The input left scales with the soak's length: the drain must keep moving (no
+        # minute without progress), not finish within a fixed time.
+        progress = {"total": -1, "at": time.monotonic()}
+
         def drained() -> bool:
             got = admin_call(c, lambda a: a.group_offsets(GROUP))
             if not got:
                 return False
             done = {p: o.offset for (t, p), o in got.items() if t == INPUT and o is not None}
+            now, total = time.monotonic(), sum(done.values())
+            if total > progress["total"]:
+                progress.update(total=total, at=now)
+            elif now - progress["at"] > 3 * WAIT_S:
+                raise AssertionError(f"no progress for {3 * WAIT_S}s: offsets {done}, end {ends}")
             return done == ends
 
         drain_error = ""
         try:
-            wait_until(drained, "the group's offsets at the input's end", 3 * WAIT_S)
+            wait_until(drained, "the group's offsets at the input's end", 3 * WAIT_S + self.n / 20)
         except AssertionError as e:
             drain_error = str(e)
         codes = w.stop()
@@ -580,6 +607,8 @@ def tampering_is_caught(h: TxnHistory) -> None:
 
 
 @pytest.mark.soak
+# the soak, then a drain of what is left of its input (up to about as long), then checks
+@pytest.mark.timeout(2 * float(os.environ.get("LOGMQ_SOAK_SECONDS", "300")) + 900)
 def test_soak_transactions(tmp_path: Path) -> None:
     """Every fault, in a seeded random order, for LOGMQ_SOAK_SECONDS (default 300)."""
     seconds = float(os.environ.get("LOGMQ_SOAK_SECONDS", "300"))
@@ -602,10 +631,11 @@ def test_soak_transactions(tmp_path: Path) -> None:
         while time.monotonic() < end:
             done.append(rng.choice(faults)(run))
         result, notes = run.drain_and_check()
+        hung = run.workers.revived if run.workers else 0
     finally:
         run.close()
     assert result.ok, f"seed {seed}; {done}\n{result.report()}\n{notes}"
-    print(f"soak, seed {seed}: {done}; {result.report()}")
+    print(f"soak, seed {seed}: {done}; {hung} hung workers restarted; {result.report()}")
 
 
 def test_acks_do_not_wait_for_a_fenced_follower_of_an_idle_partition(tmp_path: Path) -> None:

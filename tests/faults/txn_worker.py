@@ -25,17 +25,27 @@ kill -9 keeps every line written; see txn_history.TxnHistory.apply_log), with ``
   out); the worker then starts over with a new producer and consumer;
 * ``error`` (anything else worth knowing), ``exit`` on SIGTERM.
 
+librdkafka's ``send_offsets_to_transaction`` can block forever, past its timeout, when
+the group coordinator it has cached is killed and leaves the metadata (librdkafka
+issues #5456 and #5511, open in 2.16: the coordinator request's timeout is never
+checked, and it waits for a state change of a broker whose thread is gone). A
+watchdog then logs an ``error`` (step ``hung``) and exits with HUNG_EXIT, as if killed
+mid-transaction; the test harness starts the slot again, which fences the hung one.
+
 The attempt id is ``SLOT.INCARNATION.N``; INCARNATION counts the ``start`` lines
 already in LOG, so ids stay unique across restarts of the slot.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
 import sys
+import threading
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import confluent_kafka as ck
@@ -44,6 +54,8 @@ from tests.faults.txn_history import output_value
 
 CALL_TIMEOUT_S = 10.0  # one commit/abort/send_offsets call
 GIVE_UP_S = 60.0  # retriable errors of one commit or abort, before the outcome is unknown
+HANG_S = 3 * CALL_TIMEOUT_S  # awake seconds a call with CALL_TIMEOUT_S may take at most
+HUNG_EXIT = 75  # the exit status of a worker whose librdkafka call hung (see above)
 
 
 class Abortable(Exception):
@@ -172,12 +184,13 @@ class Worker:
                     self.output, key=m.value(), value=output_value(value, self.slot, attempt)
                 )
             positions = [ck.TopicPartition(self.input, p, o) for p, o in sorted(nxt.items())]
-            self.call(
-                self.producer.send_offsets_to_transaction,
-                positions,
-                self.consumer.consumer_group_metadata(),
-                CALL_TIMEOUT_S,
-            )
+            with self.watchdog(attempt, "send_offsets"):
+                self.call(
+                    self.producer.send_offsets_to_transaction,
+                    positions,
+                    self.consumer.consumer_group_metadata(),
+                    CALL_TIMEOUT_S,
+                )
             log("commit-called", txn=attempt)
             self.retrying(self.producer.commit_transaction, attempt, "commit")
             log("committed", txn=attempt)
@@ -186,6 +199,30 @@ class Worker:
             self.retrying(self.producer.abort_transaction, attempt, "abort")
             log("aborted", txn=attempt, error=str(e))
             self.rewind(first)
+
+    @contextlib.contextmanager
+    def watchdog(self, attempt: str, step: str) -> Iterator[None]:
+        """Exit with HUNG_EXIT if the body runs for HANG_S seconds awake. Only awake
+        time counts: a SIGSTOP of this process (a nemesis' pause) is not a hang."""
+        done = threading.Event()
+
+        def watch() -> None:
+            awake, last = 0.0, time.monotonic()
+            while not done.wait(0.5):
+                now = time.monotonic()
+                awake += min(now - last, 1.0)  # a longer gap: the process was stopped
+                last = now
+                if awake >= HANG_S:
+                    self.log("error", txn=attempt, step="hung", error=f"{step} hung")
+                    os._exit(HUNG_EXIT)
+
+        thread = threading.Thread(target=watch, name="watchdog", daemon=True)
+        thread.start()
+        try:
+            yield
+        finally:
+            done.set()
+            thread.join()
 
     @staticmethod
     def call(fn: Any, *args: Any) -> Any:
