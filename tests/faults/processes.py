@@ -104,13 +104,15 @@ def process_state(pid: int) -> str | None:
     return stat[stat.rindex(b")") + 2 :].split(b" ", 1)[0].decode()
 
 
-def wait_for(condition: Callable[[], Any], what: str, timeout: float = SIGNAL_TIMEOUT) -> None:
-    """Poll ``condition`` until true (a short yield between checks), or fail at the deadline."""
+def wait_for(condition: Callable[[], Any], what: str, timeout: float = SIGNAL_TIMEOUT) -> Any:
+    """Poll ``condition`` until it returns something truthy (a short yield between
+    checks), and return that; or fail at the deadline."""
     deadline = time.monotonic() + timeout
-    while not condition():
+    while not (got := condition()):
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout}s waiting for {what}")
         time.sleep(0.005)
+    return got
 
 
 def kill(pid: int) -> None:

@@ -15,15 +15,14 @@ from __future__ import annotations
 import contextlib
 import os
 import time
-from collections.abc import Callable, Iterator
-from typing import Any
+from collections.abc import Iterator
 
 import pytest
 
 from logmq import Admin, Consumer, Producer
 from logmq.errors import RequestTimedOutError
 from tests.faults.cluster_checks import admin_call, all_in_sync
-from tests.faults.processes import Cluster
+from tests.faults.processes import Cluster, wait_for
 from tests.faults.txn_history import OPEN_STATES
 
 pytestmark = pytest.mark.skipif(
@@ -40,14 +39,6 @@ BROKER_OPTIONS = [
 ]  # fmt: skip
 
 
-def wait_until(condition: Callable[[], Any], what: str, timeout: float = WAIT_S) -> Any:
-    deadline = time.monotonic() + timeout
-    while not (got := condition()):
-        assert time.monotonic() < deadline, f"timed out after {timeout}s waiting for {what}"
-        time.sleep(0.05)  # between polls of another process's state
-    return got
-
-
 def coordinator_of(cluster: Cluster, txn_id: str) -> int:
     """The broker coordinating ``txn_id`` now (DescribeTransactions names it)."""
 
@@ -55,7 +46,7 @@ def coordinator_of(cluster: Cluster, txn_id: str) -> int:
         [desc] = admin.describe_transactions([txn_id])
         return desc.coordinator_id if desc.coordinator_id in cluster.running() else None
 
-    return wait_until(lambda: admin_call(cluster, ask), f"the coordinator of {txn_id}")
+    return wait_for(lambda: admin_call(cluster, ask), f"the coordinator of {txn_id}", WAIT_S)
 
 
 def no_open_transactions(cluster: Cluster) -> bool:
@@ -103,7 +94,7 @@ def coordinator_killed(cluster: Cluster, txn_id: str) -> Iterator[None]:
     cluster.kill(victim)
     yield
     cluster.restart(victim)
-    wait_until(lambda: all_in_sync(cluster, [TOPIC, "__transaction_state"]), "ISR of 3")
+    wait_for(lambda: all_in_sync(cluster, [TOPIC, "__transaction_state"]), "ISR of 3", WAIT_S)
 
 
 def try_commit(p: Producer) -> bool:
@@ -124,7 +115,7 @@ def test_native_transactions_survive_coordinator_kills(cluster):
         p.init_transactions()  # creates __transaction_state while all three run: RF 3
         committed += one_transaction(p, "warm")
         p.commit_transaction()
-        wait_until(lambda: all_in_sync(cluster, [TOPIC, "__transaction_state"]), "ISR of 3")
+        wait_for(lambda: all_in_sync(cluster, [TOPIC, "__transaction_state"]), "ISR of 3", WAIT_S)
 
         # 1. open, its records on the brokers: the coordinator dies, commit carries on
         values = one_transaction(p, "open-commit")
@@ -157,13 +148,15 @@ def test_native_transactions_survive_coordinator_kills(cluster):
         try:
             with pytest.raises(RequestTimedOutError):
                 p.commit_transaction()
-            wait_until(lambda: coordinator_of(cluster, frozen_id) != victim, "a new coordinator")
-            wait_until(lambda: try_commit(p), "a commit through the new coordinator")
+            wait_for(
+                lambda: coordinator_of(cluster, frozen_id) != victim, "a new coordinator", WAIT_S
+            )
+            wait_for(lambda: try_commit(p), "a commit through the new coordinator", WAIT_S)
             committed += values
         finally:
             cluster.resume(victim)
 
-    wait_until(lambda: no_open_transactions(cluster), "every transaction ended")
+    wait_for(lambda: no_open_transactions(cluster), "every transaction ended", WAIT_S)
     got = read_committed(cluster.bootstrap)
     for part in range(PARTITIONS):
         want = [v for v in committed if int(v.rsplit(b"-", 1)[1]) % PARTITIONS == part]
