@@ -2,11 +2,14 @@
 
 One broker with four Kafka listeners (PLAINTEXT, SSL with optional client certificates,
 SASL_PLAINTEXT and SASL_SSL), configured with Kafka's property names through
-``--override``, exactly as a Kafka user writes them.
+``--override``, exactly as a Kafka user writes them. The SASL listeners offer PLAIN and
+both SCRAMs; SASL_PLAINTEXT takes only the RFC's exact client-final nonce
+(``sasl.scram.strict.nonce``), SASL_SSL also the repeated one of librdkafka < 2.6.1.
 """
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import uuid
@@ -14,6 +17,7 @@ import uuid
 import pytest
 
 from logmq.testing.certs import make_ca, make_cert
+from tests.faults.processes import wait_for
 from tests.harness import BrokerProcess, free_port
 
 confluent_kafka = pytest.importorskip("confluent_kafka")
@@ -24,6 +28,7 @@ PLAIN_JAAS = (
     'username="admin" password="admin-secret" '
     'user_admin="admin-secret" user_alice="alice-secret";'
 )
+SCRAM_MECHANISMS = ("SCRAM-SHA-256", "SCRAM-SHA-512")
 
 
 @pytest.fixture(scope="module")
@@ -51,12 +56,15 @@ def secured(pki, tmp_path_factory):
         "ssl.truststore.type": "PEM",
         "ssl.truststore.location": str(pki["ca"].cert_path),
         "listener.name.ssl.ssl.client.auth": "requested",
-        "sasl.enabled.mechanisms": "PLAIN",
+        "sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512",
         "listener.name.sasl_plaintext.plain.sasl.jaas.config": PLAIN_JAAS,
         "listener.name.sasl_ssl.plain.sasl.jaas.config": PLAIN_JAAS,
+        "listener.name.sasl_plaintext.sasl.scram.strict.nonce": "true",
     }
     for key, value in overrides.items():
         broker.extra_args += ["--override", f"{key}={value}"]
+    for mechanism in SCRAM_MECHANISMS:
+        broker.extra_args += ["--add-scram", f"{mechanism}=[name=carol,password=carol-secret]"]
     broker.start()
     broker.ports = ports
     yield broker
@@ -269,24 +277,48 @@ async def test_aiokafka_over_tls(secured, pki):
     assert got == [b"a%d" % i for i in range(10)]
 
 
-@pytest.mark.skipif(shutil.which("kcat") is None, reason="kcat is not installed")
-def test_kcat_over_sasl_ssl(secured, pki):
-    topic = _topic("kcat", secured)
+def _kcat_librdkafka() -> tuple[int, ...]:
+    """The librdkafka version the installed kcat is built on, e.g. (2, 0, 2)."""
+    out = subprocess.run(["kcat", "-V"], capture_output=True, text=True, timeout=10).stdout
+    match = re.search(r"librdkafka (\d+)\.(\d+)\.(\d+)", out)
+    assert match, out
+    return tuple(int(g) for g in match.groups())
+
+
+def _kcat_base(broker, pki, listener: str, mechanism: str, user: str, password: str):
     base = [
         "kcat",
         "-b",
-        f"127.0.0.1:{secured.ports['SASL_SSL']}",
+        f"127.0.0.1:{broker.ports[listener]}",
         "-X",
-        "security.protocol=SASL_SSL",
+        f"security.protocol={listener}",
         "-X",
-        f"ssl.ca.location={pki['ca'].cert_path}",
+        f"sasl.mechanism={mechanism}",
         "-X",
-        "sasl.mechanism=PLAIN",
+        f"sasl.username={user}",
         "-X",
-        "sasl.username=alice",
-        "-X",
-        "sasl.password=alice-secret",
+        f"sasl.password={password}",
     ]
+    if listener.endswith("SSL"):
+        base += ["-X", f"ssl.ca.location={pki['ca'].cert_path}"]
+    return base
+
+
+@pytest.mark.skipif(shutil.which("kcat") is None, reason="kcat is not installed")
+@pytest.mark.parametrize(
+    ("mechanism", "user", "password"),
+    [
+        ("PLAIN", "alice", "alice-secret"),
+        ("SCRAM-SHA-256", "carol", "carol-secret"),
+        ("SCRAM-SHA-512", "carol", "carol-secret"),
+    ],
+)
+def test_kcat_over_sasl_ssl(secured, pki, mechanism, user, password):
+    """kcat logs in and round-trips records; with SCRAM this is Debian 12's kcat
+    (librdkafka 2.0.2), whose client-final message repeats its nonce (librdkafka #4895):
+    Kafka 3.9 takes it, and so must the default listener here."""
+    topic = _topic("kcat", secured)
+    base = _kcat_base(secured, pki, "SASL_SSL", mechanism, user, password)
     data = "".join(f"line{i}\n" for i in range(5))
     subprocess.run([*base, "-P", "-t", topic], input=data.encode(), check=True, timeout=30)
     out = subprocess.run(
@@ -296,6 +328,35 @@ def test_kcat_over_sasl_ssl(secured, pki):
         timeout=30,
     )
     assert out.stdout.decode().split() == [f"line{i}" for i in range(5)]
+
+
+@pytest.mark.skipif(shutil.which("kcat") is None, reason="kcat is not installed")
+@pytest.mark.parametrize("mechanism", SCRAM_MECHANISMS)
+def test_strict_nonce_refuses_old_librdkafka_and_takes_a_fixed_one(secured, pki, mechanism):
+    """SASL_PLAINTEXT has ``sasl.scram.strict.nonce``: Kafka 4's rule. The installed
+    confluent-kafka (librdkafka >= 2.6.1) logs in there; a kcat on an older librdkafka
+    is refused, and the broker's log says why."""
+    conf = _conf(
+        secured,
+        "SASL_PLAINTEXT",
+        pki,
+        **{"sasl.mechanism": mechanism, "sasl.username": "carol", "sasl.password": "carol-secret"},
+    )
+    assert confluent_kafka.libversion()[1] >= 0x020601FF
+    assert kadmin.AdminClient(conf).list_topics(timeout=10).brokers
+
+    if _kcat_librdkafka() >= (2, 6, 1):
+        pytest.skip("this kcat's librdkafka sends the exact nonce")
+    base = _kcat_base(secured, pki, "SASL_PLAINTEXT", mechanism, "carol", "carol-secret")
+    out = subprocess.run(
+        [*base, "-L", "-m", "3"], capture_output=True, text=True, timeout=30, check=False
+    )
+    assert out.returncode != 0, out.stdout
+    wait_for(
+        lambda: "sasl.scram.strict.nonce" in secured.log_path.read_text(errors="replace"),
+        "the broker to log the refused nonce",
+        10,
+    )
 
 
 def _handshake_v0(s, mechanism: str) -> None:

@@ -276,3 +276,153 @@ def test_kafka_python_client_interop(mechanism):
     bad.process_server_first_message(server.step(bad.first_message()))
     with pytest.raises(SaslAuthenticationError):
         server.step(bad.final_message())
+
+
+# -- the client-final nonce: librdkafka before 2.6.1 repeats its own nonce ----------------
+
+_HASH = {"SCRAM-SHA-256": "sha256", "SCRAM-SHA-512": "sha512"}
+
+
+def _final_with_nonce(
+    mechanism: str, password: str, bare: str, server_first: bytes, nonce: str, proof_nonce=None
+) -> bytes:
+    """A client-final message carrying ``nonce``, its proof computed (RFC 5802 from the
+    primitives, not ScramClient) over the client-final-without-proof with ``proof_nonce``
+    (by default the one sent), as librdkafka's client does."""
+    import hashlib
+    import hmac
+
+    name = _HASH[mechanism]
+    attrs = dict(a.split("=", 1) for a in server_first.decode().split(","))
+    salted = hashlib.pbkdf2_hmac(
+        name, password.encode(), base64.b64decode(attrs["s"]), int(attrs["i"])
+    )
+    client_key = hmac.new(salted, b"Client Key", name).digest()
+    stored_key = hashlib.new(name, client_key).digest()
+    signed = f"{bare},{server_first.decode()},c=biws,r={proof_nonce or nonce}".encode()
+    signature = hmac.new(stored_key, signed, name).digest()
+    proof = bytes(a ^ b for a, b in zip(client_key, signature, strict=True))
+    return f"c=biws,r={nonce},p={base64.b64encode(proof).decode()}".encode()
+
+
+def _exchange(mechanism: str, strict: bool = False):
+    cred = ScramCredential.from_password(mechanism, "pw")
+    server = ScramServer(mechanism, {"u": cred}.get, nonce=lambda: "SRVnonce", strict_nonce=strict)
+    bare = "n=u,r=CLInonce"
+    server_first = server.step(f"n,,{bare}".encode())
+    assert server_first.startswith(b"r=CLInonceSRVnonce,")
+    return server, bare, server_first
+
+
+@pytest.mark.parametrize("mechanism", ["SCRAM-SHA-256", "SCRAM-SHA-512"])
+def test_a_repeated_client_nonce_is_accepted_by_default(mechanism):
+    """librdkafka < 2.6.1 sends r=<cnonce><cnonce><snonce> and signs that: Kafka 3.9's
+    endsWith passes it, and so do we; the server signature covers the same bytes."""
+    server, bare, server_first = _exchange(mechanism)
+    doubled = "CLInonce" + "CLInonceSRVnonce"
+    final = _final_with_nonce(mechanism, "pw", bare, server_first, doubled)
+    server_final = server.step(final)
+    assert server.complete and server.username == "u"
+    # the server's proof is over the message as sent (a client checking it with the
+    # doubled form, as librdkafka does, verifies it)
+    import hashlib
+    import hmac
+
+    name = _HASH[mechanism]
+    attrs = dict(a.split("=", 1) for a in server_first.decode().split(","))
+    salted = hashlib.pbkdf2_hmac(name, b"pw", base64.b64decode(attrs["s"]), int(attrs["i"]))
+    server_key = hmac.new(salted, b"Server Key", name).digest()
+    signed = f"{bare},{server_first.decode()},c=biws,r={doubled}".encode()
+    assert server_final == b"v=" + base64.b64encode(hmac.new(server_key, signed, name).digest())
+
+
+@pytest.mark.parametrize("mechanism", ["SCRAM-SHA-256", "SCRAM-SHA-512"])
+def test_a_final_nonce_without_the_server_part_is_refused(mechanism):
+    """The tolerant form still needs the server's fresh nonce at its end: a replayed or
+    made-up final message fails, whatever its proof."""
+    for nonce in (
+        "CLInonce",  # the client nonce only
+        "CLInonceCLInonce",  # the client nonce twice, no server part
+        "CLInonceSRVnonc",  # the server part cut short
+        "CLInonceSRVnonceX",  # something after it
+        "CLInonceOTHERnonce",  # another exchange's server nonce
+        "SRVnonce",  # the server part without the client's
+    ):
+        server, bare, server_first = _exchange(mechanism)
+        final = _final_with_nonce(mechanism, "pw", bare, server_first, nonce)
+        with pytest.raises(SaslAuthenticationError, match="nonce mismatch"):
+            server.step(final)
+        assert not server.complete
+
+
+@pytest.mark.parametrize("mechanism", ["SCRAM-SHA-256", "SCRAM-SHA-512"])
+def test_strict_nonce_refuses_the_repeated_form_and_takes_the_exact_one(mechanism):
+    server, bare, server_first = _exchange(mechanism, strict=True)
+    doubled = _final_with_nonce(mechanism, "pw", bare, server_first, "CLInonceCLInonceSRVnonce")
+    with pytest.raises(SaslAuthenticationError, match=r"sasl\.scram\.strict\.nonce"):
+        server.step(doubled)
+    server, bare, server_first = _exchange(mechanism, strict=True)
+    server.step(_final_with_nonce(mechanism, "pw", bare, server_first, "CLInonceSRVnonce"))
+    assert server.complete
+    # and the RFC 7677 vector, a standard client, in strict mode
+    cred = ScramCredential.from_password("SCRAM-SHA-256", "pencil", 4096, RFC_SALT)
+    rfc = ScramServer(
+        "SCRAM-SHA-256", {"user": cred}.get, nonce=lambda: RFC_SNONCE, strict_nonce=True
+    )
+    rfc.step(RFC_CLIENT_FIRST)
+    assert rfc.step(RFC_CLIENT_FINAL) == RFC_SERVER_FINAL
+
+
+@pytest.mark.parametrize("mechanism", ["SCRAM-SHA-256", "SCRAM-SHA-512"])
+def test_the_proof_is_checked_over_the_bytes_the_client_sent(mechanism):
+    """A proof over the canonical nonce does not pass with the repeated one on the wire,
+    nor the reverse: the AuthMessage is the client-final-without-proof as received."""
+    server, bare, server_first = _exchange(mechanism)
+    final = _final_with_nonce(
+        mechanism, "pw", bare, server_first, "CLInonceCLInonceSRVnonce", "CLInonceSRVnonce"
+    )
+    with pytest.raises(SaslAuthenticationError, match="invalid credentials"):
+        server.step(final)
+    server, bare, server_first = _exchange(mechanism)
+    final = _final_with_nonce(
+        mechanism, "pw", bare, server_first, "CLInonceSRVnonce", "CLInonceCLInonceSRVnonce"
+    )
+    with pytest.raises(SaslAuthenticationError, match="invalid credentials"):
+        server.step(final)
+    # a wrong password with the repeated nonce fails like any wrong password
+    server, bare, server_first = _exchange(mechanism)
+    final = _final_with_nonce(mechanism, "nope", bare, server_first, "CLInonceCLInonceSRVnonce")
+    with pytest.raises(SaslAuthenticationError, match="invalid credentials"):
+        server.step(final)
+
+
+def test_strict_nonce_is_a_listener_setting():
+    """``sasl.scram.strict.nonce`` (logmq's own), bare or with a listener's prefix."""
+    from logmq.errors import InvalidConfigError
+    from logmq.security.settings import SecuritySettings
+
+    def settings(**props):
+        base = {
+            "listeners": "SASL_PLAINTEXT://127.0.0.1:0,OTHER://127.0.0.1:0",
+            "listener.security.protocol.map": "OTHER:SASL_PLAINTEXT",
+            "sasl.enabled.mechanisms": "SCRAM-SHA-256",
+        }
+        return SecuritySettings.from_properties(
+            {**base, **props}, native=("127.0.0.1", 0), kafka=None
+        )
+
+    def strict(s):
+        return (s.of("SASL_PLAINTEXT").scram_strict_nonce, s.of("OTHER").scram_strict_nonce)
+
+    assert strict(settings()) == (False, False)
+    assert strict(settings(**{"sasl.scram.strict.nonce": "true"})) == (True, True)
+    assert strict(
+        settings(
+            **{
+                "sasl.scram.strict.nonce": "true",
+                "listener.name.other.sasl.scram.strict.nonce": "false",
+            }
+        )
+    ) == (True, False)
+    with pytest.raises(InvalidConfigError, match=r"sasl\.scram\.strict\.nonce"):
+        settings(**{"sasl.scram.strict.nonce": "yes"})

@@ -158,7 +158,11 @@ class Authenticator:
     def _server(self, sec: ListenerSecurity, mechanism: str) -> SaslServer:
         if mechanism.startswith("SCRAM-") and mechanism in sec.mechanisms:
             lookup = self.scram_lookup
-            return ScramServer(mechanism, lambda name: lookup(name, mechanism))
+            return ScramServer(
+                mechanism,
+                lambda name: lookup(name, mechanism),
+                strict_nonce=sec.scram_strict_nonce,
+            )
         return new_server(
             mechanism,
             plain_users=sec.plain_users,

@@ -212,6 +212,8 @@ class ScramServer:
     ``decoy_iterations``: set it to the iteration count the deployment's users have) and
     the exchange runs to the end, failing with the same message and at the same step as a
     wrong password. ``nonce`` makes the server's nonce part deterministic for tests.
+    ``strict_nonce`` refuses a client-final nonce that is not exactly the server-first one
+    (``sasl.scram.strict.nonce``); by default one that ends with it passes, as in Kafka 3.9.
     """
 
     def __init__(
@@ -220,8 +222,10 @@ class ScramServer:
         lookup: Callable[[str], ScramCredential | None],
         nonce: Callable[[], str] | None = None,
         decoy_iterations: int = DEFAULT_ITERATIONS,
+        strict_nonce: bool = False,
     ) -> None:
         self.mechanism = mechanism
+        self.strict_nonce = strict_nonce
         self._hash = _hash_name(mechanism)
         _check_iterations(decoy_iterations)
         self._decoy_iterations = decoy_iterations
@@ -331,13 +335,13 @@ class ScramServer:
         expected_cbind = _b64(self._gs2_header.encode("utf-8"))
         if not hmac.compare_digest(cbind.encode(), expected_cbind.encode()):
             raise SaslAuthenticationError("Invalid SCRAM client-final message: channel binding")
-        if not hmac.compare_digest(nonce.encode(), self._nonce_full.encode()):
-            raise SaslAuthenticationError("Invalid SCRAM client-final message: nonce mismatch")
+        self._check_final_nonce(nonce)
         proof = _unb64(proof_b64, "proof")
         cred = self._cred
         assert cred is not None
         if len(proof) != len(cred.stored_key):
             raise _failed(self.mechanism)
+        # the client-final-without-proof as received, a repeated client nonce included
         auth_message = f"{self._client_first_bare},{self._server_first},{head}".encode()
         client_signature = _hmac(self._hash, cred.stored_key, auth_message)
         client_key = bytes(a ^ b for a, b in zip(proof, client_signature, strict=True))
@@ -346,6 +350,21 @@ class ScramServer:
             raise _failed(self.mechanism)
         server_signature = _hmac(self._hash, cred.server_key, auth_message)
         return f"v={_b64(server_signature)}".encode("ascii")
+
+    def _check_final_nonce(self, nonce: str) -> None:
+        """Equal to the server-first nonce, or (tolerant) ending with it: Kafka 3.9's
+        ``endsWith``. Either way the server's fresh part must be there."""
+        full = self._nonce_full
+        if nonce == full:
+            return
+        if not nonce.endswith(full) or not _valid_nonce(nonce):
+            raise SaslAuthenticationError("Invalid SCRAM client-final message: nonce mismatch")
+        if self.strict_nonce:
+            raise SaslAuthenticationError(
+                "Invalid SCRAM client-final message: nonce mismatch (the client repeats its "
+                "nonce before the server's, as librdkafka before 2.6.1 does; the broker's "
+                "sasl.scram.strict.nonce refuses it)"
+            )
 
 
 class ScramClient:

@@ -57,6 +57,8 @@ class ListenerSecurity:
     mechanisms: tuple[str, ...] = ()  # SASL mechanisms offered, in Kafka's order
     plain_users: PlainUsers | None = None
     oauth: OAuthBearerValidator | None = None
+    # logmq's sasl.scram.strict.nonce: refuse the repeated client nonce of librdkafka < 2.6.1
+    scram_strict_nonce: bool = False
 
     @property
     def name(self) -> str:
@@ -201,6 +203,10 @@ def _sasl(props: Mapping[str, str], listener: Listener, out: ListenerSecurity) -
                 "names a JWKS file or file: URL)"
             ) from None
     out.mechanisms = tuple(m for m in MECHANISMS if m in wanted)
+    strict = "sasl.scram.strict.nonce"
+    if listener.prefix + strict in props:
+        strict = listener.prefix + strict
+    out.scram_strict_nonce = _bool(props, strict, False)
 
 
 def _plain_users(props: Mapping[str, str], listener: Listener) -> PlainUsers:
