@@ -342,7 +342,8 @@ def _on_stdin(fd: int, stop: asyncio.Event) -> None:
     metavar="SPEC",
     help="A SCRAM user written with the cluster id on the cluster's first start, as "
     "kafka-storage format --add-scram: 'SCRAM-SHA-512=[name=admin,password=...]' "
-    "(repeatable; ignored once the cluster exists).",
+    "(repeatable). On a cluster that exists, created if the user does not exist yet; "
+    "an existing user is kept as it is.",
 )
 @click.option(
     "--override",

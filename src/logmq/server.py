@@ -24,6 +24,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from logmq.broker.add_scram import apply_add_scram
 from logmq.broker.broker_clients import BrokerClients
 from logmq.broker.config import BrokerConfig
 from logmq.broker.controller_service import (
@@ -208,6 +209,8 @@ class Broker:
         )
         # how this broker reaches the others' native listener (replication, the controller)
         self.inter_broker_security = inter_broker_security(self.security, config.properties)
+        # --add-scram: written at format by the first controller, created later if missing
+        self._add_scram = config.bootstrap_scram_users()
         self.quorum = MetadataQuorum(
             config.node_id,
             self.data_dir,
@@ -222,7 +225,7 @@ class Broker:
                 topic_defaults=dict(config.topic_defaults),
             ),
             heartbeat_ms=config.broker_heartbeat_interval_ms,
-            bootstrap_scram=config.bootstrap_scram_credentials(),
+            bootstrap_scram=[(u.name, u.credential) for u in self._add_scram],
             client_security=self.inter_broker_security,
             raft_tls=raft_tls(config.properties, self.security),
             observer_host=config.host,
@@ -473,6 +476,8 @@ class Broker:
             await self.quorum.start()
             await self.server.start(self.security.native.host, self.security.native.port)
             await self.quorum.wait_ready()
+            # before the ready line: a client that logs in next finds the users
+            await apply_add_scram(self.security_admin, lambda: self.quorum.image, self._add_scram)
             self.groups.start()  # caught up: load the shards of what we lead now
             self.txns.start()
             self._after_ready()
@@ -637,9 +642,10 @@ class Broker:
         )
         self.kafka_pipeline.door.after = RequestTimeQuota(quotas, throttled_reply)
         self.native_pipeline.door.after = RequestTimeQuota(quotas, throttled, from_broker)
-        security_admin = KafkaSecurityAdminApis(
-            SecurityAdmin(self.forwarder.run_on_controller, lambda: self.quorum.image)
+        self.security_admin = SecurityAdmin(
+            self.forwarder.run_on_controller, lambda: self.quorum.image
         )
+        security_admin = KafkaSecurityAdminApis(self.security_admin)
         self.kafka_pipeline.door.handlers.update(
             {
                 SASL_HANDSHAKE: self.kafka_sasl.sasl_handshake,

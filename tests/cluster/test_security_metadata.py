@@ -295,6 +295,30 @@ def test_bootstrap_writes_credentials_only_on_the_first_start():
     assert again.records == [] and again.response == "cluster-1"
 
 
+def test_keep_existing_creates_a_missing_credential_and_leaves_a_stored_one():
+    """--add-scram on a cluster that exists: brokers given the same option all ask, the
+    first one's credential is written and the others' change nothing."""
+    _, _, first = parse_add_scram("SCRAM-SHA-512=[name=admin,password=secret]")
+    _, _, second = parse_add_scram("SCRAM-SHA-512=[name=admin,password=secret]")
+    c = controller()
+    r = c.alter_scram_credentials([("admin", first)], [], keep_existing=True)
+    assert r.response["admin"].ok and len(r.records) == 1
+    image = committed(r, EMPTY_IMAGE, 1)
+    again = Controller(image, 0, CONFIG)
+    r = again.alter_scram_credentials([("admin", second)], [], keep_existing=True)
+    assert r.response["admin"].ok and r.records == []
+    assert again.image.security.scram_credential("admin", SHA512) == first
+    # another mechanism is another credential; without the flag an upsertion replaces
+    _, _, sha256 = parse_add_scram("SCRAM-SHA-256=[name=admin,password=other]")
+    r = again.alter_scram_credentials([("admin", sha256)], [], keep_existing=True)
+    assert r.response["admin"].ok and len(r.records) == 1
+    r = again.alter_scram_credentials([("admin", second)], [])
+    assert r.response["admin"].ok and len(r.records) == 1
+    # a user named twice is still refused, kept or not
+    r = again.alter_scram_credentials([("admin", first), ("admin", sha256)], [], keep_existing=True)
+    assert r.response["admin"].error is ErrorCode.DUPLICATE_RESOURCE and r.records == []
+
+
 def test_create_acls_validates_and_never_duplicates():
     c = controller()
     bad = AclBinding(

@@ -426,3 +426,29 @@ def test_strict_nonce_is_a_listener_setting():
     ) == (True, False)
     with pytest.raises(InvalidConfigError, match=r"sasl\.scram\.strict\.nonce"):
         settings(**{"sasl.scram.strict.nonce": "yes"})
+
+
+def test_add_scram_user_knows_its_own_password_under_another_salt():
+    """A stored credential made from the same password (another broker's salt, or the
+    first start's) is the option's; another password or another mechanism is not."""
+    from logmq.security.scram import parse_add_scram_user
+
+    user = parse_add_scram_user("SCRAM-SHA-512=[name=admin,password=secret]")
+    assert user.name == "admin" and user.mechanism == "SCRAM-SHA-512"
+    assert "secret" not in repr(user)
+    assert user.same_secret(user.credential)
+    assert user.same_secret(ScramCredential.from_password("SCRAM-SHA-512", "secret", 8192))
+    assert not user.same_secret(ScramCredential.from_password("SCRAM-SHA-512", "other"))
+    assert not user.same_secret(ScramCredential.from_password("SCRAM-SHA-256", "secret"))
+    import hashlib
+
+    salted = hashlib.pbkdf2_hmac("sha256", b"pencil", RFC_SALT, 4096)
+    spec = (
+        "SCRAM-SHA-256=[name=user,salt=W22ZaJ0SNY7soEsUEjb6gQ==,"
+        f"saltedpassword={base64.b64encode(salted).decode()}]"
+    )
+    from_salted = parse_add_scram_user(spec)
+    assert from_salted.same_secret(
+        ScramCredential.from_password("SCRAM-SHA-256", "pencil", 4096, RFC_SALT)
+    )
+    assert not from_salted.same_secret(ScramCredential.from_password("SCRAM-SHA-256", "pencil"))

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from logmq.net.codec import DEFAULT_MAX_FRAME_SIZE
-from logmq.security.scram import ScramCredential, parse_add_scram
+from logmq.security.scram import AddScramUser, ScramCredential, parse_add_scram_user
 
 # An offset commit's records go into one batch of __consumer_offsets, whose
 # max.message.bytes (group_coordinator.OFFSETS_TOPIC_CONFIGS) leaves room for more.
@@ -87,13 +87,14 @@ class BrokerConfig:
     min_free_bytes: int | None = None
     # ``--add-scram`` values ("SCRAM-SHA-512=[name=admin,password=...]", as kafka-storage
     # format takes them): SCRAM credentials the cluster's first controller writes with the
-    # cluster id; ignored once the cluster exists. Kept out of repr (passwords).
+    # cluster id; on a cluster that exists, the broker creates those it lacks once ready
+    # (broker/security_admin.py). Kept out of repr (passwords).
     bootstrap_scram: tuple[str, ...] = field(default=(), repr=False, metadata={"sensitive": True})
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "data_dir", Path(self.data_dir))
         object.__setattr__(self, "bootstrap_scram", tuple(self.bootstrap_scram))
-        self.bootstrap_scram_credentials()  # ValueError says which value is wrong
+        self.bootstrap_scram_users()  # ValueError says which value is wrong
         checks = {
             "port": 0 <= self.port <= 65535,
             "node_id": self.node_id >= 0,
@@ -158,15 +159,18 @@ class BrokerConfig:
                 "invalid broker setting(s): " + ", ".join(f"{n}={getattr(self, n)!r}" for n in bad)
             )
 
-    def bootstrap_scram_credentials(self) -> list[tuple[str, ScramCredential]]:
-        """``bootstrap_scram`` parsed and salted: (user, credential) pairs."""
+    def bootstrap_scram_users(self) -> list[AddScramUser]:
+        """``bootstrap_scram`` parsed and salted (each call salts anew)."""
         out = []
         for spec in self.bootstrap_scram:
             if not isinstance(spec, str):
                 raise ValueError(f"bootstrap_scram: expected --add-scram strings, got {spec!r}")
-            _, name, cred = parse_add_scram(spec)
-            out.append((name, cred))
+            out.append(parse_add_scram_user(spec))
         return out
+
+    def bootstrap_scram_credentials(self) -> list[tuple[str, ScramCredential]]:
+        """``bootstrap_scram`` parsed and salted: (user, credential) pairs."""
+        return [(u.name, u.credential) for u in self.bootstrap_scram_users()]
 
     @property
     def advertised(self) -> str:

@@ -169,9 +169,12 @@ class SecurityAdmin:
         self,
         upsertions: Sequence[tuple[str, ScramCredential]],
         deletions: Sequence[tuple[str, str]],
+        *,
+        keep_existing: bool = False,
     ) -> dict[str, ApiResult]:
         """AlterUserScramCredentials with salted credentials: user -> result, in the order
-        users are first named (deletions first)."""
+        users are first named (deletions first). ``keep_existing``: an upsertion leaves a
+        credential the user already has for its mechanism alone (``--add-scram``)."""
         users = list(dict.fromkeys([n for n, _ in deletions] + [n for n, _ in upsertions]))
         if not users:
             return {}
@@ -179,6 +182,8 @@ class SecurityAdmin:
             "upsertions": [scram_upsertion_body(n, c) for n, c in upsertions],
             "deletions": [{"name": n, "mechanism": m} for n, m in deletions],
         }
+        if keep_existing:
+            body["keep_existing"] = True
         try:
             answer = await self._run(ApiKey.ALTER_USER_SCRAM_CREDENTIALS, body)
         except LogMQError as e:

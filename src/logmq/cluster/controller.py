@@ -681,8 +681,14 @@ class Controller:
         self,
         upsertions: Sequence[tuple[str, ScramCredential]],
         deletions: Sequence[tuple[str, str]],
+        *,
+        keep_existing: bool = False,
     ) -> ControllerResult[dict[str, ApiResult]]:
         """AlterUserScramCredentials: per user, all of its changes or none (Kafka's rules).
+
+        ``keep_existing`` (a broker's ``--add-scram`` on a cluster that exists): an
+        upsertion of a credential the user already has for that mechanism writes nothing
+        and succeeds, so brokers given the same option create the user once.
 
         A user may be named once per request (a second mention, even for another
         mechanism, is DUPLICATE_RESOURCE, as Kafka's controller answers); an empty name or
@@ -693,6 +699,7 @@ class Controller:
         image = self._image.security
         errors: dict[str, ApiResult] = {}
         accepted: dict[str, Record] = {}
+        kept: set[str] = set()  # keep_existing: named, nothing to write
         order: dict[str, None] = {}
         alterations = [(n, m, None) for n, m in deletions]
         alterations += [(n, c.mechanism, c) for n, c in upsertions]
@@ -700,7 +707,7 @@ class Controller:
             order.setdefault(name, None)
             if name in errors:
                 continue
-            if accepted.pop(name, None) is not None:
+            if accepted.pop(name, None) is not None or name in kept:
                 errors[name] = ApiResult(
                     ErrorCode.DUPLICATE_RESOURCE,
                     "A user credential cannot be altered twice in the same request",
@@ -723,6 +730,8 @@ class Controller:
                 errors[name] = problem
             elif cred is None:
                 accepted[name] = RemoveUserScramCredential(name, mechanism)
+            elif keep_existing and image.scram_credential(name, mechanism) is not None:
+                kept.add(name)
             else:
                 accepted[name] = scram_record(name, cred)
         records = self._commit([accepted[n] for n in order if n in accepted])

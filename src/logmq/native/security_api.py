@@ -17,7 +17,9 @@ with Kafka's enum codes; a filter's name, principal and host may be nil):
 * DescribeAcls ``{"filter": filter}`` -> ``{"error", "message", "bindings": [binding]}``
 * AlterUserScramCredentials ``{"upsertions": [{"name", "mechanism", "salt",
   "stored_key", "server_key", "iterations"}], "deletions": [{"name", "mechanism"}]}``
-  (salted credentials: never a password) -> ``{"results": [{"user", "error", "message"}]}``
+  (salted credentials: never a password), and ``"keep_existing": true`` to leave a
+  credential the user already has for that mechanism as it is (``--add-scram``) ->
+  ``{"results": [{"user", "error", "message"}]}``
 * DescribeUserScramCredentials ``{"users": [name] | nil}`` -> ``{"error", "message",
   "results": [{"user", "error", "message", "credentials": [{"mechanism",
   "iterations"}]}]}`` (never salts or keys)
@@ -135,6 +137,7 @@ class SecurityApi:
         A user's first change decides its fate, as on Kafka's controller: refused here
         if it is malformed, DUPLICATE_RESOURCE if the user is named again."""
         alterations: list[tuple[str, str, ScramCredential | None, ApiResult | None]] = []
+        keep_existing = req_field(req.body, "keep_existing", bool, False)
         try:
             for d in req_list(req.body, "deletions", []):
                 name, mechanism = _name_mechanism(d)
@@ -185,7 +188,7 @@ class SecurityApi:
         ]
         if upserts or deletes:
             answered = await self.quorum.submit(
-                lambda c: c.alter_scram_credentials(upserts, deletes)
+                lambda c: c.alter_scram_credentials(upserts, deletes, keep_existing=keep_existing)
             )
             outcome.update(answered)
         results = []

@@ -481,11 +481,44 @@ def _split_options(body: str) -> dict[str, str]:
     return out
 
 
+@dataclass(frozen=True)
+class AddScramUser:
+    """One ``--add-scram`` value, salted once. ``same_secret`` tells whether a credential
+    already stored has this value's password, so a broker restarted with the option it
+    was formatted with (or that another broker wrote) has nothing to say."""
+
+    name: str
+    credential: ScramCredential
+    password: str | None = field(default=None, repr=False)
+
+    @property
+    def mechanism(self) -> str:
+        return self.credential.mechanism
+
+    def same_secret(self, stored: ScramCredential) -> bool:
+        if stored == self.credential:
+            return True
+        if self.password is None or stored.mechanism != self.mechanism:
+            return False  # saltedpassword=: its credential is the only one it can match
+        again = ScramCredential.from_password(
+            stored.mechanism, self.password, stored.iterations, stored.salt
+        )
+        return hmac.compare_digest(again.stored_key, stored.stored_key) and hmac.compare_digest(
+            again.server_key, stored.server_key
+        )
+
+
 def parse_add_scram(spec: str) -> tuple[str, str, ScramCredential]:
+    """Parse one ``--add-scram`` value (parse_add_scram_user): (mechanism, name, credential)."""
+    user = parse_add_scram_user(spec)
+    return user.mechanism, user.name, user.credential
+
+
+def parse_add_scram_user(spec: str) -> AddScramUser:
     """Parse one ``--add-scram`` value as ``kafka-storage format`` takes it:
     ``SCRAM-SHA-512=[name=admin,password=secret]``, optionally with ``iterations=N``,
     ``salt=<base64>``, or ``saltedpassword=<base64>`` (with ``salt``) instead of
-    ``password``. Values may be double-quoted. Returns (mechanism, name, credential)."""
+    ``password``. Values may be double-quoted."""
     m = _ADD_SCRAM.fullmatch(spec)
     if m is None:
         raise ValueError(
@@ -525,4 +558,4 @@ def parse_add_scram(spec: str) -> tuple[str, str, ScramCredential]:
         except binascii.Error:
             raise ValueError("--add-scram: saltedpassword must be base64")
         cred = ScramCredential.from_salted_password(mechanism, salted, salt, iterations)
-    return mechanism, name, cred
+    return AddScramUser(name, cred, opts.get("password"))
