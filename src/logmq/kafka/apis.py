@@ -58,23 +58,10 @@ if TYPE_CHECKING:
     from logmq.broker.produce_path import ProducePath
     from logmq.broker.producer_ids import ProducerIdManager
     from logmq.broker.replica_manager import ReplicaManager
+    from logmq.broker.txn_verification import TransactionalProduceCheck
     from logmq.cluster.metadata_image import MetadataImage
-    from logmq.kafka.configs import KafkaConfigApis
-    from logmq.kafka.consumer_groups import KafkaConsumerGroupApis
-    from logmq.kafka.group_membership import KafkaGroupMembershipApis
-    from logmq.kafka.groups import KafkaGroupApis
-    from logmq.kafka.offsets import KafkaOffsetApis
-    from logmq.kafka.partition_admin import KafkaPartitionAdminApis
-    from logmq.kafka.topics import KafkaTopicApis
     from logmq.kafka.transactions import KafkaTransactionApis
 
-KafkaHandler = Callable[[Request], Awaitable[Reply | None]]
-# Produce handlers overlap their durability waits; these have no effect to carry out
-# once their client is gone (net/server.py)
-KAFKA_CONCURRENT_APIS = frozenset({0})
-KAFKA_READ_ONLY_APIS = frozenset({1, 2, 3, 9, 10, 15, 16, 18, 23, 32, 35, 46, 60, 69})
-# group requests need __consumer_offsets: the first one creates it (net/pipeline.py guard)
-KAFKA_GROUP_APIS = frozenset({8, 9, 10, 11, 12, 13, 14, 15, 16, 42, 47, 68, 69})
 log = logging.getLogger("logmq.kafka")
 
 MAX_PRODUCER_EPOCH = 32767
@@ -141,17 +128,12 @@ class KafkaApis:
         produce_path: ProducePath,
         producer_ids: ProducerIdManager,
         auto_create: Callable[[str], Awaitable[Any]],
-        offsets: KafkaOffsetApis,
-        topics: KafkaTopicApis,
-        configs: KafkaConfigApis,
-        groups: KafkaGroupApis,
-        membership: KafkaGroupMembershipApis,
-        consumer_groups: KafkaConsumerGroupApis,
-        partitions: KafkaPartitionAdminApis,
         max_fetch_wait_ms: int,
+        advertised: Mapping[int, tuple[int, int]],
         authz: Authorization | None = None,
         quotas: QuotaEnforcer | None = None,
         transactions: KafkaTransactionApis | None = None,
+        txn_produce: TransactionalProduceCheck | None = None,
     ) -> None:
         self.node_id = node_id
         self.image = image
@@ -161,76 +143,20 @@ class KafkaApis:
         self.produce_path = produce_path
         self.producer_ids = producer_ids
         self.auto_create = auto_create
-        self.offsets = offsets
-        self.topics = topics
-        self.configs = configs
-        self.groups = groups
-        self.membership = membership
-        self.consumer_groups = consumer_groups
-        self.partitions = partitions
         self.max_fetch_wait_ms = max_fetch_wait_ms
+        self.advertised = advertised  # what ApiVersions lists (kafka/registry.py)
         self.authz = authz  # ACLs per topic (kafka/authorization.py decides per request)
         self.quotas = quotas  # client quotas of Produce and Fetch (KIP-219 throttling)
-        # the transaction APIs (kafka/transactions.py); Produce and InitProducerId with a
-        # transactional id go through them
+        # InitProducerId with a transactional id goes through the transaction APIs
+        # (kafka/transactions.py), a transactional Produce through txn_produce's checks
         self.transactions = transactions
+        self.txn_produce = txn_produce
         # Fetch sessions of this door's consumers (the native door keeps its own).
         self.sessions = FetchSessionCache.watched_by(replicas.waiters)
-        self._table = self.table()
-
-    def table(self) -> dict[int, KafkaHandler]:
-        return {
-            0: self.produce,
-            1: self.fetch,
-            2: self.list_offsets,
-            3: self.metadata,
-            8: self.offsets.offset_commit,
-            9: self.offsets.offset_fetch,
-            10: self.offsets.find_coordinator,
-            11: self.membership.join_group,
-            12: self.membership.heartbeat,
-            13: self.membership.leave_group,
-            14: self.membership.sync_group,
-            15: self.groups.describe_groups,
-            16: self.groups.list_groups,
-            18: self.api_versions,
-            19: self.topics.create_topics,
-            20: self.topics.delete_topics,
-            21: self.partitions.delete_records,
-            22: self.init_producer_id,
-            23: self.offset_for_leader_epoch,
-            32: self.configs.describe_configs,
-            33: self.configs.alter_configs,
-            35: self.partitions.describe_log_dirs,
-            37: self.topics.create_partitions,
-            42: self.groups.delete_groups,
-            43: self.partitions.elect_leaders,
-            45: self.partitions.alter_partition_reassignments,
-            46: self.partitions.list_partition_reassignments,
-            47: self.groups.offset_delete,
-            44: self.configs.incremental_alter_configs,
-            60: self.describe_cluster,
-            **self._transaction_handlers(),
-            68: self.consumer_groups.heartbeat,
-            69: self.consumer_groups.describe,
-        }
-
-    def _transaction_handlers(self) -> dict[int, KafkaHandler]:
-        t = self.transactions
-        if t is None:
-            return {}
-        return {
-            24: t.add_partitions_to_txn,
-            25: t.add_offsets_to_txn,
-            28: self.offsets.txn_offset_commit,
-            26: t.end_txn,
-            65: t.describe_transactions,
-            66: t.list_transactions,
-        }
 
     # -- ApiVersions -------------------------------------------------------------------
     async def api_versions(self, req: Request) -> Reply:
-        return Reply(api_versions_response(req.api_version))
+        return Reply(api_versions_response(req.api_version, self.advertised))
 
     # -- Metadata ----------------------------------------------------------------------
     async def metadata(self, req: Request) -> Reply:
@@ -438,7 +364,7 @@ class KafkaApis:
         m = response_module(body)
         acks = body.acks
         timeout_ms = int(body.timeout.total_seconds() * 1000)
-        if body.transactional_id is not None and self.transactions is None:
+        if body.transactional_id is not None and self.txn_produce is None:
             code = ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
             return self._produce_errors(m, req, code, "transactions are not enabled")
         if acks not in (0, 1, -1):
@@ -451,10 +377,10 @@ class KafkaApis:
         refused: dict[tuple[str, int], LogMQError] = {}
         guard = None
         if body.transactional_id is not None:
-            assert self.transactions is not None
+            assert self.txn_produce is not None
             guards: Guards = {}
-            refused = await self.transactions.check_produce(
-                req,
+            refused = await self.txn_produce.check(
+                req.context,
                 body.transactional_id,
                 [
                     (t.name, p.index, p.records or b"")

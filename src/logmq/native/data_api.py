@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from logmq.broker.fetch_sessions import (
     FINAL_EPOCH,
@@ -40,25 +40,11 @@ if TYPE_CHECKING:
     from logmq.broker.metrics import BrokerMetrics
     from logmq.broker.produce_path import Outcome, ProducePath
     from logmq.broker.replica_manager import ReplicaManager
+    from logmq.broker.txn_verification import TransactionalProduceCheck
     from logmq.net.reply import FileRegion
     from logmq.security.quota_enforcer import QuotaEnforcer
 
 log = logging.getLogger("logmq.broker")
-
-
-class TxnProduceCheck(Protocol):
-    """What a produce with a transactional id must pass first (the Kafka door's
-    ``KafkaTransactionApis.check_produce``, shared so both doors refuse the same
-    batches): WRITE on the id, transactional batches, and each partition in the
-    producer's ongoing transaction (KIP-890 part 1)."""
-
-    async def check_produce(
-        self,
-        req: Request,
-        txn_id: str,
-        entries: list[tuple[str, int, Any]],
-        guards: Guards | None = None,
-    ) -> dict[tuple[str, int], LogMQError]: ...
 
 
 def _perror(partition: int, code: ErrorCode, message: str | None = None, **extra: Any) -> dict:
@@ -113,12 +99,12 @@ class DataApi:
         metrics: BrokerMetrics,
         max_fetch_wait_ms: int,
         quotas: QuotaEnforcer | None = None,
-        transactions: TxnProduceCheck | None = None,
+        txn_produce: TransactionalProduceCheck | None = None,
     ) -> None:
-        """``transactions`` checks produces that carry a transactional id (None:
+        """``txn_produce`` checks produces that carry a transactional id (None:
         such produces are refused)."""
         self.produce_path = produce_path
-        self.transactions = transactions
+        self.txn_produce = txn_produce
         self.quotas = quotas  # client byte-rate quotas, shared with the Kafka door
         self.replicas = replicas
         self.metrics = metrics
@@ -206,13 +192,13 @@ class DataApi:
         transaction ending between the check and the append)."""
         if not isinstance(txn_id, str):
             raise InvalidRequestError("field 'transactional_id' must be str")
-        if self.transactions is None:
+        if self.txn_produce is None:
             error = LogMQError(
                 "transactions are not served here", ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
             )
             return [error for _ in entries]
         guards: Guards = {}
-        refused = await self.transactions.check_produce(req, txn_id, entries, guards)
+        refused = await self.txn_produce.check(req.context, txn_id, entries, guards)
         allowed = [e for e in entries if (e[0], e[1]) not in refused]
         appended = iter(
             await self.produce_path.append_all(allowed, acks, timeout_ms, append_guard(guards))
