@@ -11,13 +11,13 @@ several files (the layout Redpanda's ``kafka/server/handlers/`` has, one declara
 handler).
 
 Handlers are named unbound (``KafkaTopicApis.create_topics``); ``bind`` resolves each to
-the one object of that class the composition root passes in, and refuses a registry whose
-handler has no object or two, so a half-wired door cannot start.
+the one object among those the composition root passes in whose class has that method,
+and refuses a registry whose handler has no object or two, so a half-wired door cannot
+start.
 """
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, fields
 from enum import IntEnum
@@ -64,16 +64,11 @@ class ApiSpec:
         return (max(lo, self.oldest_served), hi) if self.oldest_served is not None else (lo, hi)
 
 
-def _owner(method: Callable[..., Any]) -> type:
-    """The class an unbound method is defined on."""
-    qualname = method.__qualname__
-    owner_name, _, _ = qualname.rpartition(".")
-    owner: Any = sys.modules[method.__module__]
-    for part in owner_name.split("."):
-        owner = getattr(owner, part)
-    if not isinstance(owner, type):
-        raise TypeError(f"{qualname} is not a method of a class")
-    return owner
+def _is_method(handler: Callable[..., Any]) -> bool:
+    """Is ``handler`` a function defined in a class body (an unbound method)?"""
+    qualname = getattr(handler, "__qualname__", "")
+    owner, _, name = qualname.rpartition(".")
+    return bool(owner) and not owner.endswith("<locals>") and name == handler.__name__
 
 
 class ApiRegistry:
@@ -119,14 +114,15 @@ class ApiRegistry:
         """api key -> the handler bound to the one service object of its class."""
         table: dict[int, Handler] = {}
         for key, spec in self.by_key.items():
-            owner = _owner(spec.handler)
-            matches = [s for s in services if isinstance(s, owner)]
+            name = spec.handler.__name__
+            matches = [s for s in services if getattr(type(s), name, None) is spec.handler]
             if len(matches) != 1:
+                owner = spec.handler.__qualname__.rpartition(".")[0]
                 raise ValueError(
                     f"{self.door} {spec.name}: {len(matches)} objects of "
-                    f"{owner.__name__} given to answer it (one is needed)"
+                    f"{owner} given to answer it (one is needed)"
                 )
-            table[key] = getattr(matches[0], spec.handler.__name__)
+            table[key] = getattr(matches[0], name)
         return table
 
     def problems(self) -> list[str]:
@@ -138,10 +134,8 @@ class ApiRegistry:
                 out.append(f"{spec.name}: versions {spec.versions}")
             if spec.oldest_served is not None and not lo < spec.oldest_served <= hi:
                 out.append(f"{spec.name}: oldest_served {spec.oldest_served} outside {lo}..{hi}")
-            try:
-                _owner(spec.handler)
-            except (TypeError, AttributeError) as e:
-                out.append(f"{spec.name}: handler {e}")
+            if not _is_method(spec.handler):
+                out.append(f"{spec.name}: handler {spec.handler!r} is not a class's method")
             describe = getattr(spec.access, "describe", None)
             if describe is None or not describe():
                 out.append(f"{spec.name}: no access rule")
