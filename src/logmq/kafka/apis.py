@@ -5,7 +5,7 @@ They hold no state and no logic of their own beyond translation: produce goes th
 the produce path the native protocol uses (produce_path.py), reads through the replica
 manager (leader and epoch checks, below the HW, long poll), metadata from the image.
 The one state kept here is this door's cache of fetch sessions (KIP-227), whose rules
-live in broker/fetch_sessions.py.
+(the same for both doors) live in broker/fetch_sessions.py.
 Record batches pass through untouched both ways: a produce's ``records`` bytes are the
 batches the storage validates and stamps, and a fetch answers with the segment file's
 regions, sent with sendfile (fetch_response.py).
@@ -24,13 +24,7 @@ from typing import TYPE_CHECKING, Any
 from kio.schema.errors import ErrorCode as KioErrorCode
 
 from logmq.broker.fetch_results import PartitionRead, TopicRead, failed
-from logmq.broker.fetch_sessions import (
-    FINAL_EPOCH,
-    INITIAL_EPOCH,
-    FetchSession,
-    FetchSessionCache,
-    FetchSessionError,
-)
+from logmq.broker.fetch_sessions import FINAL_EPOCH, FetchSessionCache, FetchSessionError
 from logmq.broker.produce_path import produce_result, record_errors
 from logmq.broker.txn_verification import Guards, append_guard
 from logmq.cluster.topic_names import is_internal, topic_name_error
@@ -484,16 +478,9 @@ class KafkaApis:
 
     # -- Fetch -------------------------------------------------------------------------
     async def fetch(self, req: Request) -> Reply:
-        """Fetch, with fetch sessions from v7 (KIP-227; broker/fetch_sessions.py).
-
-        As Kafka's FetchManager: epoch -1 fetches without a session (closing the one
-        named); epoch 0 opens a session (closing the one named), answered in full with
-        the new id, or 0 when the cache has no room; any other epoch is an incremental
-        fetch of the named session, which names only the partitions that changed and
-        the ones to forget, and hears only of partitions with records, an error, or a
-        new high watermark (hence last stable offset) or log start offset. An unknown
-        session or a wrong epoch is a top-level error with no partitions.
-        """
+        """Fetch, with fetch sessions from v7 (KIP-227): the session rules are the
+        cache's, the same on both doors (``FetchSessionCache.new_context``). An unknown
+        session or a wrong epoch is a top-level error with no partitions."""
         body = req.body
         version = req.api_version
         # v13+ names topics by id (KIP-516); ids no topic has are answered UNKNOWN_TOPIC_ID
@@ -540,46 +527,37 @@ class KafkaApis:
         committed = version >= 4 and body.isolation_level == 1
         session_id = getattr(body, "session_id", 0) if version >= 7 else 0
         epoch = getattr(body, "session_epoch", FINAL_EPOCH) if version >= 7 else FINAL_EPOCH
-        session: FetchSession | None = None
-        full = True
-        if epoch == FINAL_EPOCH:
-            if session_id:
-                self.sessions.close(session_id)
-            session_id = 0
-        elif epoch == INITIAL_EPOCH:
-            if session_id:
-                self.sessions.close(session_id)
-            session = self.sessions.open(CONSUMER, self.replicas.clock())
-            session_id = session.id if session is not None else 0
-        else:
-            try:
-                session = self.sessions.get(session_id, epoch, CONSUMER, self.replicas.clock())
-            except FetchSessionError as e:
-                head, rest = encode_fetch_response(version, [], error=int(e.code))
-                return Reply(head, rest)
-            full = False
-        if session is not None:
-            forgotten = (
-                [
-                    (name, p)
-                    for t in body.forgotten_topics_data
-                    if (name := name_of(t)) is not None
-                    for p in t.partitions
-                ]
-                if not full
-                else []
+        forgotten = (
+            (name, p)
+            for t in getattr(body, "forgotten_topics_data", ())
+            if (name := name_of(t)) is not None
+            for p in t.partitions
+        )
+        try:
+            context = self.sessions.new_context(
+                session_id, epoch, CONSUMER, self.replicas.clock(), named, forgotten
             )
-            self.sessions.update(session, named, forgotten)
+        except FetchSessionError as e:
+            head, rest = encode_fetch_response(version, [], error=int(e.code))
+            return Reply(head, rest)
+        session_id = context.session_id
+        if context.session is not None:
             read = await self.replicas.fetch_session_for_consumer(
-                session, full, max_wait_ms, min_bytes, max_bytes, gate, committed=committed
+                context.session,
+                context.full,
+                max_wait_ms,
+                min_bytes,
+                max_bytes,
+                gate,
+                committed=committed,
             )
             if read is None:  # throttled: as Kafka, empty and no session opened
                 assert gate is not None
-                if full:
-                    self.sessions.close(session_id)
-                    session_id = 0
                 head, rest = encode_fetch_response(
-                    version, [], session_id=session_id, throttle_ms=gate.throttle_ms
+                    version,
+                    [],
+                    session_id=self.sessions.throttled(context),
+                    throttle_ms=gate.throttle_ms,
                 )
                 return Reply(head, rest, throttle_ms=gate.throttle_ms)
             answer: list = read

@@ -20,9 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from logmq.broker.fetch_sessions import (
     FINAL_EPOCH,
-    INITIAL_EPOCH,
     Entry,
-    FetchSession,
     FetchSessionCache,
     FetchSessionError,
 )
@@ -245,26 +243,13 @@ class DataApi:
             for partition in req_list(t, "partitions")
         ]
 
-        session: FetchSession | None = None
-        full = True
-        now_ms = self.replicas.clock()
-        if session_epoch == FINAL_EPOCH:
-            if session_id:
-                self.sessions.close(session_id)
-            session_id = 0
-        elif session_epoch == INITIAL_EPOCH:
-            if session_id:  # Kafka's rule: epoch 0 replaces the session named
-                self.sessions.close(session_id)
-            session = self.sessions.open(replica_id, now_ms)
-        else:
-            try:
-                session = self.sessions.get(session_id, session_epoch, replica_id, now_ms)
-            except FetchSessionError as e:
-                self.metrics.error(req.api_key, e.code)
-                return Reply(
-                    {"error": int(e.code), "message": str(e), "session_id": 0, "topics": []}
-                )
-            full = False
+        try:
+            context = self.sessions.new_context(
+                session_id, session_epoch, replica_id, self.replicas.clock(), named, forgotten
+            )
+        except FetchSessionError as e:
+            self.metrics.error(req.api_key, e.code)
+            return Reply({"error": int(e.code), "message": str(e), "session_id": 0, "topics": []})
         # a consumer's fetch quota, as on the Kafka door (followers have the
         # reassignment throttle instead)
         quotas = self.quotas
@@ -272,21 +257,25 @@ class DataApi:
         if gate is not None:
             max_bytes = quotas.fetch_max_bytes(req.context, req.client_id, max_bytes)  # type: ignore[union-attr]
             min_bytes = min(min_bytes, max_bytes)
+        session = context.session
         if session is not None:
-            self.sessions.update(session, named, forgotten)
             if replica_id >= 0:
                 read = await self.replicas.fetch_session_for_follower(
-                    replica_id, session, full, max_wait_ms, min_bytes, max_bytes
+                    replica_id, session, context.full, max_wait_ms, min_bytes, max_bytes
                 )
             else:
                 read = await self.replicas.fetch_session_for_consumer(
-                    session, full, max_wait_ms, min_bytes, max_bytes, gate, committed=committed
+                    session,
+                    context.full,
+                    max_wait_ms,
+                    min_bytes,
+                    max_bytes,
+                    gate,
+                    committed=committed,
                 )
             if read is None:  # throttled: empty, and a new session not opened (as Kafka)
                 assert gate is not None
-                if full:
-                    self.sessions.close(session.id)
-                return _throttled_fetch(0 if full else session.id, gate.throttle_ms)
+                return _throttled_fetch(self.sessions.throttled(context), gate.throttle_ms)
             return _fetch_reply(read, session.id)
 
         wanted = [(topic, [p[:4] for p in parts]) for topic, parts in named]
