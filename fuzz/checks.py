@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from fuzz import codec_inputs
 from logmq.errors import InvalidFrameError
-from logmq.kafka.codec import KafkaWire
+from logmq.kafka.registry import kafka_wire
 from logmq.net import codec as native_codec
 
 try:
@@ -16,7 +16,7 @@ try:
 except ImportError:  # the optional extension did not build: nothing to fuzz
     _recordsv2 = None
 
-_wire = KafkaWire()
+_wire = kafka_wire()
 
 
 def codec(data: bytes) -> None:

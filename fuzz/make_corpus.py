@@ -63,13 +63,13 @@ def kafka_seeds() -> list[bytes]:
     from kio.static.primitive import Records
 
     from fuzz import codec_inputs, regressions
-    from logmq.kafka.versions import REFUSED, SUPPORTED
+    from logmq.kafka.registry import SERVED
 
     rnd = random.Random(9092)
     st.register_type_strategy(Records, st.builds(lambda: codec_inputs.batch(rnd, 0)))
     out: list[bytes] = []
-    for api_key, (low, high) in sorted(SUPPORTED.items()):
-        for version in sorted({max(low, REFUSED.get(api_key, 0)), high}):
+    for api_key, (low, high) in sorted(SERVED.items()):
+        for version in sorted({low, high}):
             try:
                 cls = load_request_schema(api_key, version)
             except KioIndexError:  # a version kio does not know (so the door neither)

@@ -1,10 +1,12 @@
-"""The broker: wires storage, the metadata quorum, the API handlers and the server.
+"""The composition root: builds each service once, both front doors, and the servers.
 
-``Broker`` owns every long-lived piece and their order of start and stop, and dispatches
-each request to its handler (api_table.py). Topic metadata comes from the metadata image
-(broker/controller_service.py), in a cluster and on a single node alike (a quorum of one);
-changes that concern this broker's partitions reach it through the MetadataPublisher
-(logs created and deleted by local_logs.py, then the group coordinator). Requests that
+``Broker`` owns every long-lived piece and their order of start and stop; it decides
+nothing about requests. Each door's registry (native/registry.py, kafka/registry.py)
+binds its handlers and tells the pipeline which steps apply. Topic metadata comes from
+the metadata image (broker/controller_service.py), in a cluster and on a single node
+alike (a quorum of one); changes that concern this broker's partitions reach it through
+the MetadataPublisher (logs created and deleted by local_logs.py, then the group
+coordinator). Requests that
 change metadata run on the controller: a broker that is not the controller forwards them
 and answers once its own image has caught up (controller_forwarding.py).
 
@@ -48,23 +50,15 @@ from logmq.broker.topic_admin import TopicAdmin
 from logmq.broker.topic_creation import TopicCreator
 from logmq.broker.txn_coordinator import TransactionCoordinatorService
 from logmq.broker.txn_markers import MarkerSender, MarkerWriter
-from logmq.broker.txn_verification import TxnVerifier
+from logmq.broker.txn_verification import TransactionalProduceCheck, TxnVerifier
 from logmq.client.security import ClientSecurity
 from logmq.cluster.controller_api import ControllerConfig
 from logmq.cluster.meta_properties import check_node_id
 from logmq.cluster.metadata_image import MetadataImage
 from logmq.errors import ErrorCode, InvalidConfigError
 from logmq.group import OFFSETS_TOPIC
-from logmq.kafka.apis import (
-    KAFKA_CONCURRENT_APIS,
-    KAFKA_GROUP_APIS,
-    KAFKA_READ_ONLY_APIS,
-    KafkaApis,
-    kafka_error_reply,
-    throttled_reply,
-)
+from logmq.kafka.apis import KafkaApis, kafka_error_reply, throttled_reply
 from logmq.kafka.authorization import KafkaAuthorization
-from logmq.kafka.codec import KafkaWire
 from logmq.kafka.configs import KafkaConfigApis
 from logmq.kafka.consumer_groups import KafkaConsumerGroupApis
 from logmq.kafka.group_membership import KafkaGroupMembershipApis
@@ -72,31 +66,25 @@ from logmq.kafka.groups import KafkaGroupApis
 from logmq.kafka.offsets import KafkaOffsetApis
 from logmq.kafka.partition_admin import KafkaPartitionAdminApis
 from logmq.kafka.producers import KafkaProducerApis
-from logmq.kafka.sasl import SASL_AUTHENTICATE, SASL_HANDSHAKE, KafkaSaslApis
+from logmq.kafka.registry import KAFKA_APIS, kafka_wire
+from logmq.kafka.sasl import KafkaSaslApis
 from logmq.kafka.security_admin import KafkaSecurityAdminApis
 from logmq.kafka.topics import KafkaTopicApis
 from logmq.kafka.transactions import KafkaTransactionApis
-from logmq.kafka.versions import SUPPORTED as KAFKA_SUPPORTED
 from logmq.kafka.versions import kafka_api_name
 from logmq.native.admin_api import AdminApi
-from logmq.native.api_table import (
-    CONCURRENT_APIS,
-    CONTROLLER_APIS,
-    GROUP_APIS,
-    READ_ONLY_APIS,
-    SUPPORTED_APIS,
-    Handler,
-    handler_table,
-)
-from logmq.native.authorization import NativeAuthorization, from_broker
+from logmq.native.authorization import NativeAuthorization
 from logmq.native.cluster_api import ClusterApi
 from logmq.native.controller_forwarding import ControllerForwarder
 from logmq.native.data_api import DataApi
 from logmq.native.group_api import GroupApi
 from logmq.native.reassignment_api import ReassignmentApi
+from logmq.native.registry import NATIVE_APIS
 from logmq.native.sasl_api import NativeSaslApi
+from logmq.native.security_api import SecurityApi
 from logmq.native.throttling import throttled
 from logmq.native.txn_api import TxnApi
+from logmq.net.api_registry import ApiRegistry
 from logmq.net.codec import ApiKey, Request
 from logmq.net.pipeline import FrontDoor, RequestPipeline
 from logmq.net.reply import Reply
@@ -250,72 +238,71 @@ class Broker:
         )
         # Both front doors: one server shell each, with the door's codec, and one request
         # pipeline (net/pipeline.py) in front of each door's handler table, which
-        # start() fills once the services exist.
-        self._handlers: dict[int, Handler] = {}  # the forwarder shares it
-        self.native_pipeline = RequestPipeline(
-            FrontDoor(
-                "native",
-                self._handlers,
-                SUPPORTED_APIS,
-                native_error_reply(lambda: self.admin.api_list()),
-                api_name=native_api_name,
-                unknown_api=ErrorCode.UNKNOWN_API,
-            ),
-            self.metrics,
+        # start() binds from the door's registry once the services exist. The
+        # registries (native/registry.py, kafka/registry.py) say what each step applies to.
+        self.native_pipeline = self._pipeline(
+            NATIVE_APIS,
+            native_error_reply(lambda: self.admin.api_list()),
+            native_api_name,
+            unknown_api=ErrorCode.UNKNOWN_API,
         )
+        self.kafka_pipeline = self._pipeline(KAFKA_APIS, kafka_error_reply, kafka_api_name)
         native = self.security.native
-        self.native_sasl = NativeSaslApi(self.authenticator)
-        # authentication first on this door too (security/authentication.py)
-        self.native_pipeline.add_guard(self.native_sasl.guard)
         self.server = TcpServer(
             self.native_pipeline,
             options,
             self.metrics,
-            is_concurrent=lambda req: req.api_key in CONCURRENT_APIS,
-            is_read_only=lambda req: req.api_key in READ_ONLY_APIS,
+            is_concurrent=NATIVE_APIS.predicate("concurrent"),
+            is_read_only=NATIVE_APIS.predicate("read_only"),
             name="native",
             **self._listener_security(native.name),
         )
-        self.kafka_pipeline = RequestPipeline(
-            FrontDoor("kafka", {}, KAFKA_SUPPORTED, kafka_error_reply, api_name=kafka_api_name),
-            self.metrics,
-        )
         # one server per Kafka listener, all in front of the one Kafka pipeline
+        self.kafka_wire = kafka_wire()
         self.kafka_servers = [
             TcpServer(
                 self.kafka_pipeline,
                 options,
                 self.metrics,
-                is_concurrent=lambda req: req.api_key in KAFKA_CONCURRENT_APIS,
-                is_read_only=lambda req: req.api_key in KAFKA_READ_ONLY_APIS,
-                wire=KafkaWire(),
+                is_concurrent=KAFKA_APIS.predicate("concurrent"),
+                is_read_only=KAFKA_APIS.predicate("read_only"),
+                wire=self.kafka_wire,
                 name="kafka",
                 **self._listener_security(listener.name),
             )
             for listener in self.security.kafka
         ]
         self.kafka_server: TcpServer | None = self.kafka_servers[0] if self.kafka_servers else None
-        self.kafka_sasl = KafkaSaslApis(self.authenticator)
-        # authentication first: nothing else runs for a connection that has not logged in
+        # The steps before the handlers, in order. Authentication first: nothing else
+        # runs for a connection that has not logged in.
+        self.native_sasl = NativeSaslApi(self.authenticator, NATIVE_APIS.keys("before_auth"))
+        self.kafka_sasl = KafkaSaslApis(
+            self.authenticator, KAFKA_APIS.keys("before_auth"), self.kafka_wire
+        )
+        self.native_pipeline.add_guard(self.native_sasl.guard)
         self.kafka_pipeline.add_guard(self.kafka_sasl.guard)
-        # then the ACLs a request needs as a whole (its topics are the handlers' to check)
+        # then the ACLs a request needs as a whole (its entities are the handlers' to check)
         self.authorization = Authorization(self.security, lambda: self.quorum.image)
-        self.kafka_authz = KafkaAuthorization(self.authorization)
-        self.kafka_pipeline.add_guard(self.kafka_authz.guard, self.kafka_authz.api_keys)
-        # and the native door's, after its own authentication guard
-        self.native_pipeline.add_guard(NativeAuthorization(self.authorization).guard)
+        self.native_authz = NativeAuthorization(self.authorization, NATIVE_APIS)
+        self.native_pipeline.add_guard(self.native_authz.guard)
+        self.kafka_pipeline.add_guard(KafkaAuthorization(self.authorization, KAFKA_APIS).guard)
+        # then the offsets topic before the first group request (either door), and
+        # metadata changes run on the controller (the native door; the Kafka door's
+        # handlers ask the controller through the forwarder themselves)
+        self.native_pipeline.add_guard(
+            self._ensure_offsets_topic, NATIVE_APIS.keys("offsets_topic")
+        )
+        self.kafka_pipeline.add_guard(self._ensure_offsets_topic, KAFKA_APIS.keys("offsets_topic"))
+        self.native_pipeline.add_guard(self._forward_to_controller, NATIVE_APIS.keys("controller"))
         self.metrics.register_listener("native", native_api_name)
         self.metrics.register_listener("kafka", kafka_api_name)
         self.kafka: KafkaApis | None = None
         self.metrics_server: MetricsServer | None = None
-        self.forwarder = ControllerForwarder(config.node_id, self.quorum, self._handlers)
-        # Steps before the handlers, for every request of the APIs named: the offsets
-        # topic before the first group request (either door), and metadata changes run
-        # on the controller (the native door; the Kafka door's handlers ask the
-        # controller through the forwarder themselves).
-        self.native_pipeline.add_guard(self._ensure_offsets_topic, GROUP_APIS)
-        self.native_pipeline.add_guard(self._forward_to_controller, CONTROLLER_APIS)
-        self.kafka_pipeline.add_guard(self._ensure_offsets_topic, KAFKA_GROUP_APIS)
+        # the controller's requests run through the native door's handlers when this
+        # broker is the controller
+        self.forwarder = ControllerForwarder(
+            config.node_id, self.quorum, self.native_pipeline.door.handlers
+        )
         self.topics = ImageTopics(lambda: self.quorum.image)
         self.producer_ids = ProducerIdManager(
             self.forwarder.allocate_producer_ids,
@@ -329,6 +316,23 @@ class Broker:
             auto_create_topics=config.auto_create_topics,
         )
         self.cluster_api = ClusterApi(config.node_id, self.quorum)
+
+    def _pipeline(
+        self,
+        registry: ApiRegistry,
+        error_reply: Callable[[Request, ErrorCode, str], Reply],
+        api_name: Callable[[int], str],
+        unknown_api: ErrorCode = ErrorCode.UNSUPPORTED_VERSION,
+    ) -> RequestPipeline:
+        door = FrontDoor(
+            registry.door,
+            {},
+            registry.served_versions(),
+            error_reply,
+            api_name=api_name,
+            unknown_api=unknown_api,
+        )
+        return RequestPipeline(door, self.metrics)
 
     # -- lifecycle ---------------------------------------------------------------------
     @property
@@ -562,8 +566,10 @@ class Broker:
                 id_expiration_ms=cfg.transactional_id_expiration_ms,
             ),
         )
-        txn_verifier = TxnVerifier(
-            cfg.node_id, self.txns, self.broker_clients, self.local_logs.local_log
+        # a transactional produce's checks, the same on both doors (KIP-890 part 1)
+        txn_produce = TransactionalProduceCheck(
+            TxnVerifier(cfg.node_id, self.txns, self.broker_clients, self.local_logs.local_log),
+            self.authorization,
         )
         self.produce_path = ProducePath(
             self.replicas, lambda: self.quorum.image, self.topic_creator
@@ -575,14 +581,22 @@ class Broker:
             window_num=self.security.quota_window_num,
             window_seconds=self.security.quota_window_seconds,
         )
+        views = PartitionViews(cfg.node_id, lambda: self.quorum.image, logs)
+        self._bind_native_door(quotas, txn_produce, views)
+        self._bind_kafka_door(quotas, txn_produce, views)
+
+    def _bind_native_door(
+        self, quotas: QuotaEnforcer, txn_produce: TransactionalProduceCheck, views: PartitionViews
+    ) -> None:
+        """The native door's handler objects, bound by its registry."""
+        cfg = self.config
         self.data = DataApi(
             produce_path=self.produce_path,
             replicas=self.replicas,
             metrics=self.metrics,
             max_fetch_wait_ms=cfg.max_fetch_wait_ms,
             quotas=quotas,
-            # a transactional produce passes the Kafka door's checks (kafka/transactions.py)
-            transactions=KafkaTransactionApis(self.txns, txn_verifier, self.authorization),
+            txn_produce=txn_produce,
         )
         self.admin = AdminApi(
             cfg,
@@ -591,91 +605,86 @@ class Broker:
             self.topic_creator,
             self.producer_ids,
             self.metrics,
+            advertised=NATIVE_APIS.versions(),
             quotas=quotas,
             txns=self.txns,
         )
         self.group_api = GroupApi(self.groups, self.metrics, self.txns)
-        views = PartitionViews(cfg.node_id, lambda: self.quorum.image, logs)
         self.reassignment_api = ReassignmentApi(self.quorum, views, self.metrics)
+        door = self.native_pipeline.door
+        door.handlers.update(
+            NATIVE_APIS.bind(
+                self.admin,
+                self.data,
+                self.group_api,
+                self.cluster_api,
+                self.reassignment_api,
+                SecurityApi(self.quorum, self.metrics),
+                TxnApi(self.marker_writer, self.txns, self.replicas, self.authorization),
+                self.native_sasl,
+            )
+        )
+        door.after = RequestTimeQuota(quotas, throttled, self._native_exempt())
+        self.metrics.register_fetch_sessions("native", self.data.sessions)
+
+    def _native_exempt(self) -> Callable[[Request], bool]:
+        """Requests the request-time quota does not meter: brokers' own (CLUSTER_ACTION,
+        as Kafka exempts them) and what the registry leaves unthrottled."""
+        unthrottled = frozenset(NATIVE_APIS.by_key) - NATIVE_APIS.keys("throttled")
+        from_broker = self.native_authz.from_broker
+        return lambda req: req.api_key in unthrottled or from_broker(req)
+
+    def _bind_kafka_door(
+        self, quotas: QuotaEnforcer, txn_produce: TransactionalProduceCheck, views: PartitionViews
+    ) -> None:
+        """The Kafka door's handler objects, bound by its registry."""
+        cfg = self.config
+        image = lambda: self.quorum.image  # noqa: E731
+        run_on_controller = self.forwarder.run_on_controller
+        transactions = KafkaTransactionApis(self.txns, self.authorization)
         self.kafka = KafkaApis(
             node_id=cfg.node_id,
-            image=lambda: self.quorum.image,
+            image=image,
             controller_id=lambda: self.quorum.controller_id,
             kafka_endpoint=self._kafka_endpoint,
             replicas=self.replicas,
             produce_path=self.produce_path,
             producer_ids=self.producer_ids,
             auto_create=self.topic_creator.auto_create,
-            offsets=KafkaOffsetApis(
-                self.groups, self._kafka_endpoint, self.authorization, txns=self.txns
-            ),
-            topics=KafkaTopicApis(
-                TopicAdmin(self.forwarder.run_on_controller),
-                lambda: self.quorum.image,
-                cfg.topic_defaults,
-                self.authorization,
-            ),
-            groups=KafkaGroupApis(self.groups, self.authorization),
-            membership=KafkaGroupMembershipApis(self.groups),
-            consumer_groups=KafkaConsumerGroupApis(
-                self.groups, lambda: self.quorum.image, self.authorization
-            ),
-            configs=KafkaConfigApis(
-                cfg, lambda: self.quorum.image, self.forwarder.run_on_controller
-            ),
-            partitions=KafkaPartitionAdminApis(
-                self.replicas,
-                views,
-                self.forwarder.run_on_controller,
-                lambda: self.quorum.image,
-            ),
             max_fetch_wait_ms=cfg.max_fetch_wait_ms,
+            advertised=KAFKA_APIS.versions(),
             authz=self.authorization,
             quotas=quotas,
-            transactions=KafkaTransactionApis(self.txns, txn_verifier, self.authorization),
+            transactions=transactions,
+            txn_produce=txn_produce,
         )
-        self.kafka_pipeline.door.handlers.update(self.kafka.table())
-        self.kafka_pipeline.door.handlers.update(
-            KafkaProducerApis(
-                self.replicas.leader_log, self.authorization, self.marker_writer
-            ).table()
-        )
-        self.kafka_pipeline.door.after = RequestTimeQuota(quotas, throttled_reply)
-        self.native_pipeline.door.after = RequestTimeQuota(quotas, throttled, from_broker)
-        self.security_admin = SecurityAdmin(
-            self.forwarder.run_on_controller, lambda: self.quorum.image
-        )
-        security_admin = KafkaSecurityAdminApis(self.security_admin)
-        self.kafka_pipeline.door.handlers.update(
-            {
-                SASL_HANDSHAKE: self.kafka_sasl.sasl_handshake,
-                SASL_AUTHENTICATE: self.kafka_sasl.sasl_authenticate,
-                29: security_admin.describe_acls,
-                30: security_admin.create_acls,
-                31: security_admin.delete_acls,
-                48: security_admin.describe_client_quotas,
-                49: security_admin.alter_client_quotas,
-                50: security_admin.describe_user_scram_credentials,
-                51: security_admin.alter_user_scram_credentials,
-            }
-        )
-        self.metrics.register_fetch_sessions("native", self.data.sessions)
-        self.metrics.register_fetch_sessions("kafka", self.kafka.sessions)
-        self._handlers.update(
-            handler_table(
-                self.admin, self.data, self.group_api, self.cluster_api, self.reassignment_api
+        self.security_admin = SecurityAdmin(run_on_controller, image)
+        door = self.kafka_pipeline.door
+        door.handlers.update(
+            KAFKA_APIS.bind(
+                self.kafka,
+                KafkaOffsetApis(
+                    self.groups, self._kafka_endpoint, self.authorization, txns=self.txns
+                ),
+                KafkaTopicApis(
+                    TopicAdmin(run_on_controller), image, cfg.topic_defaults, self.authorization
+                ),
+                KafkaGroupApis(self.groups, self.authorization),
+                KafkaGroupMembershipApis(self.groups),
+                KafkaConsumerGroupApis(self.groups, image, self.authorization),
+                KafkaConfigApis(cfg, image, run_on_controller),
+                KafkaPartitionAdminApis(self.replicas, views, run_on_controller, image),
+                KafkaProducerApis(self.replicas.leader_log, self.authorization, self.marker_writer),
+                KafkaSecurityAdminApis(self.security_admin),
+                transactions,
+                self.kafka_sasl,
             )
         )
-        txn_api = TxnApi(self.marker_writer, self.txns, self.replicas, self.authorization)
-        self._handlers[ApiKey.WRITE_TXN_MARKERS] = txn_api.write_txn_markers
-        self._handlers[ApiKey.ADD_PARTITIONS_TO_TXN] = txn_api.add_partitions_to_txn
-        self._handlers[ApiKey.ADD_OFFSETS_TO_TXN] = txn_api.add_offsets_to_txn
-        self._handlers[ApiKey.END_TXN] = txn_api.end_txn
-        self._handlers[ApiKey.DESCRIBE_TRANSACTIONS] = txn_api.describe_transactions
-        self._handlers[ApiKey.LIST_TRANSACTIONS] = txn_api.list_transactions
-        self._handlers[ApiKey.DESCRIBE_PRODUCERS] = txn_api.describe_producers
-        self._handlers[ApiKey.SASL_HANDSHAKE] = self.native_sasl.sasl_handshake
-        self._handlers[ApiKey.SASL_AUTHENTICATE] = self.native_sasl.sasl_authenticate
+        unthrottled = frozenset(KAFKA_APIS.by_key) - KAFKA_APIS.keys("throttled")
+        door.after = RequestTimeQuota(
+            quotas, throttled_reply, lambda req: req.api_key in unthrottled
+        )
+        self.metrics.register_fetch_sessions("kafka", self.kafka.sessions)
 
     async def _reload_certificates(self) -> None:
         """New keystores take effect for new connections (see security/settings.py)."""

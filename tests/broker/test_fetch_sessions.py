@@ -57,6 +57,41 @@ def test_open_get_epochs_and_errors():
     assert s.closed and s.id not in cache
 
 
+def test_a_requests_context_follows_kip_227_epochs_for_both_doors():
+    cache = FetchSessionCache(max_sessions=1)
+    named = [("t", [(0, 5, 1024, -1, -1), (1, 7, 1024, -1, -1)])]
+    # epoch -1: no session, every partition answered
+    ctx = cache.new_context(0, -1, -1, 0, named, ())
+    assert ctx.session is None and ctx.full and ctx.session_id == 0
+    # epoch 0 opens a session holding what the request names (its forgotten ignored)
+    ctx = cache.new_context(0, 0, -1, 0, named, [("t", 0)])
+    assert ctx.full and ctx.session is not None and len(ctx.session) == 2
+    sid = ctx.session_id
+    # the next epoch is incremental: it forgets what it names to forget
+    ctx = cache.new_context(sid, 1, -1, 1, [], [("t", 0)])
+    assert not ctx.full and ctx.session_id == sid and len(ctx.session) == 1
+    with pytest.raises(FetchSessionError) as e:  # the same epoch again
+        cache.new_context(sid, 1, -1, 2, [], ())
+    assert e.value.code is ErrorCode.INVALID_FETCH_SESSION_EPOCH
+    with pytest.raises(FetchSessionError) as e:  # another replica's session
+        cache.new_context(sid, 2, 3, 2, [], ())
+    assert e.value.code is ErrorCode.FETCH_SESSION_ID_NOT_FOUND
+    # a throttled incremental fetch keeps its session, a throttled new one does not
+    ctx = cache.new_context(sid, 2, -1, 3, [], ())
+    assert cache.throttled(ctx) == sid and sid in cache
+    # epoch 0 naming a session replaces it; the cache (one slot) has room again
+    ctx = cache.new_context(sid, 0, -1, 4, named, ())
+    assert sid not in cache and ctx.session is not None
+    assert cache.throttled(ctx) == 0 and len(cache) == 0
+    # a full cache of busy sessions: epoch 0 fetches without one
+    busy = cache.new_context(0, 0, -1, 5, named, ())
+    ctx = cache.new_context(0, 0, -1, 6, named, ())
+    assert ctx.session is None and ctx.full and busy.session_id in cache
+    # epoch -1 naming a session closes it
+    cache.new_context(busy.session_id, -1, -1, 7, named, ())
+    assert len(cache) == 0
+
+
 def test_a_full_cache_evicts_only_idle_sessions():
     cache = FetchSessionCache(max_sessions=2, evict_idle_ms=1000)
     a = cache.open(-1, 0)

@@ -25,6 +25,7 @@ from logmq.client.txn_admin import (
 from logmq.errors import ErrorCode, LogMQError
 from logmq.kafka.producers import KafkaProducerApis
 from logmq.native.authorization import NativeAuthorization
+from logmq.native.registry import NATIVE_APIS
 from logmq.native.txn_api import TxnApi
 from logmq.net.codec import ApiKey, Request
 from logmq.security.acl import ResourceType
@@ -188,7 +189,7 @@ async def test_describe_producers_unwired_is_an_error():
 async def test_native_guard():
     """DescribeProducers needs READ on the topic; the transaction reads pass the guard
     (the handler checks each id); the abort's WriteTxnMarkers stays CLUSTER_ACTION only."""
-    guard = NativeAuthorization(Authz("hidden", CLUSTER)).guard  # type: ignore[arg-type]
+    guard = NativeAuthorization(Authz("hidden", CLUSTER), NATIVE_APIS).guard  # type: ignore[arg-type]
     body = {"topics": [{"topic": "hidden", "partitions": [0]}]}
     denied = await guard(request(ApiKey.DESCRIBE_PRODUCERS, body))
     assert denied is not None and denied.body["error"] == ErrorCode.TOPIC_AUTHORIZATION_FAILED
@@ -269,16 +270,6 @@ def test_hanging_of():
 # -- against a real broker ------------------------------------------------------------------
 
 
-def wire(broker: Any) -> None:
-    """Serve the three native APIs until server.py registers them itself."""
-    if ApiKey.DESCRIBE_PRODUCERS in broker._handlers:
-        return
-    api = TxnApi(broker.marker_writer, broker.txns, broker.replicas, broker.authorization)
-    broker._handlers[ApiKey.DESCRIBE_TRANSACTIONS] = api.describe_transactions
-    broker._handlers[ApiKey.LIST_TRANSACTIONS] = api.list_transactions
-    broker._handlers[ApiKey.DESCRIBE_PRODUCERS] = api.describe_producers
-
-
 @pytest.fixture
 async def txn_broker(tmp_path) -> AsyncIterator[Any]:
     async with inprocess_broker(
@@ -287,7 +278,6 @@ async def txn_broker(tmp_path) -> AsyncIterator[Any]:
         transaction_state_partitions=2,
         offsets_topic_partitions=1,
     ) as b:
-        wire(b)
         yield b
 
 

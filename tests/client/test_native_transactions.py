@@ -25,7 +25,8 @@ from logmq.client.fetcher import PartitionData, txn_filter
 from logmq.client.sync import Admin, Producer
 from logmq.client.transactions import complete_transaction
 from logmq.errors import ErrorCode, LogMQError, ProducerFencedError, TransactionStateError
-from logmq.native.authorization import NativeAuthorization, from_broker
+from logmq.native.authorization import NativeAuthorization
+from logmq.native.registry import NATIVE_APIS
 from logmq.net.codec import ApiKey, Request
 from logmq.security.acl import AclOperation as Op
 from logmq.security.acl import ResourceType as RT
@@ -485,7 +486,8 @@ def request(api_key: int, body: dict[str, Any]) -> Request:
 
 
 async def guard(authz: FakeAuthz, api_key: int, body: dict[str, Any]) -> int:
-    reply = await NativeAuthorization(authz).guard(request(api_key, body))  # type: ignore[arg-type]
+    native = NativeAuthorization(authz, NATIVE_APIS)  # type: ignore[arg-type]
+    reply = await native.guard(request(api_key, body))
     return 0 if reply is None else reply.body["error"]
 
 
@@ -512,6 +514,7 @@ async def test_acls_of_a_producers_transaction_requests():
     )
     # the verify_only form stays a broker's request
     verify = {**ADD, "verify_only": True}
+    from_broker = NativeAuthorization(FakeAuthz(), NATIVE_APIS).from_broker  # type: ignore[arg-type]
     assert from_broker(request(A.ADD_PARTITIONS_TO_TXN, verify))
     assert not from_broker(request(A.ADD_PARTITIONS_TO_TXN, ADD))
     assert (

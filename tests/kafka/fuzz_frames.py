@@ -17,7 +17,7 @@ import time
 import warnings
 
 from logmq.errors import InvalidFrameError
-from logmq.kafka.codec import KafkaWire
+from logmq.kafka.registry import kafka_wire
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -36,7 +36,7 @@ def main(argv: list[str] | None = None) -> int:
     seeds = example_frames(rnd, args.per_request)
     for folder in args.corpus:
         seeds += [p.read_bytes() for p in sorted(folder.glob("*.bin"))]
-    wire = KafkaWire()
+    wire = kafka_wire()
     decoded = refused = 0
     start = time.monotonic()
     deadline = start + args.seconds

@@ -18,7 +18,7 @@ from kio.serial import entity_writer
 from kio.static.primitive import Records
 
 from logmq.kafka.codec import _request_class as request_class
-from logmq.kafka.versions import REFUSED, SUPPORTED
+from logmq.kafka.registry import SERVED
 
 
 def _register_kio_types() -> None:
@@ -47,8 +47,8 @@ EXTREMES = (0x7FFFFFFF, 0x80000000, 0xFFFFFFFF, 0x7FFF0000, 0x00FFFFFF)
 def served() -> tuple[tuple[int, int, type], ...]:
     """Every (api key, version, request class) the Kafka door decodes."""
     out = []
-    for api_key, (lo, hi) in sorted(SUPPORTED.items()):
-        for version in range(max(lo, REFUSED.get(api_key, 0)), hi + 1):
+    for api_key, (lo, hi) in sorted(SERVED.items()):
+        for version in range(lo, hi + 1):
             try:
                 out.append((api_key, version, request_class(api_key, version)))
             except Exception:  # kio has no schema for it: the codec refuses it too

@@ -8,8 +8,7 @@ import struct
 
 import pytest
 
-from logmq.kafka.codec import KafkaWire
-from logmq.kafka.versions import REFUSED, SUPPORTED
+from logmq.kafka.registry import SERVED, kafka_wire
 
 CORPUS = pathlib.Path(__file__).parent / "corpus"
 FRAMES = sorted(CORPUS.glob("*.bin"))
@@ -25,8 +24,8 @@ def test_corpus_frame_decodes(path: pathlib.Path) -> None:
     frame = path.read_bytes()
     api_key, version = struct.unpack_from(">hh", frame, 0)
     assert path.name.rsplit("-", 3)[1:3] == [str(api_key), f"v{version}"]  # no size prefix
-    lo, hi = SUPPORTED.get(api_key, (0, -1))
-    if not max(lo, REFUSED.get(api_key, 0)) <= version <= hi:
+    lo, hi = SERVED.get(api_key, (0, -1))
+    if not lo <= version <= hi:
         pytest.skip(f"API key {api_key} v{version} is not served (a client's probe)")
-    request = KafkaWire().decode_request(memoryview(frame))
+    request = kafka_wire().decode_request(memoryview(frame))
     assert (request.api_key, request.api_version) == (api_key, version)

@@ -13,12 +13,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from logmq.errors import ErrorCode, InvalidFrameError
-from logmq.kafka.codec import KafkaWire
 from logmq.kafka.frame_check import FrameShapeError, check_request, checker
+from logmq.kafka.registry import kafka_wire
 from tests.kafka.kafka_frames import encode_frame, served
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-wire = KafkaWire()
+wire = kafka_wire()
 
 # Frames of a few dozen bytes whose first array claims billions of elements: each
 # aborted a broker (kio allocating before reading) before the check existed.
@@ -45,9 +45,9 @@ def _decode_in_child(frames: list[bytes]) -> subprocess.CompletedProcess:
     """Decode in a separate process: an abort there cannot take the test run with it."""
     code = (
         "import sys\n"
-        "from logmq.kafka.codec import KafkaWire\n"
+        "from logmq.kafka.registry import kafka_wire\n"
         "from logmq.errors import InvalidFrameError\n"
-        "w = KafkaWire()\n"
+        "w = kafka_wire()\n"
         "for line in sys.stdin.read().split():\n"
         "    try:\n"
         "        w.decode_request(memoryview(bytes.fromhex(line)))\n"

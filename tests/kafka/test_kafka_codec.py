@@ -17,15 +17,17 @@ from kio.serial import entity_reader, entity_writer
 
 from logmq.broker.fetch_results import PartitionRead
 from logmq.errors import ErrorCode, InvalidFrameError
-from logmq.kafka.codec import KafkaWire, encode_error_response
+from logmq.kafka.codec import encode_error_response
 from logmq.kafka.fetch_response import encode_fetch_response
-from logmq.kafka.versions import SUPPORTED, api_versions_response
+from logmq.kafka.registry import ADVERTISED as SUPPORTED
+from logmq.kafka.registry import kafka_wire
+from logmq.kafka.versions import api_versions_response
 from logmq.net.codec import Request
 from logmq.net.connection import ProtocolError
 from logmq.net.reply import Reply
 from tests.kafka.kafka_frames import produce_v9
 
-wire = KafkaWire()
+wire = kafka_wire()
 
 
 def request_frame(api_key: int, version: int, body, corr: int = 7) -> memoryview:
@@ -61,7 +63,7 @@ def test_api_versions_round_trip_in_every_version(version):
         7,
         "t",
     )
-    reply = Reply(api_versions_response(version))
+    reply = Reply(api_versions_response(version, SUPPORTED))
     header, body = read_response(18, version, wire.encode_head(req, reply, 0))
     assert header.correlation_id == 7
     assert {k.api_key: (k.min_version, k.max_version) for k in body.api_keys} == SUPPORTED
@@ -86,7 +88,7 @@ def test_unsupported_versions_and_apis_are_answered_not_dropped():
     answer = wire.encode_error(ProtocolError(11, e.value.code, "", False, 0, 2))
     assert struct.unpack_from(">ii", answer) == (len(answer) - 4, 11)
     # an API key nobody knows
-    answer = encode_error_response(31_000, 0, 12, ErrorCode.UNSUPPORTED_VERSION)
+    answer = encode_error_response(31_000, 0, 12, ErrorCode.UNSUPPORTED_VERSION, SUPPORTED)
     assert struct.unpack(">iih", answer) == (6, 12, ErrorCode.UNSUPPORTED_VERSION)
     # a frame too short for a header: nothing can be matched, nothing is said
     assert wire.encode_error(ProtocolError(0, ErrorCode.INVALID_FRAME, "", True)) is None

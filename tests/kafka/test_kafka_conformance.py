@@ -19,7 +19,7 @@ from kio.serial import entity_reader
 from logmq.client import Admin
 from logmq.errors import ErrorCode
 from logmq.kafka.messages import build  # the fields this version has
-from logmq.kafka.versions import SUPPORTED
+from logmq.kafka.registry import ADVERTISED as SUPPORTED
 from logmq.storage import batch as b
 from tests.harness import BrokerProcess
 from tests.kafka.test_kafka_clients import create

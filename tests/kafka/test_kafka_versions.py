@@ -23,7 +23,8 @@ from kio.serial import entity_reader, entity_writer
 from kio.static.constants import EntityType
 
 from logmq.kafka.codec import _request_class, response_class
-from logmq.kafka.versions import REFUSED, SUPPORTED
+from logmq.kafka.registry import ADVERTISED as SUPPORTED
+from logmq.kafka.registry import SERVED
 from logmq.storage import batch
 from tests.harness import BrokerProcess
 
@@ -214,7 +215,7 @@ def _error_codes(entity) -> list[int]:
 
 @pytest.mark.parametrize(("api_key", "version"), CASES, ids=[f"{k}v{v}" for k, v in CASES])
 def test_every_advertised_version_is_served(vbroker, api_key, version):
-    if version < REFUSED.get(api_key, 0):  # advertised, refused: a header and the code
+    if version < SERVED[api_key][0]:  # advertised, refused: a header and the code
         head = struct.pack(">hhih", api_key, version, 7, 1) + b"v" + b"\x00" * 16
         with socket.create_connection(("127.0.0.1", vbroker.kafka_port), timeout=20) as s:
             s.sendall(struct.pack(">i", len(head)) + head)

@@ -207,6 +207,19 @@ class FetchSessionError(LogMQError):
     """An incremental fetch names a session that is gone, or the wrong epoch."""
 
 
+@dataclass(slots=True)
+class FetchContext:
+    """What one fetch request is under the session rules (Kafka's FetchContext)."""
+
+    session: FetchSession | None  # None: a fetch without a session
+    full: bool  # answered for every partition it names (a new session, or none)
+
+    @property
+    def session_id(self) -> int:
+        """The session id its answer carries (0: none)."""
+        return self.session.id if self.session is not None else 0
+
+
 class FetchSessionCache:
     """The broker's sessions (one cache per front door), bounded in count.
 
@@ -295,6 +308,44 @@ class FetchSessionCache:
             self._unwatch(session, removed)
         if added:
             self._watch(session, added)
+
+    def new_context(
+        self,
+        session_id: int,
+        epoch: int,
+        replica_id: int,
+        now_ms: int,
+        named: list[tuple[str, list[Entry]]],
+        forgotten: Iterable[TopicPartition],
+    ) -> FetchContext:
+        """The session a fetch uses, by KIP-227's epochs, for both doors (the rule of
+        Kafka's ``FetchManager.newContext``): epoch -1 fetches without one, closing the
+        session named; epoch 0 opens one (closing the session named), or goes without
+        when the cache is full; any other epoch is an incremental fetch of the session
+        named, which applies the request's changes and ``forgotten`` partitions.
+        FetchSessionError for an unknown session or a wrong epoch."""
+        if epoch == FINAL_EPOCH:
+            if session_id:
+                self.close(session_id)
+            return FetchContext(None, True)
+        if epoch == INITIAL_EPOCH:
+            if session_id:
+                self.close(session_id)
+            session = self.open(replica_id, now_ms)
+            if session is not None:
+                self.update(session, named, ())
+            return FetchContext(session, True)
+        session = self.get(session_id, epoch, replica_id, now_ms)
+        self.update(session, named, forgotten)
+        return FetchContext(session, False)
+
+    def throttled(self, context: FetchContext) -> int:
+        """A fetch over its quota is answered empty, and a session it opened is not
+        kept, as in Kafka: the session id its answer carries."""
+        if context.session is not None and context.full:
+            self.close(context.session.id)
+            return 0
+        return context.session_id
 
     def close(self, session_id: int) -> None:
         session = self._sessions.pop(session_id, None)

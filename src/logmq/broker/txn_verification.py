@@ -25,10 +25,15 @@ from typing import TYPE_CHECKING, Any
 
 from logmq.errors import ErrorCode, LogMQError
 from logmq.net.codec import ApiKey
+from logmq.security.acl import AclOperation as Op
+from logmq.security.acl import ResourceType as RT
+from logmq.storage import batch as b
 
 if TYPE_CHECKING:
     from logmq.broker.broker_clients import BrokerClients
     from logmq.broker.txn_coordinator import TransactionCoordinatorService
+    from logmq.net.pipeline import ConnectionContext
+    from logmq.security.authorization import Authorization
     from logmq.storage.partition_log import PartitionLog
 
 TopicPartition = tuple[str, int]
@@ -119,6 +124,63 @@ class TxnVerifier:
         body = verify_body(txn_id, producer_id, epoch, tps)
         answer = await self.clients.call(node, ApiKey.ADD_PARTITIONS_TO_TXN, body)
         return parse_verify_answer(answer, tps)
+
+
+class TransactionalProduceCheck:
+    """What a produce with a transactional id must pass before its append, on either
+    door: WRITE on the id (ACLs), transactional batches only, and each partition in the
+    producer's ongoing transaction (KIP-890 part 1), as Kafka's ReplicaManager checks."""
+
+    def __init__(self, verifier: TxnVerifier, authz: Authorization | None = None) -> None:
+        self.verifier = verifier
+        self.authz = authz
+
+    async def check(
+        self,
+        context: ConnectionContext | None,
+        txn_id: str,
+        entries: list[tuple[str, int, Any]],
+        guards: Guards | None = None,
+    ) -> dict[TopicPartition, LogMQError]:
+        """The partitions of the produce that may not be appended, and why. ``guards``
+        gets the verifications' guards: pass ``append_guard(guards)`` to the produce
+        path, so a transaction that ends before the append is not reopened."""
+        if not entries:
+            return {}
+        authz = self.authz
+        if (
+            authz is not None
+            and authz.enabled
+            and not authz.allowed(context, Op.WRITE, RT.TRANSACTIONAL_ID, txn_id)
+        ):
+            error = LogMQError(
+                f"not authorized to WRITE transactional id {txn_id!r}",
+                ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+            )
+            return {(t, p): error for t, p, _ in entries}
+        refused: dict[TopicPartition, LogMQError] = {}
+        producers: dict[tuple[int, int], list[TopicPartition]] = {}
+        for topic, partition, records in entries:
+            if len(records) < b.HEADER_SIZE:
+                continue  # the append refuses it, with the reason
+            h = b.read_header(records, 0)
+            if not h.attributes & b.ATTR_TRANSACTIONAL or h.producer_id < 0:
+                refused[(topic, partition)] = LogMQError(
+                    "a transactional producer's batches must be transactional",
+                    ErrorCode.INVALID_RECORD,
+                )
+                continue
+            producers.setdefault((h.producer_id, h.producer_epoch), []).append((topic, partition))
+        for (producer_id, epoch), tps in producers.items():
+            codes = await self.verifier.verify(txn_id, producer_id, epoch, tps, guards)
+            for tp, code in codes.items():
+                if code is not ErrorCode.NONE:
+                    refused[tp] = LogMQError(
+                        f"{tp[0]}-{tp[1]} is not in an ongoing transaction of "
+                        f"{txn_id!r} (producer {producer_id}, epoch {epoch})",
+                        code,
+                    )
+        return refused
 
 
 def verify_body(

@@ -5,7 +5,7 @@ They hold no state and no logic of their own beyond translation: produce goes th
 the produce path the native protocol uses (produce_path.py), reads through the replica
 manager (leader and epoch checks, below the HW, long poll), metadata from the image.
 The one state kept here is this door's cache of fetch sessions (KIP-227), whose rules
-live in broker/fetch_sessions.py.
+(the same for both doors) live in broker/fetch_sessions.py.
 Record batches pass through untouched both ways: a produce's ``records`` bytes are the
 batches the storage validates and stamps, and a fetch answers with the segment file's
 regions, sent with sendfile (fetch_response.py).
@@ -24,13 +24,7 @@ from typing import TYPE_CHECKING, Any
 from kio.schema.errors import ErrorCode as KioErrorCode
 
 from logmq.broker.fetch_results import PartitionRead, TopicRead, failed
-from logmq.broker.fetch_sessions import (
-    FINAL_EPOCH,
-    INITIAL_EPOCH,
-    FetchSession,
-    FetchSessionCache,
-    FetchSessionError,
-)
+from logmq.broker.fetch_sessions import FINAL_EPOCH, FetchSessionCache, FetchSessionError
 from logmq.broker.produce_path import produce_result, record_errors
 from logmq.broker.txn_verification import Guards, append_guard
 from logmq.cluster.topic_names import is_internal, topic_name_error
@@ -58,23 +52,10 @@ if TYPE_CHECKING:
     from logmq.broker.produce_path import ProducePath
     from logmq.broker.producer_ids import ProducerIdManager
     from logmq.broker.replica_manager import ReplicaManager
+    from logmq.broker.txn_verification import TransactionalProduceCheck
     from logmq.cluster.metadata_image import MetadataImage
-    from logmq.kafka.configs import KafkaConfigApis
-    from logmq.kafka.consumer_groups import KafkaConsumerGroupApis
-    from logmq.kafka.group_membership import KafkaGroupMembershipApis
-    from logmq.kafka.groups import KafkaGroupApis
-    from logmq.kafka.offsets import KafkaOffsetApis
-    from logmq.kafka.partition_admin import KafkaPartitionAdminApis
-    from logmq.kafka.topics import KafkaTopicApis
     from logmq.kafka.transactions import KafkaTransactionApis
 
-KafkaHandler = Callable[[Request], Awaitable[Reply | None]]
-# Produce handlers overlap their durability waits; these have no effect to carry out
-# once their client is gone (net/server.py)
-KAFKA_CONCURRENT_APIS = frozenset({0})
-KAFKA_READ_ONLY_APIS = frozenset({1, 2, 3, 9, 10, 15, 16, 18, 23, 32, 35, 46, 60, 69})
-# group requests need __consumer_offsets: the first one creates it (net/pipeline.py guard)
-KAFKA_GROUP_APIS = frozenset({8, 9, 10, 11, 12, 13, 14, 15, 16, 42, 47, 68, 69})
 log = logging.getLogger("logmq.kafka")
 
 MAX_PRODUCER_EPOCH = 32767
@@ -141,17 +122,12 @@ class KafkaApis:
         produce_path: ProducePath,
         producer_ids: ProducerIdManager,
         auto_create: Callable[[str], Awaitable[Any]],
-        offsets: KafkaOffsetApis,
-        topics: KafkaTopicApis,
-        configs: KafkaConfigApis,
-        groups: KafkaGroupApis,
-        membership: KafkaGroupMembershipApis,
-        consumer_groups: KafkaConsumerGroupApis,
-        partitions: KafkaPartitionAdminApis,
         max_fetch_wait_ms: int,
+        advertised: Mapping[int, tuple[int, int]],
         authz: Authorization | None = None,
         quotas: QuotaEnforcer | None = None,
         transactions: KafkaTransactionApis | None = None,
+        txn_produce: TransactionalProduceCheck | None = None,
     ) -> None:
         self.node_id = node_id
         self.image = image
@@ -161,76 +137,20 @@ class KafkaApis:
         self.produce_path = produce_path
         self.producer_ids = producer_ids
         self.auto_create = auto_create
-        self.offsets = offsets
-        self.topics = topics
-        self.configs = configs
-        self.groups = groups
-        self.membership = membership
-        self.consumer_groups = consumer_groups
-        self.partitions = partitions
         self.max_fetch_wait_ms = max_fetch_wait_ms
+        self.advertised = advertised  # what ApiVersions lists (kafka/registry.py)
         self.authz = authz  # ACLs per topic (kafka/authorization.py decides per request)
         self.quotas = quotas  # client quotas of Produce and Fetch (KIP-219 throttling)
-        # the transaction APIs (kafka/transactions.py); Produce and InitProducerId with a
-        # transactional id go through them
+        # InitProducerId with a transactional id goes through the transaction APIs
+        # (kafka/transactions.py), a transactional Produce through txn_produce's checks
         self.transactions = transactions
+        self.txn_produce = txn_produce
         # Fetch sessions of this door's consumers (the native door keeps its own).
         self.sessions = FetchSessionCache.watched_by(replicas.waiters)
-        self._table = self.table()
-
-    def table(self) -> dict[int, KafkaHandler]:
-        return {
-            0: self.produce,
-            1: self.fetch,
-            2: self.list_offsets,
-            3: self.metadata,
-            8: self.offsets.offset_commit,
-            9: self.offsets.offset_fetch,
-            10: self.offsets.find_coordinator,
-            11: self.membership.join_group,
-            12: self.membership.heartbeat,
-            13: self.membership.leave_group,
-            14: self.membership.sync_group,
-            15: self.groups.describe_groups,
-            16: self.groups.list_groups,
-            18: self.api_versions,
-            19: self.topics.create_topics,
-            20: self.topics.delete_topics,
-            21: self.partitions.delete_records,
-            22: self.init_producer_id,
-            23: self.offset_for_leader_epoch,
-            32: self.configs.describe_configs,
-            33: self.configs.alter_configs,
-            35: self.partitions.describe_log_dirs,
-            37: self.topics.create_partitions,
-            42: self.groups.delete_groups,
-            43: self.partitions.elect_leaders,
-            45: self.partitions.alter_partition_reassignments,
-            46: self.partitions.list_partition_reassignments,
-            47: self.groups.offset_delete,
-            44: self.configs.incremental_alter_configs,
-            60: self.describe_cluster,
-            **self._transaction_handlers(),
-            68: self.consumer_groups.heartbeat,
-            69: self.consumer_groups.describe,
-        }
-
-    def _transaction_handlers(self) -> dict[int, KafkaHandler]:
-        t = self.transactions
-        if t is None:
-            return {}
-        return {
-            24: t.add_partitions_to_txn,
-            25: t.add_offsets_to_txn,
-            28: self.offsets.txn_offset_commit,
-            26: t.end_txn,
-            65: t.describe_transactions,
-            66: t.list_transactions,
-        }
 
     # -- ApiVersions -------------------------------------------------------------------
     async def api_versions(self, req: Request) -> Reply:
-        return Reply(api_versions_response(req.api_version))
+        return Reply(api_versions_response(req.api_version, self.advertised))
 
     # -- Metadata ----------------------------------------------------------------------
     async def metadata(self, req: Request) -> Reply:
@@ -438,7 +358,7 @@ class KafkaApis:
         m = response_module(body)
         acks = body.acks
         timeout_ms = int(body.timeout.total_seconds() * 1000)
-        if body.transactional_id is not None and self.transactions is None:
+        if body.transactional_id is not None and self.txn_produce is None:
             code = ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
             return self._produce_errors(m, req, code, "transactions are not enabled")
         if acks not in (0, 1, -1):
@@ -451,10 +371,10 @@ class KafkaApis:
         refused: dict[tuple[str, int], LogMQError] = {}
         guard = None
         if body.transactional_id is not None:
-            assert self.transactions is not None
+            assert self.txn_produce is not None
             guards: Guards = {}
-            refused = await self.transactions.check_produce(
-                req,
+            refused = await self.txn_produce.check(
+                req.context,
                 body.transactional_id,
                 [
                     (t.name, p.index, p.records or b"")
@@ -558,16 +478,9 @@ class KafkaApis:
 
     # -- Fetch -------------------------------------------------------------------------
     async def fetch(self, req: Request) -> Reply:
-        """Fetch, with fetch sessions from v7 (KIP-227; broker/fetch_sessions.py).
-
-        As Kafka's FetchManager: epoch -1 fetches without a session (closing the one
-        named); epoch 0 opens a session (closing the one named), answered in full with
-        the new id, or 0 when the cache has no room; any other epoch is an incremental
-        fetch of the named session, which names only the partitions that changed and
-        the ones to forget, and hears only of partitions with records, an error, or a
-        new high watermark (hence last stable offset) or log start offset. An unknown
-        session or a wrong epoch is a top-level error with no partitions.
-        """
+        """Fetch, with fetch sessions from v7 (KIP-227): the session rules are the
+        cache's, the same on both doors (``FetchSessionCache.new_context``). An unknown
+        session or a wrong epoch is a top-level error with no partitions."""
         body = req.body
         version = req.api_version
         # v13+ names topics by id (KIP-516); ids no topic has are answered UNKNOWN_TOPIC_ID
@@ -614,46 +527,37 @@ class KafkaApis:
         committed = version >= 4 and body.isolation_level == 1
         session_id = getattr(body, "session_id", 0) if version >= 7 else 0
         epoch = getattr(body, "session_epoch", FINAL_EPOCH) if version >= 7 else FINAL_EPOCH
-        session: FetchSession | None = None
-        full = True
-        if epoch == FINAL_EPOCH:
-            if session_id:
-                self.sessions.close(session_id)
-            session_id = 0
-        elif epoch == INITIAL_EPOCH:
-            if session_id:
-                self.sessions.close(session_id)
-            session = self.sessions.open(CONSUMER, self.replicas.clock())
-            session_id = session.id if session is not None else 0
-        else:
-            try:
-                session = self.sessions.get(session_id, epoch, CONSUMER, self.replicas.clock())
-            except FetchSessionError as e:
-                head, rest = encode_fetch_response(version, [], error=int(e.code))
-                return Reply(head, rest)
-            full = False
-        if session is not None:
-            forgotten = (
-                [
-                    (name, p)
-                    for t in body.forgotten_topics_data
-                    if (name := name_of(t)) is not None
-                    for p in t.partitions
-                ]
-                if not full
-                else []
+        forgotten = (
+            (name, p)
+            for t in getattr(body, "forgotten_topics_data", ())
+            if (name := name_of(t)) is not None
+            for p in t.partitions
+        )
+        try:
+            context = self.sessions.new_context(
+                session_id, epoch, CONSUMER, self.replicas.clock(), named, forgotten
             )
-            self.sessions.update(session, named, forgotten)
+        except FetchSessionError as e:
+            head, rest = encode_fetch_response(version, [], error=int(e.code))
+            return Reply(head, rest)
+        session_id = context.session_id
+        if context.session is not None:
             read = await self.replicas.fetch_session_for_consumer(
-                session, full, max_wait_ms, min_bytes, max_bytes, gate, committed=committed
+                context.session,
+                context.full,
+                max_wait_ms,
+                min_bytes,
+                max_bytes,
+                gate,
+                committed=committed,
             )
             if read is None:  # throttled: as Kafka, empty and no session opened
                 assert gate is not None
-                if full:
-                    self.sessions.close(session_id)
-                    session_id = 0
                 head, rest = encode_fetch_response(
-                    version, [], session_id=session_id, throttle_ms=gate.throttle_ms
+                    version,
+                    [],
+                    session_id=self.sessions.throttled(context),
+                    throttle_ms=gate.throttle_ms,
                 )
                 return Reply(head, rest, throttle_ms=gate.throttle_ms)
             answer: list = read

@@ -1,16 +1,14 @@
-"""Which ACL each Kafka request needs, as Kafka's KafkaApis asks for it.
+"""The Kafka door's authorization step, and its denials in each request's own shape.
 
-The pipeline step (``guard``) decides what is decided per request: the cluster APIs
-(CLUSTER_AUTHORIZATION_FAILED) and the group a group request names
-(GROUP_AUTHORIZATION_FAILED), answered in the request's own response type. What is
-decided per topic inside a request (Produce: WRITE, Fetch: READ, Metadata and
-ListOffsets: DESCRIBE, CreateTopics: CREATE, DeleteTopics: DELETE, ...) is answered
-per topic by the handlers, through the same ``Authorization`` and the same cache.
+What a request needs is its registry entry's rule (kafka/registry.py, kafka/access.py):
+the cluster APIs (CLUSTER_AUTHORIZATION_FAILED), the group a group request names
+(GROUP_AUTHORIZATION_FAILED), the resources some requests name. What is decided per
+entity inside a request (Produce: WRITE, Fetch: READ, Metadata and ListOffsets:
+DESCRIBE, CreateTopics: CREATE, DeleteTopics: DELETE, ...) is answered per entity by the
+handlers, through the same ``Authorization`` and the same cache.
 """
 
 from __future__ import annotations
-
-from collections.abc import Callable
 
 from logmq.errors import ErrorCode
 from logmq.kafka.apis import kafka_error_reply
@@ -20,125 +18,35 @@ from logmq.kafka.messages import (
     kio_code,
     response_module,
 )
+from logmq.net.api_registry import ApiRegistry
 from logmq.net.codec import Request
 from logmq.net.reply import Reply
-from logmq.security.acl import AclOperation as Op
 from logmq.security.acl import ResourceType
-from logmq.security.authorization import CLUSTER, DENIED_CODES, Authorization
-
-# api key -> the operation on the cluster it needs
-CLUSTER_APIS: dict[int, Op] = {
-    29: Op.DESCRIBE,  # DescribeAcls
-    30: Op.ALTER,  # CreateAcls
-    31: Op.ALTER,  # DeleteAcls
-    35: Op.DESCRIBE,  # DescribeLogDirs
-    43: Op.ALTER,  # ElectLeaders
-    45: Op.ALTER,  # AlterPartitionReassignments
-    46: Op.DESCRIBE,  # ListPartitionReassignments
-    48: Op.DESCRIBE_CONFIGS,  # DescribeClientQuotas
-    49: Op.ALTER_CONFIGS,  # AlterClientQuotas
-    50: Op.DESCRIBE,  # DescribeUserScramCredentials
-    51: Op.ALTER,  # AlterUserScramCredentials
-}
-
-
-def _group_ids(req: Request) -> list[str]:
-    """The group a single-group request names (the batched ones are the handlers')."""
-    body = req.body
-    key = req.api_key
-    if key == 10:  # FindCoordinator v0-3: groups only (key type 0)
-        return [body.key] if getattr(body, "key_type", 0) == 0 else []
-    return [body.group_id]
-
-
-# api key -> the operation on the named group(s) it needs
-GROUP_APIS: dict[int, Op] = {
-    8: Op.READ,  # OffsetCommit
-    9: Op.DESCRIBE,  # OffsetFetch
-    10: Op.DESCRIBE,  # FindCoordinator
-    11: Op.READ,  # JoinGroup
-    12: Op.READ,  # Heartbeat
-    13: Op.READ,  # LeaveGroup
-    14: Op.READ,  # SyncGroup
-    47: Op.DELETE,  # OffsetDelete
-    68: Op.READ,  # ConsumerGroupHeartbeat
-}
-
-
-Needed = list[tuple[Op, ResourceType, str]]
-
-
-def _config_resources(op: Op) -> Callable[[Request], Needed]:
-    """Describe/Alter(Incremental)Configs: topics (2) by name, the broker (4) as the
-    cluster; other resource types (broker loggers) as the cluster too."""
-
-    def needed(req: Request) -> Needed:
-        out: Needed = []
-        for r in req.body.resources:
-            if r.resource_type == 2:
-                out.append((op, ResourceType.TOPIC, r.resource_name))
-            else:
-                out.append((op, ResourceType.CLUSTER, CLUSTER))
-        return out
-
-    return needed
-
-
-def _topics(op: Op, field: str = "name") -> Callable[[Request], Needed]:
-    def needed(req: Request) -> Needed:
-        return [(op, ResourceType.TOPIC, getattr(t, field)) for t in req.body.topics or ()]
-
-    return needed
-
-
-# api key -> the resources a request names (all must be allowed; one denial answers the
-# request, every entry with its code: clients send one resource per request for these)
-RESOURCE_APIS: dict[int, Callable[[Request], Needed]] = {
-    8: _topics(Op.READ),  # OffsetCommit: READ on each topic too
-    21: _topics(Op.DELETE),  # DeleteRecords
-    23: _topics(Op.DESCRIBE, "topic"),  # OffsetForLeaderEpoch
-    32: _config_resources(Op.DESCRIBE_CONFIGS),  # DescribeConfigs
-    33: _config_resources(Op.ALTER_CONFIGS),  # AlterConfigs
-    44: _config_resources(Op.ALTER_CONFIGS),  # IncrementalAlterConfigs
-}
+from logmq.security.authorization import DENIED_CODES, Authorization
 
 
 class KafkaAuthorization:
-    def __init__(self, authorization: Authorization) -> None:
-        self.authz = authorization
+    """The pipeline step: each request's registry entry names its rule (kafka/access.py)."""
 
-    @property
-    def api_keys(self) -> frozenset[int]:
-        return frozenset(CLUSTER_APIS) | frozenset(GROUP_APIS) | frozenset(RESOURCE_APIS)
+    def __init__(self, authorization: Authorization, registry: ApiRegistry) -> None:
+        self.authz = authorization
+        self.registry = registry
 
     async def guard(self, req: Request) -> Reply | None:
         authz = self.authz
         if not authz.enabled:
             return None
+        spec = self.registry.get(req.api_key)
+        if spec is None:
+            return None
         context = req.context
-        op = CLUSTER_APIS.get(req.api_key)
-        if op is not None:
-            if authz.allowed(context, op, ResourceType.CLUSTER, CLUSTER):
-                return None
-            return _denied(req, ErrorCode.CLUSTER_AUTHORIZATION_FAILED, f"{op.name} on the cluster")
-        op = GROUP_APIS.get(req.api_key)
-        batched = (req.api_key == 9 and req.api_version >= 8) or (
-            req.api_key == 10 and req.api_version >= 4
-        )
-        if op is not None and not batched:  # batched ones: per group, in the handler
-            groups = _group_ids(req)
-            for group in groups:
-                if not authz.allowed(context, op, ResourceType.GROUP, group):
-                    return _denied(
-                        req, ErrorCode.GROUP_AUTHORIZATION_FAILED, f"{op.name} on group {group!r}"
-                    )
-        resources = RESOURCE_APIS.get(req.api_key)
-        if resources is not None:
-            for op, rtype, name in resources(req):
-                if not authz.allowed(context, op, rtype, name):
-                    code = DENIED_CODES[rtype]
+        for op, rtype, name in spec.access.needs(req):  # type: ignore[attr-defined]
+            if not authz.allowed(context, op, rtype, name):
+                if rtype is ResourceType.CLUSTER:
+                    what = f"{op.name} on the cluster"
+                else:
                     what = f"{op.name} on {rtype.name.lower()} {name!r}"
-                    return _denied(req, code, what)
+                return _denied(req, DENIED_CODES[rtype], what)
         return None
 
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 import dataclasses
 import io
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from functools import cache
 from typing import Any
 
@@ -31,7 +31,7 @@ from kio.serial import entity_reader, entity_writer
 from logmq.errors import ErrorCode, InvalidFrameError
 from logmq.kafka.frame_check import FrameShapeError, check_request
 from logmq.kafka.legacy import legacy_request, legacy_response
-from logmq.kafka.versions import API_VERSIONS_KEY, REFUSED, SUPPORTED, api_versions_response
+from logmq.kafka.versions import API_VERSIONS_KEY, api_versions_response
 from logmq.net.codec import Request
 from logmq.net.connection import ProtocolError
 from logmq.net.reply import Reply
@@ -52,8 +52,19 @@ class UnsupportedRequest(InvalidFrameError):
         self.api_version = api_version
 
 
+Versions = Mapping[int, tuple[int, int]]
+
+
 class KafkaWire:
-    """The ``WireCodec`` (net/wire.py) of the Kafka listener."""
+    """The ``WireCodec`` (net/wire.py) of the Kafka listener: it refuses, before decoding,
+    what ``served`` leaves out, and answers ApiVersions errors with ``advertised``
+    (both from the door's registry, kafka/registry.py)."""
+
+    __slots__ = ("advertised", "served")
+
+    def __init__(self, advertised: Versions, served: Versions) -> None:
+        self.advertised = advertised
+        self.served = served
 
     def decode_request(self, frame: memoryview) -> Request:
         try:
@@ -66,10 +77,10 @@ class KafkaWire:
         if len(frame) < _HEADER.size + 2:
             raise InvalidFrameError(f"request frame too short: {len(frame)} bytes")
         api_key, api_version, corr = _HEADER.unpack_from(frame, 0)
-        versions = SUPPORTED.get(api_key)
+        versions = self.served.get(api_key)
         if versions is None:
             raise UnsupportedRequest(f"API key {api_key} is not supported", api_key, api_version)
-        if not max(versions[0], REFUSED.get(api_key, 0)) <= api_version <= versions[1]:
+        if not versions[0] <= api_version <= versions[1]:
             raise UnsupportedRequest(
                 f"API key {api_key} version {api_version} is not supported "
                 f"(versions {versions[0]}..{versions[1]})",
@@ -116,7 +127,7 @@ class KafkaWire:
         if error.api_key < 0:
             return None  # not even the header: nobody could match an answer
         return encode_error_response(
-            error.api_key, error.api_version, error.correlation_id, error.code
+            error.api_key, error.api_version, error.correlation_id, error.code, self.advertised
         )
 
 
@@ -146,11 +157,13 @@ def encode_entity(entity: Any) -> bytes:
     return out.getvalue()
 
 
-def encode_error_response(api_key: int, api_version: int, corr: int, code: ErrorCode) -> bytes:
+def encode_error_response(
+    api_key: int, api_version: int, corr: int, code: ErrorCode, advertised: Versions
+) -> bytes:
     """A whole response frame carrying ``code`` for a request that was not carried out."""
     if api_key == API_VERSIONS_KEY:
         # KIP-511: v0 with the error and the versions, whatever version was asked
-        body = encode_entity(api_versions_response(0, code))
+        body = encode_entity(api_versions_response(0, advertised, code))
         return _SIZE_CORR.pack(4 + len(body), corr) + body
     try:
         response_cls = response_class(api_key, api_version)

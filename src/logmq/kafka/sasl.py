@@ -28,7 +28,6 @@ from logmq.net.reply import Reply
 from logmq.security.authentication import Authenticator
 
 SASL_HANDSHAKE, SASL_AUTHENTICATE = 17, 36
-HANDSHAKE_APIS = frozenset({18, SASL_HANDSHAKE, SASL_AUTHENTICATE})  # with ApiVersions
 _SIZE = struct.Struct(">i")
 
 
@@ -59,12 +58,20 @@ class RawSaslWire:
 
 
 RAW_SASL_WIRE = RawSaslWire()
-KAFKA_WIRE = KafkaWire()
 
 
 class KafkaSaslApis:
-    def __init__(self, authenticator: Authenticator) -> None:
+    """The SASL exchange, and the pipeline's first step on every Kafka listener.
+
+    ``before_auth`` is what the registry admits before a login (ApiVersions and these
+    two); ``wire`` is the listener's codec, back in force after a raw exchange."""
+
+    def __init__(
+        self, authenticator: Authenticator, before_auth: frozenset[int], wire: KafkaWire
+    ) -> None:
         self.auth = authenticator
+        self.before_auth = before_auth
+        self.wire = wire
 
     async def sasl_handshake(self, req: Request) -> Reply:
         m = response_module(req.body)
@@ -102,12 +109,12 @@ class KafkaSaslApis:
             ),
             close=answer.close,
             # a raw exchange (handshake v0) done: Kafka's framing from the next request
-            wire=KAFKA_WIRE if raw_done else None,
+            wire=self.wire if raw_done else None,
         )
 
     async def guard(self, req: Request) -> Reply | None:
         """The pipeline's first step on every Kafka listener (see authentication.py)."""
-        why = self.auth.admits(req.context, req.api_key in HANDSHAKE_APIS)
+        why = self.auth.admits(req.context, req.api_key in self.before_auth)
         if why is None:
             return None
         reply = kafka_error_reply(req, ErrorCode.ILLEGAL_SASL_STATE, why)

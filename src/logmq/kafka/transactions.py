@@ -25,11 +25,9 @@ from logmq.net.reply import Reply
 from logmq.security.acl import AclOperation as Op
 from logmq.security.acl import ResourceType as RT
 from logmq.security.authorization import Authorization
-from logmq.storage import batch as b
 
 if TYPE_CHECKING:
     from logmq.broker.txn_coordinator import TransactionCoordinatorService
-    from logmq.broker.txn_verification import Guards, TxnVerifier
 
 INIT_PRODUCER_ID, ADD_PARTITIONS, ADD_OFFSETS, END_TXN, TXN_OFFSET_COMMIT = 22, 24, 25, 26, 28
 # the first version of each API whose clients know PRODUCER_FENCED
@@ -48,61 +46,14 @@ class KafkaTransactionApis:
     def __init__(
         self,
         txns: TransactionCoordinatorService,
-        verifier: TxnVerifier,
         authz: Authorization | None = None,
     ) -> None:
         self.txns = txns
-        self.verifier = verifier
         self.authz = authz
 
     def _allowed(self, req: Request, op: Op, rtype: RT, name: str) -> bool:
         authz = self.authz
         return authz is None or not authz.enabled or authz.allowed(req.context, op, rtype, name)
-
-    # -- Produce with a transactional id (called by KafkaApis.produce) -------------------
-    async def check_produce(
-        self,
-        req: Request,
-        txn_id: str,
-        entries: list[tuple[str, int, Any]],
-        guards: Guards | None = None,
-    ) -> dict[tuple[str, int], LogMQError]:
-        """The partitions of a transactional produce that may not be appended, and why:
-        WRITE on the transactional id (ACLs), and KIP-890's verification that each
-        partition is in the producer's ongoing transaction (no hanging transaction).
-        ``guards`` gets the verifications' guards: pass ``append_guard(guards)`` to the
-        produce path, so a transaction that ends before the append is not reopened."""
-        if not entries:
-            return {}
-        if not self._allowed(req, Op.WRITE, RT.TRANSACTIONAL_ID, txn_id):
-            error = LogMQError(
-                f"not authorized to WRITE transactional id {txn_id!r}",
-                ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
-            )
-            return {(t, p): error for t, p, _ in entries}
-        refused: dict[tuple[str, int], LogMQError] = {}
-        producers: dict[tuple[int, int], list[tuple[str, int]]] = {}
-        for topic, partition, records in entries:
-            if len(records) < b.HEADER_SIZE:
-                continue  # the append refuses it, with the reason
-            h = b.read_header(records, 0)
-            if not h.attributes & b.ATTR_TRANSACTIONAL or h.producer_id < 0:
-                refused[(topic, partition)] = LogMQError(
-                    "a transactional producer's batches must be transactional",
-                    ErrorCode.INVALID_RECORD,
-                )
-                continue
-            producers.setdefault((h.producer_id, h.producer_epoch), []).append((topic, partition))
-        for (producer_id, epoch), tps in producers.items():
-            codes = await self.verifier.verify(txn_id, producer_id, epoch, tps, guards)
-            for tp, code in codes.items():
-                if code is not ErrorCode.NONE:
-                    refused[tp] = LogMQError(
-                        f"{tp[0]}-{tp[1]} is not in an ongoing transaction of "
-                        f"{txn_id!r} (producer {producer_id}, epoch {epoch})",
-                        code,
-                    )
-        return refused
 
     # -- InitProducerId (called by KafkaApis for a transactional id) ---------------------
     async def init_producer_id(self, req: Request) -> Reply:

@@ -12,6 +12,7 @@ offset a forwarding broker waits for before it answers its client.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from logmq.broker.config_view import ConfigView, broker_configs, topic_configs
@@ -74,11 +75,14 @@ class AdminApi:
         topic_creator: TopicCreator,
         producer_ids: ProducerIdManager,
         metrics: BrokerMetrics,
+        advertised: Mapping[int, tuple[int, int]],
         quotas: QuotaEnforcer | None = None,
         txns: TransactionCoordinatorService | None = None,
     ) -> None:
-        """``txns`` serves InitProducerId with a transactional id (None: refused)."""
+        """``txns`` serves InitProducerId with a transactional id (None: refused);
+        ``advertised`` is what ApiVersions lists (native/registry.py)."""
         self.config = config
+        self.advertised = advertised
         self.txns = txns
         self.quotas = quotas  # controller_mutation_rate, metered here on the controller
         self.quorum = quorum
@@ -90,9 +94,7 @@ class AdminApi:
         self._metadata_built: tuple[object, dict[str, dict[str, Any]]] = (None, {})
 
     def api_list(self) -> list[list[int]]:
-        from logmq.native.api_table import SUPPORTED_APIS
-
-        return [[int(k), lo, hi] for k, (lo, hi) in sorted(SUPPORTED_APIS.items())]
+        return [[int(k), lo, hi] for k, (lo, hi) in sorted(self.advertised.items())]
 
     async def api_versions(self, req: Request) -> Reply:
         return Reply({"error": 0, "apis": self.api_list()})

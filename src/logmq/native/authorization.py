@@ -1,6 +1,7 @@
 """Which ACLs each native request needs: the same decisions as the Kafka door's.
 
-One pipeline step (``guard``) for the whole native door: every resource a request names
+Each API's registry entry (native/registry.py) names one of the rules below. One
+pipeline step (``guard``) for the whole native door: every resource a request names
 must be allowed, else the request is answered with the resource type's
 *_AUTHORIZATION_FAILED (native clients take errors per request). The inter-broker APIs
 (a follower's fetch, ISR changes, registration and heartbeats, producer id blocks,
@@ -15,9 +16,11 @@ refuses it.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 from logmq.errors import ErrorCode
+from logmq.net.api_registry import ApiRegistry
 from logmq.net.codec import ApiKey, Request
 from logmq.net.reply import Reply
 from logmq.security.acl import AclOperation as Op
@@ -104,80 +107,112 @@ def _txn_offset_commit(body: Any) -> list[Need]:
     return _txn_id(body) + _group(Op.READ)(body) + _topics(Op.READ)(body)
 
 
-BROKER_ONLY = frozenset(
-    {
-        ApiKey.BROKER_REGISTRATION,
-        ApiKey.BROKER_HEARTBEAT,
-        ApiKey.ALLOCATE_PRODUCER_IDS,
-        ApiKey.ALTER_PARTITION,
-        ApiKey.WRITE_TXN_MARKERS,
-    }
+@dataclass(frozen=True, slots=True)
+class Needs:
+    """Every resource ``of(body)`` names must be allowed (the native door's usual rule)."""
+
+    of: Callable[[Any], list[Need]]
+    text: str
+    # CreateTopics: CREATE on the cluster covers every new topic, as in Kafka
+    create_on_cluster: bool = False
+    # OffsetForLeaderEpoch: followers ask it too, as brokers (CLUSTER_ACTION)
+    brokers_too: bool = False
+
+    def describe(self) -> str:
+        return self.text
+
+
+@dataclass(frozen=True, slots=True)
+class BrokersOnly:
+    """An inter-broker API: CLUSTER_ACTION on the cluster, brokers' principals only."""
+
+    def describe(self) -> str:
+        return "CLUSTER_ACTION on the cluster (brokers only)"
+
+
+@dataclass(frozen=True, slots=True)
+class ProducerIdAccess:
+    """InitProducerId: WRITE on a transactional id, else (idempotence, KIP-679)
+    IDEMPOTENT_WRITE on the cluster or WRITE on some topic."""
+
+    def describe(self) -> str:
+        return "WRITE on the transactional id, else IDEMPOTENT_WRITE or WRITE on a topic"
+
+
+@dataclass(frozen=True, slots=True)
+class InHandler:
+    """Decided per entry by the handler (DESCRIBE on each transactional id, ...)."""
+
+    what: str
+
+    def describe(self) -> str:
+        return f"{self.what} (per entry, by the handler)"
+
+
+@dataclass(frozen=True, slots=True)
+class Unchecked:
+    why: str
+
+    def describe(self) -> str:
+        return f"none: {self.why}"
+
+
+def topics(op: Op, key: str = "topics", field: str = "topic", **flags: bool) -> Needs:
+    return Needs(_topics(op, key, field), f"{op.name} on each topic", **flags)
+
+
+def group(op: Op) -> Needs:
+    return Needs(_group(op), f"{op.name} on the group")
+
+
+def cluster(op: Op) -> Needs:
+    return Needs(_cluster(op), f"{op.name} on the cluster")
+
+
+def configs(op: Op) -> Needs:
+    return Needs(_configs(op), f"{op.name} on each topic, or on the cluster for a broker")
+
+
+OFFSET_COMMIT = Needs(_offset_commit, "READ on the group and on each topic")
+FIND_COORDINATOR = Needs(_find_coordinator, "DESCRIBE on each group or transactional id")
+ADD_PARTITIONS = Needs(_add_partitions, "WRITE on the transactional id and on each topic")
+ADD_OFFSETS = Needs(_add_offsets, "WRITE on the transactional id, READ on the group")
+END_TXN = Needs(_txn_id, "WRITE on the transactional id")
+TXN_OFFSET_COMMIT = Needs(
+    _txn_offset_commit, "WRITE on the transactional id, READ on the group and each topic"
 )
-
-NEEDS: dict[int, Callable[[Any], list[Need]]] = {
-    ApiKey.PRODUCE: _topics(Op.WRITE),
-    ApiKey.FETCH: _topics(Op.READ),
-    ApiKey.LIST_OFFSETS: _topics(Op.DESCRIBE),
-    ApiKey.OFFSET_FOR_LEADER_EPOCH: _topics(Op.DESCRIBE),
-    ApiKey.DELETE_RECORDS: _topics(Op.DELETE),
-    ApiKey.METADATA: lambda b: [(Op.DESCRIBE, RT.TOPIC, n) for n in _names(b, "topics", "")],
-    ApiKey.CREATE_TOPICS: _topics(Op.CREATE),
-    ApiKey.CREATE_PARTITIONS: _topics(Op.ALTER),
-    ApiKey.DELETE_TOPICS: lambda b: [(Op.DELETE, RT.TOPIC, n) for n in _names(b, "topics", "")],
-    ApiKey.DESCRIBE_CONFIGS: _configs(Op.DESCRIBE_CONFIGS),
-    ApiKey.ALTER_CONFIGS: _configs(Op.ALTER_CONFIGS),
-    ApiKey.FIND_COORDINATOR: _find_coordinator,
-    ApiKey.CONSUMER_GROUP_HEARTBEAT: _group(Op.READ),
-    ApiKey.OFFSET_COMMIT: _offset_commit,
-    ApiKey.OFFSET_FETCH: _group(Op.DESCRIBE),
-    ApiKey.LIST_GROUPS: _cluster(Op.DESCRIBE),
-    ApiKey.CONSUMER_GROUP_DESCRIBE: _group(Op.DESCRIBE),
-    ApiKey.DELETE_GROUPS: _group(Op.DELETE),
-    ApiKey.OFFSET_DELETE: _group(Op.DELETE),
-    ApiKey.DESCRIBE_CLUSTER: lambda b: [],
-    ApiKey.DESCRIBE_QUORUM: _cluster(Op.DESCRIBE),
-    ApiKey.DESCRIBE_LOG_DIRS: _cluster(Op.DESCRIBE),
-    ApiKey.ELECT_LEADERS: _cluster(Op.ALTER),
-    ApiKey.ALTER_PARTITION_REASSIGNMENTS: _cluster(Op.ALTER),
-    ApiKey.LIST_PARTITION_REASSIGNMENTS: _cluster(Op.DESCRIBE),
-    ApiKey.DESCRIBE_ACLS: _cluster(Op.DESCRIBE),
-    ApiKey.CREATE_ACLS: _cluster(Op.ALTER),
-    ApiKey.DELETE_ACLS: _cluster(Op.ALTER),
-    ApiKey.DESCRIBE_CLIENT_QUOTAS: _cluster(Op.DESCRIBE_CONFIGS),
-    ApiKey.ALTER_CLIENT_QUOTAS: _cluster(Op.ALTER_CONFIGS),
-    ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: _cluster(Op.DESCRIBE),
-    ApiKey.ALTER_USER_SCRAM_CREDENTIALS: _cluster(Op.ALTER),
-    ApiKey.DESCRIBE_PRODUCERS: _topics(Op.READ),
-    ApiKey.ADD_PARTITIONS_TO_TXN: _add_partitions,  # a producer's (verify_only: brokers')
-    ApiKey.ADD_OFFSETS_TO_TXN: _add_offsets,
-    ApiKey.END_TXN: _txn_id,
-    ApiKey.TXN_OFFSET_COMMIT: _txn_offset_commit,
-    # per transactional id in the handler (native/txn_api.py), as Kafka: DESCRIBE on each
-    # id; a denied id gets TRANSACTIONAL_ID_AUTHORIZATION_FAILED, ListTransactions leaves
-    # the ids out
-    ApiKey.DESCRIBE_TRANSACTIONS: lambda b: [],
-    ApiKey.LIST_TRANSACTIONS: lambda b: [],
-}
-
-
-def from_broker(req: Request) -> bool:
-    """Is this a request only brokers send: an inter-broker API, a request forwarded to
-    the controller, a follower's fetch? (CLUSTER_ACTION; exempt from client quotas.)"""
-    body = req.body
-    if req.api_key in BROKER_ONLY:
-        return True
-    if not isinstance(body, dict):
-        return False
-    if body.get("forwarded_by") is not None:
-        return True
-    if req.api_key == ApiKey.ADD_PARTITIONS_TO_TXN:
-        return body.get("verify_only") is True  # a partition leader's check (KIP-890)
-    return req.api_key == ApiKey.FETCH and body.get("replica_id", -1) != -1
+METADATA = Needs(
+    lambda b: [(Op.DESCRIBE, RT.TOPIC, n) for n in _names(b, "topics", "")],
+    "DESCRIBE on each topic named",
+)
+DELETE_TOPICS = Needs(
+    lambda b: [(Op.DELETE, RT.TOPIC, n) for n in _names(b, "topics", "")], "DELETE on each topic"
+)
 
 
 class NativeAuthorization:
-    def __init__(self, authorization: Authorization) -> None:
+    """The native door's authorization step: each request's registry entry names its
+    rule (native/registry.py)."""
+
+    def __init__(self, authorization: Authorization, registry: ApiRegistry) -> None:
         self.authz = authorization
+        self.registry = registry
+
+    def from_broker(self, req: Request) -> bool:
+        """Is this a request only brokers send: an inter-broker API, a request forwarded
+        to the controller, a follower's fetch? (CLUSTER_ACTION; exempt from client
+        quotas.)"""
+        spec = self.registry.get(req.api_key)
+        if spec is not None and isinstance(spec.access, BrokersOnly):
+            return True
+        body = req.body
+        if not isinstance(body, dict):
+            return False
+        if body.get("forwarded_by") is not None:
+            return True
+        if req.api_key == ApiKey.ADD_PARTITIONS_TO_TXN:
+            return body.get("verify_only") is True  # a partition leader's check (KIP-890)
+        return req.api_key == ApiKey.FETCH and body.get("replica_id", -1) != -1
 
     def _cluster_action(self, req: Request) -> bool:
         return self.authz.allowed(req.context, Op.CLUSTER_ACTION, RT.CLUSTER, CLUSTER)
@@ -186,45 +221,47 @@ class NativeAuthorization:
         authz = self.authz
         if not authz.enabled:
             return None
-        body = req.body
-        key = req.api_key
-        if from_broker(req):
+        if self.from_broker(req):
             # brokers only: the forwarding broker checked its client's ACLs already
             if self._cluster_action(req):
                 return None
             return _denied(req, ErrorCode.CLUSTER_AUTHORIZATION_FAILED, "act as a broker")
-        if key == ApiKey.INIT_PRODUCER_ID:
-            txn_id = body.get("transactional_id") if isinstance(body, dict) else None
-            if txn_id is not None:
-                if isinstance(txn_id, str) and not authz.allowed(
-                    req.context, Op.WRITE, RT.TRANSACTIONAL_ID, txn_id
-                ):
-                    return _denied(
-                        req,
-                        ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
-                        f"WRITE transactional_id {txn_id!r}",
-                    )
-                return None  # not a str: the handler refuses it
-            if authz.allowed(
-                req.context, Op.IDEMPOTENT_WRITE, RT.CLUSTER, CLUSTER, log_denial=False
-            ) or authz.allowed_on_some(req.context, Op.WRITE, RT.TOPIC):
-                return None  # KIP-679, as on the Kafka door
-            return _denied(req, ErrorCode.CLUSTER_AUTHORIZATION_FAILED, "write to any topic")
-        needs = NEEDS.get(key)
-        if needs is None:
-            return None  # ApiVersions, the SASL exchange
-        for op, rtype, name in needs(body):
-            if (
-                rtype is RT.TOPIC
-                and op is Op.CREATE
-                and authz.allowed(req.context, Op.CREATE, RT.CLUSTER, CLUSTER, log_denial=False)
+        spec = self.registry.get(req.api_key)
+        rule = spec.access if spec is not None else None
+        if isinstance(rule, ProducerIdAccess):
+            return self._init_producer_id(req)
+        if not isinstance(rule, Needs):
+            return None  # ApiVersions, the SASL exchange, the handlers' own checks
+        for op, rtype, name in rule.of(req.body):
+            if rule.create_on_cluster and authz.allowed(
+                req.context, Op.CREATE, RT.CLUSTER, CLUSTER, log_denial=False
             ):
-                continue  # CREATE on the cluster covers every new topic, as in Kafka
-            if key == ApiKey.OFFSET_FOR_LEADER_EPOCH and self._cluster_action(req):
-                continue  # followers ask it too
+                continue
+            if rule.brokers_too and self._cluster_action(req):
+                continue
             if not authz.allowed(req.context, op, rtype, name):
                 return _denied(req, DENIED_CODES[rtype], f"{op.name} {rtype.name.lower()} {name!r}")
         return None
+
+    def _init_producer_id(self, req: Request) -> Reply | None:
+        authz = self.authz
+        body = req.body
+        txn_id = body.get("transactional_id") if isinstance(body, dict) else None
+        if txn_id is not None:
+            if isinstance(txn_id, str) and not authz.allowed(
+                req.context, Op.WRITE, RT.TRANSACTIONAL_ID, txn_id
+            ):
+                return _denied(
+                    req,
+                    ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+                    f"WRITE transactional_id {txn_id!r}",
+                )
+            return None  # not a str: the handler refuses it
+        if authz.allowed(
+            req.context, Op.IDEMPOTENT_WRITE, RT.CLUSTER, CLUSTER, log_denial=False
+        ) or authz.allowed_on_some(req.context, Op.WRITE, RT.TOPIC):
+            return None  # KIP-679, as on the Kafka door
+        return _denied(req, ErrorCode.CLUSTER_AUTHORIZATION_FAILED, "write to any topic")
 
 
 def _denied(req: Request, code: ErrorCode, what: str) -> Reply:

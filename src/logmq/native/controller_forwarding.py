@@ -17,8 +17,8 @@ from typing import Any
 from logmq.broker.controller_service import MetadataQuorum
 from logmq.cluster.controller_api import AlterPartitionRequest, AlterPartitionResponse
 from logmq.errors import ErrorCode, LogMQError
-from logmq.native.api_table import Handler
 from logmq.native.cluster_api import alter_partition_response
+from logmq.net.api_registry import Handler
 from logmq.net.codec import ApiKey, Request
 from logmq.net.reply import Reply
 from logmq.security.quota_enforcer import quota_caller

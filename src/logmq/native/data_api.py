@@ -16,13 +16,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from logmq.broker.fetch_sessions import (
     FINAL_EPOCH,
-    INITIAL_EPOCH,
     Entry,
-    FetchSession,
     FetchSessionCache,
     FetchSessionError,
 )
@@ -40,25 +38,11 @@ if TYPE_CHECKING:
     from logmq.broker.metrics import BrokerMetrics
     from logmq.broker.produce_path import Outcome, ProducePath
     from logmq.broker.replica_manager import ReplicaManager
+    from logmq.broker.txn_verification import TransactionalProduceCheck
     from logmq.net.reply import FileRegion
     from logmq.security.quota_enforcer import QuotaEnforcer
 
 log = logging.getLogger("logmq.broker")
-
-
-class TxnProduceCheck(Protocol):
-    """What a produce with a transactional id must pass first (the Kafka door's
-    ``KafkaTransactionApis.check_produce``, shared so both doors refuse the same
-    batches): WRITE on the id, transactional batches, and each partition in the
-    producer's ongoing transaction (KIP-890 part 1)."""
-
-    async def check_produce(
-        self,
-        req: Request,
-        txn_id: str,
-        entries: list[tuple[str, int, Any]],
-        guards: Guards | None = None,
-    ) -> dict[tuple[str, int], LogMQError]: ...
 
 
 def _perror(partition: int, code: ErrorCode, message: str | None = None, **extra: Any) -> dict:
@@ -113,12 +97,12 @@ class DataApi:
         metrics: BrokerMetrics,
         max_fetch_wait_ms: int,
         quotas: QuotaEnforcer | None = None,
-        transactions: TxnProduceCheck | None = None,
+        txn_produce: TransactionalProduceCheck | None = None,
     ) -> None:
-        """``transactions`` checks produces that carry a transactional id (None:
+        """``txn_produce`` checks produces that carry a transactional id (None:
         such produces are refused)."""
         self.produce_path = produce_path
-        self.transactions = transactions
+        self.txn_produce = txn_produce
         self.quotas = quotas  # client byte-rate quotas, shared with the Kafka door
         self.replicas = replicas
         self.metrics = metrics
@@ -206,13 +190,13 @@ class DataApi:
         transaction ending between the check and the append)."""
         if not isinstance(txn_id, str):
             raise InvalidRequestError("field 'transactional_id' must be str")
-        if self.transactions is None:
+        if self.txn_produce is None:
             error = LogMQError(
                 "transactions are not served here", ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
             )
             return [error for _ in entries]
         guards: Guards = {}
-        refused = await self.transactions.check_produce(req, txn_id, entries, guards)
+        refused = await self.txn_produce.check(req.context, txn_id, entries, guards)
         allowed = [e for e in entries if (e[0], e[1]) not in refused]
         appended = iter(
             await self.produce_path.append_all(allowed, acks, timeout_ms, append_guard(guards))
@@ -259,26 +243,13 @@ class DataApi:
             for partition in req_list(t, "partitions")
         ]
 
-        session: FetchSession | None = None
-        full = True
-        now_ms = self.replicas.clock()
-        if session_epoch == FINAL_EPOCH:
-            if session_id:
-                self.sessions.close(session_id)
-            session_id = 0
-        elif session_epoch == INITIAL_EPOCH:
-            if session_id:  # Kafka's rule: epoch 0 replaces the session named
-                self.sessions.close(session_id)
-            session = self.sessions.open(replica_id, now_ms)
-        else:
-            try:
-                session = self.sessions.get(session_id, session_epoch, replica_id, now_ms)
-            except FetchSessionError as e:
-                self.metrics.error(req.api_key, e.code)
-                return Reply(
-                    {"error": int(e.code), "message": str(e), "session_id": 0, "topics": []}
-                )
-            full = False
+        try:
+            context = self.sessions.new_context(
+                session_id, session_epoch, replica_id, self.replicas.clock(), named, forgotten
+            )
+        except FetchSessionError as e:
+            self.metrics.error(req.api_key, e.code)
+            return Reply({"error": int(e.code), "message": str(e), "session_id": 0, "topics": []})
         # a consumer's fetch quota, as on the Kafka door (followers have the
         # reassignment throttle instead)
         quotas = self.quotas
@@ -286,21 +257,25 @@ class DataApi:
         if gate is not None:
             max_bytes = quotas.fetch_max_bytes(req.context, req.client_id, max_bytes)  # type: ignore[union-attr]
             min_bytes = min(min_bytes, max_bytes)
+        session = context.session
         if session is not None:
-            self.sessions.update(session, named, forgotten)
             if replica_id >= 0:
                 read = await self.replicas.fetch_session_for_follower(
-                    replica_id, session, full, max_wait_ms, min_bytes, max_bytes
+                    replica_id, session, context.full, max_wait_ms, min_bytes, max_bytes
                 )
             else:
                 read = await self.replicas.fetch_session_for_consumer(
-                    session, full, max_wait_ms, min_bytes, max_bytes, gate, committed=committed
+                    session,
+                    context.full,
+                    max_wait_ms,
+                    min_bytes,
+                    max_bytes,
+                    gate,
+                    committed=committed,
                 )
             if read is None:  # throttled: empty, and a new session not opened (as Kafka)
                 assert gate is not None
-                if full:
-                    self.sessions.close(session.id)
-                return _throttled_fetch(0 if full else session.id, gate.throttle_ms)
+                return _throttled_fetch(self.sessions.throttled(context), gate.throttle_ms)
             return _fetch_reply(read, session.id)
 
         wanted = [(topic, [p[:4] for p in parts]) for topic, parts in named]

@@ -13,17 +13,19 @@ import asyncio
 
 from logmq.errors import ErrorCode
 from logmq.native.request_fields import req_field, req_str
-from logmq.net.codec import ApiKey, Request
+from logmq.net.codec import Request
 from logmq.net.reply import Reply
 from logmq.security.authentication import Authenticator
 
-HANDSHAKE_APIS = frozenset({ApiKey.API_VERSIONS, ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE})
 MAX_AUTH_BYTES = 64 * 1024  # a SCRAM message is a few hundred bytes, a JWT a few KB
 
 
 class NativeSaslApi:
-    def __init__(self, authenticator: Authenticator) -> None:
+    """The SASL exchange; ``before_auth`` is what the registry admits before a login."""
+
+    def __init__(self, authenticator: Authenticator, before_auth: frozenset[int]) -> None:
         self.auth = authenticator
+        self.before_auth = before_auth
 
     async def sasl_handshake(self, req: Request) -> Reply:
         context = req.context
@@ -51,7 +53,7 @@ class NativeSaslApi:
         )
 
     async def guard(self, req: Request) -> Reply | None:
-        why = self.auth.admits(req.context, req.api_key in HANDSHAKE_APIS)
+        why = self.auth.admits(req.context, req.api_key in self.before_auth)
         if why is None:
             return None
         return Reply({"error": int(ErrorCode.ILLEGAL_SASL_STATE), "message": why}, close=True)

@@ -2,7 +2,7 @@
 
 CreateAcls, DeleteAcls, AlterUserScramCredentials and AlterClientQuotas change the
 metadata log: they run on the controller (any other broker forwards them, see
-api_table.CONTROLLER_APIS) and answer once committed, with the metadata offset a
+registry.py: ``controller``) and answer once committed, with the metadata offset a
 forwarding broker waits for. DescribeAcls, DescribeUserScramCredentials and
 DescribeClientQuotas are answered from this broker's own image: every broker holds the
 same committed set.

@@ -67,6 +67,7 @@ class ApiKey(IntEnum):
     CREATE_PARTITIONS = 37
     DELETE_GROUPS = 42
     ELECT_LEADERS = 43  # controller API (native/reassignment_api.py)
+    INCREMENTAL_ALTER_CONFIGS = 44  # the Kafka door's (kafka/configs.py)
     ALTER_PARTITION_REASSIGNMENTS = 45  # controller API (native/reassignment_api.py)
     LIST_PARTITION_REASSIGNMENTS = 46
     OFFSET_DELETE = 47
