@@ -1,9 +1,9 @@
 """The transaction coordinator's shard against a real LogManager (no network).
 
 A commit end to end (markers only once Prepare* is replicated, then Complete*), the
-retry of InitProducerId that needs a fresh producer id, a reload after a failed append,
-a new coordinator over the same log finishing a PrepareCommit, and a timed-out
-transaction aborted by the timer on a fake clock.
+retry of InitProducerId that needs a fresh producer id, a reload after a failed or
+refused append (with Kafka's error codes), a new coordinator over the same log finishing
+a PrepareCommit, and a timed-out transaction aborted by the timer on a fake clock.
 """
 
 from __future__ import annotations
@@ -158,6 +158,31 @@ async def test_a_failed_append_reloads_the_state_on_disk(txn_logs, monkeypatch):
     assert await shard.end_txn(TXN, pid, epoch, commit=False) is ErrorCode.NONE
     await wait_until(lambda: markers.jobs, what="abort markers")
     assert not markers.jobs[0].commit
+    await shard.unload()
+
+
+@pytest.mark.parametrize(
+    ("error", "client_error"),
+    [
+        (ErrorCode.NOT_ENOUGH_REPLICAS, ErrorCode.COORDINATOR_NOT_AVAILABLE),
+        (ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.NOT_COORDINATOR),
+    ],
+)
+async def test_a_refused_append_answers_kafkas_code_and_rolls_back(txn_logs, error, client_error):
+    """The partition refuses the round (too few in-sync replicas, leadership gone): the
+    client gets what Kafka's coordinator answers, and the core is rebuilt from the log."""
+    repl, markers = replicated(), Markers()
+    shard = await loaded(txn_logs, repl, markers)
+    pid, epoch = await begin(shard)
+    repl.check_error = error
+    with pytest.raises(CoordinatorError) as failed:
+        await shard.end_txn(TXN, pid, epoch, commit=True)
+    assert failed.value.code is client_error
+    repl.check_error = ErrorCode.NONE
+    await wait_until(lambda: shard.state is ShardState.ACTIVE, what="reloaded")
+    assert await state(shard) == "Ongoing" and markers.jobs == []
+    assert await shard.end_txn(TXN, pid, epoch, commit=True) is ErrorCode.NONE
+    await wait_until(lambda: markers.jobs, what="commit markers")
     await shard.unload()
 
 

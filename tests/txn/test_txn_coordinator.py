@@ -1,23 +1,26 @@
 """The transaction coordinator core, request by request: happy paths, errors, retries,
-epoch exhaustion, KIP-360 recovery, failed writes, timeouts, expiry and reloading."""
+epoch exhaustion, KIP-360 recovery, failed rounds, timeouts, expiry and reloading."""
 
 from __future__ import annotations
 
 import itertools
+from dataclasses import replace
 
 import pytest
 
 from logmq.errors import ErrorCode
 from logmq.txn import (
+    NEED_PRODUCER_ID,
+    Expired,
     InitProducerIdResult,
     MarkerJob,
-    Pending,
     TransactionCoordinator,
     TxnConfig,
     TxnRecord,
     TxnState,
     TxnStateValue,
     coordinator_partition,
+    decode_key,
     decode_value,
     state_record,
 )
@@ -27,53 +30,71 @@ T0 = 1_000_000
 
 
 class Shell:
-    """Carries out a coordinator's results the way the broker will: appends, answers."""
+    """Drives the core as the coordinator shard does: after each operation it appends the
+    records the core left and collects the marker jobs it handed out; a round that cannot
+    be appended drops the core, which is loaded again from the log."""
 
     def __init__(self, config: TxnConfig | None = None, partition_count: int = 1) -> None:
         self.c = TransactionCoordinator(0, partition_count, config, coordinator_epoch=3)
         self.log: list[TxnRecord] = []
         self.ids = itertools.count(1000)
         self.jobs: list[MarkerJob] = []
+        self.cores = itertools.count(1)
 
     def alloc(self) -> int:
         return next(self.ids)
 
-    def write(self, result):
-        """Write a Pending (answer + jobs) or pass an immediate answer through."""
-        if not isinstance(result, Pending):
-            return result
-        self.log += result.records
-        self.jobs += self.c.written(result)
-        return result.answer
+    def run(self, op):
+        """``op(core)`` in a round that becomes durable: its answer."""
+        answer = op(self.c)
+        self.log += self.c.take_records()
+        self.jobs += self.c.take_effects()
+        return answer
+
+    def fail(self, op, now=T0):
+        """``op(core)`` in a round whose append fails: the core is dropped with what it
+        decided and loaded again from the log (its jobs replace the dropped core's).
+        Returns the answer nobody hears."""
+        answer = op(self.c)
+        self.c = self.replayed(epoch=3, first_job_id=next(self.cores) * 1_000_000)
+        self.c.load_complete(now)
+        self.jobs = self.c.take_effects()
+        return answer
 
     def init(self, txn="tx", timeout=60_000, pid=-1, epoch=-1, now=T0):
-        return self.write(
-            self.c.init_producer_id(
-                txn, timeout, pid, epoch, now_ms=now, allocate_producer_id=self.alloc
+        """InitProducerId as the service runs it: again with a fresh id if one is needed."""
+        answer = self.run(lambda c: c.init_producer_id(txn, timeout, pid, epoch, now_ms=now))
+        if answer is NEED_PRODUCER_ID:
+            fresh = self.alloc()
+            answer = self.run(
+                lambda c: c.init_producer_id(
+                    txn, timeout, pid, epoch, now_ms=now, producer_id=fresh
+                )
             )
-        )
+        return answer
 
     def add(self, txn, pid, epoch, parts, now=T0):
-        return self.write(self.c.add_partitions(txn, pid, epoch, parts, now))
+        return self.run(lambda c: c.add_partitions(txn, pid, epoch, parts, now))
 
     def end(self, txn, pid, epoch, commit, now=T0):
-        return self.write(self.c.end_txn(txn, pid, epoch, commit, now))
+        return self.run(lambda c: c.end_txn(txn, pid, epoch, commit, now))
+
+    def tick(self, now):
+        return self.run(lambda c: c.tick(now))
 
     def finish_markers(self, now=T0):
         jobs, self.jobs = self.jobs, []
         for job in jobs:
-            done = self.c.markers_written(
-                job.transactional_id, job.producer_id, job.producer_epoch, now, job_id=job.job_id
-            )
-            assert done is not None
-            assert self.write(done) is None
+            assert self.run(lambda c, job=job: c.markers_written(job, now)) is True
         return jobs
 
     def state(self, txn="tx"):
         return self.c.describe([txn])[0]
 
-    def replayed(self) -> TransactionCoordinator:
-        fresh = TransactionCoordinator(0, self.c.partition_count, self.c.config)
+    def replayed(self, epoch: int = 0, first_job_id: int = 1) -> TransactionCoordinator:
+        fresh = TransactionCoordinator(
+            0, self.c.partition_count, self.c.config, epoch, first_job_id=first_job_id
+        )
         for record in self.log:
             fresh.replay(record.key, record.value)
         return fresh
@@ -84,15 +105,19 @@ def shell():
     return Shell()
 
 
-def test_first_init_persists_before_answering(shell):
-    result = shell.c.init_producer_id("tx", 60_000, now_ms=T0, allocate_producer_id=shell.alloc)
-    assert isinstance(result, Pending)
-    assert result.answer == InitProducerIdResult(E.NONE, 1000, 0)
-    assert shell.state().error is E.TRANSACTIONAL_ID_NOT_FOUND  # not before the write
-    value = decode_value(result.records[0].value)
+def test_first_init_needs_a_producer_id_and_leaves_its_record():
+    c = TransactionCoordinator()
+    assert c.needs_producer_id("tx")
+    assert c.init_producer_id("tx", 60_000, now_ms=T0) is NEED_PRODUCER_ID
+    assert c.transactional_ids() == [] and c.take_records() == []  # nothing changed
+    result = c.init_producer_id("tx", 60_000, now_ms=T0, producer_id=1000)
+    assert result == InitProducerIdResult(E.NONE, 1000, 0)
+    [record] = c.take_records()
+    value = decode_value(record.value)
     assert (value.state, value.producer_id, value.producer_epoch) == (TxnState.EMPTY, 1000, 0)
-    assert shell.c.written(result) == []
-    d = shell.state()
+    assert c.take_records() == [] and c.take_effects() == []
+    assert not c.needs_producer_id("tx")
+    d = c.describe(["tx"])[0]
     assert (d.error, d.state, d.producer_id, d.producer_epoch, d.timeout_ms) == (
         E.NONE, "Empty", 1000, 0, 60_000,
     )  # fmt: skip
@@ -115,6 +140,7 @@ def test_not_coordinator_for_ids_of_other_partitions():
     shell = Shell(partition_count=50)
     other = next(t for t in (f"tx{i}" for i in range(100)) if coordinator_partition(t, 50) != 0)
     assert shell.init(other).error is E.NOT_COORDINATOR
+    assert shell.c.init_producer_id(other, 1000, now_ms=T0).error is E.NOT_COORDINATOR
     assert shell.c.add_partitions(other, 1, 0, [("t", 0)], T0) is E.NOT_COORDINATOR
     assert shell.c.describe([other])[0].error is E.NOT_COORDINATOR
 
@@ -142,10 +168,10 @@ def test_commit_flow(shell):
     assert len(shell.log) == records
     assert shell.add("tx", pid, 0, [("u", 0)], now=T0 + 9) is E.NONE
     assert shell.state().txn_start_ms == T0 + 5  # still the first add
-    pending = shell.c.end_txn("tx", pid, 0, True, T0 + 10)
-    assert isinstance(pending, Pending) and pending.answer is E.NONE
-    assert shell.c.end_txn("tx", pid, 0, True, T0 + 10) is E.CONCURRENT_TRANSACTIONS
-    [job] = shell.c.written(pending)
+    assert shell.end("tx", pid, 0, True, now=T0 + 10) is E.NONE
+    assert decode_value(shell.log[-1].value).state is TxnState.PREPARE_COMMIT
+    assert shell.end("tx", pid, 0, True, now=T0 + 10) is E.CONCURRENT_TRANSACTIONS
+    [job] = shell.jobs
     assert job == MarkerJob("tx", pid, 0, 3, True, (("t", 0), ("t", 1), ("u", 0)), job.job_id)
     assert shell.state().state == "PrepareCommit"
     # while markers are out: retries wait, the other outcome is refused, nothing new starts
@@ -174,10 +200,13 @@ def test_add_partitions_checks_in_kafkas_order(shell):
     assert shell.add("tx", pid + 1, 0, [("t", 0)]) is E.INVALID_PRODUCER_ID_MAPPING
     assert shell.add("tx", pid + 1, 7, [("t", 0)]) is E.INVALID_PRODUCER_ID_MAPPING
     assert shell.add("tx", pid, 7, [("t", 0)]) is E.PRODUCER_FENCED
-    pending = shell.c.add_partitions("tx", pid, 0, [("t", 0)], T0)
-    assert shell.c.add_partitions("tx", pid, 0, [("t", 1)], T0) is E.CONCURRENT_TRANSACTIONS
+    # two requests in one round: the second sees the first, each leaves its record
+    assert shell.c.add_partitions("tx", pid, 0, [("t", 0)], T0) is E.NONE
+    assert shell.c.add_partitions("tx", pid, 0, [("t", 1)], T0) is E.NONE
     assert shell.c.add_partitions("tx", pid, 5, [("t", 1)], T0) is E.PRODUCER_FENCED
-    shell.write(pending)
+    first, second = shell.c.take_records()
+    assert decode_value(first.value).partitions == (("t", 0),)
+    assert decode_value(second.value).partitions == (("t", 0), ("t", 1))
     assert shell.add("tx", pid, 0, []) is E.NONE
 
 
@@ -194,7 +223,7 @@ def test_end_txn_errors(shell):
 
 def test_add_offsets_adds_the_groups_offsets_partition(shell):
     pid = shell.init().producer_id
-    assert shell.write(shell.c.add_offsets("tx", pid, 0, "g", 17, T0)) is E.NONE
+    assert shell.run(lambda c: c.add_offsets("tx", pid, 0, "g", 17, T0)) is E.NONE
     assert shell.state().partitions == (("__consumer_offsets", 17),)
     assert shell.c.add_offsets("tx", pid, 0, "", 17, T0) is E.INVALID_GROUP_ID
     assert shell.c.add_offsets("tx", pid, 1, "g", 17, T0) is E.PRODUCER_FENCED
@@ -213,11 +242,7 @@ def test_verify_only_answers_per_partition_without_writing(shell):
         ("t", 0): E.INVALID_PRODUCER_ID_MAPPING
     }
     assert len(shell.log) == records
-    pending = shell.c.end_txn("tx", pid, 0, True, T0)
-    assert verify("tx", pid, 0, [("t", 0)], T0, verify_only=True) == {
-        ("t", 0): E.CONCURRENT_TRANSACTIONS
-    }
-    shell.write(pending)
+    assert shell.end("tx", pid, 0, True) is E.NONE
     assert verify("tx", pid, 0, [("t", 0)], T0, verify_only=True) == {
         ("t", 0): E.CONCURRENT_TRANSACTIONS
     }
@@ -228,10 +253,10 @@ def test_verify_only_answers_per_partition_without_writing(shell):
 def test_init_during_ongoing_aborts_first_with_an_epoch_fence(shell):
     pid = shell.init().producer_id
     shell.add("tx", pid, 0, [("t", 0)])
-    pending = shell.c.init_producer_id("tx", 60_000, now_ms=T0, allocate_producer_id=shell.alloc)
-    assert isinstance(pending, Pending) and pending.epoch_fence
-    assert pending.answer == InitProducerIdResult(E.CONCURRENT_TRANSACTIONS)
-    [job] = shell.c.written(pending)
+    assert shell.init() == InitProducerIdResult(E.CONCURRENT_TRANSACTIONS)
+    fence = decode_value(shell.log[-1].value)
+    assert (fence.state, fence.producer_epoch) == (TxnState.PREPARE_ABORT, 1)
+    [job] = shell.jobs
     assert (job.commit, job.producer_epoch, job.partitions) == (False, 1, (("t", 0),))
     assert shell.state().state == "PrepareAbort"
     assert shell.end("tx", pid, 0, True) is E.PRODUCER_FENCED  # the zombie
@@ -248,6 +273,17 @@ def test_epoch_exhaustion_rotates_the_producer_id(shell):
     assert shell.init() == InitProducerIdResult(E.NONE, 1000, 0)
     meta = shell.c.metadata("tx")
     assert (meta.previous_producer_id, meta.last_producer_epoch) == (500, -1)
+
+
+def test_a_rotation_without_a_fresh_id_changes_nothing():
+    c = TransactionCoordinator()
+    c.replay(*_rec("tx", TxnStateValue(500, 32766, 60_000, TxnState.COMPLETE_COMMIT)))
+    assert c.needs_producer_id("tx")
+    assert c.init_producer_id("tx", 60_000, now_ms=T0) is NEED_PRODUCER_ID
+    assert c.take_records() == [] and c.metadata("tx").producer_id == 500
+    assert c.init_producer_id("tx", 60_000, now_ms=T0, producer_id=7) == InitProducerIdResult(
+        E.NONE, 7, 0
+    )
 
 
 def test_fence_of_an_exhausted_epoch_then_rotation(shell):
@@ -293,62 +329,64 @@ def test_kip360_recovery_after_an_abort(shell):
     assert shell.init(pid=pid, epoch=0) == InitProducerIdResult(E.NONE, pid, 1)
 
 
-@pytest.mark.parametrize(
-    ("error", "client_error"),
-    [
-        (E.NOT_ENOUGH_REPLICAS, E.COORDINATOR_NOT_AVAILABLE),
-        (E.REQUEST_TIMED_OUT, E.COORDINATOR_NOT_AVAILABLE),
-        (E.NOT_LEADER_OR_FOLLOWER, E.NOT_COORDINATOR),
-        (E.MESSAGE_TOO_LARGE, E.UNKNOWN_SERVER_ERROR),
-    ],
-)
-def test_failed_write_rolls_back(shell, error, client_error):
+def test_a_failed_round_leaves_the_state_on_disk(shell):
+    """What an operation decided is gone with its round: the error the client gets is
+    the shard's (test_txn_shard.py); the retry goes through."""
     pid = shell.init().producer_id
     before = shell.state()
-    pending = shell.c.add_partitions("tx", pid, 0, [("t", 0)], T0 + 1)
-    assert shell.c.write_failed(pending, error) is client_error
+    assert shell.fail(lambda c: c.add_partitions("tx", pid, 0, [("t", 0)], T0 + 1)) is E.NONE
     assert shell.state() == before
-    assert shell.c.metadata("tx").pending is None
     assert shell.add("tx", pid, 0, [("t", 0)]) is E.NONE  # the retry goes through
-    pending = shell.c.end_txn("tx", pid, 0, True, T0)
-    assert shell.c.write_failed(pending, error) is client_error
+    assert shell.fail(lambda c: c.end_txn("tx", pid, 0, True, T0)) is E.NONE
     assert shell.state().state == "Ongoing" and shell.jobs == []
-    with pytest.raises(ValueError):
-        shell.c.written(pending)  # no longer the change in flight
+    assert shell.end("tx", pid, 0, True) is E.NONE
+    assert [job.commit for job in shell.jobs] == [True]
 
 
 def test_failed_first_init_leaves_no_trace(shell):
-    pending = shell.c.init_producer_id("tx", 1000, now_ms=T0, allocate_producer_id=shell.alloc)
-    assert shell.c.write_failed(pending) == InitProducerIdResult(E.NOT_COORDINATOR)
+    fresh = shell.alloc()
+    answer = shell.fail(lambda c: c.init_producer_id("tx", 1000, now_ms=T0, producer_id=fresh))
+    assert answer == InitProducerIdResult(E.NONE, 1000, 0)  # nobody hears it
     assert shell.c.metadata("tx") is None and shell.c.transactional_ids() == []
     assert shell.init() == InitProducerIdResult(E.NONE, 1001, 0)
 
 
-def test_failed_epoch_fence_keeps_the_zombie_fenced_without_bumping_twice(shell):
+def test_a_failed_epoch_fence_is_retried_from_the_log_bumping_once(shell):
+    """The fence's round failed, so the reloaded core never saw the bump: the producer's
+    retry fences from the state on disk, one epoch up, and the zombie is fenced then."""
     pid = shell.init().producer_id
     shell.add("tx", pid, 0, [("t", 0)])
-    pending = shell.c.init_producer_id("tx", 60_000, now_ms=T0, allocate_producer_id=shell.alloc)
-    assert shell.c.write_failed(pending, E.REQUEST_TIMED_OUT) == InitProducerIdResult(
-        E.COORDINATOR_NOT_AVAILABLE
-    )
-    assert shell.state().state == "Ongoing"
-    assert shell.end("tx", pid, 0, True) is E.PRODUCER_FENCED
+    answer = shell.fail(lambda c: c.init_producer_id("tx", 60_000, now_ms=T0))
+    assert answer == InitProducerIdResult(E.CONCURRENT_TRANSACTIONS)
+    assert (shell.state().state, shell.state().producer_epoch) == ("Ongoing", 0)
+    assert shell.jobs == []
     assert shell.init().error is E.CONCURRENT_TRANSACTIONS
     [job] = shell.jobs
-    assert job.producer_epoch == 1  # the same bumped epoch, not 2
+    assert job.producer_epoch == 1  # bumped once, not twice
+    assert shell.end("tx", pid, 0, True) is E.PRODUCER_FENCED
     shell.finish_markers()
     assert shell.init().producer_epoch == 2
+
+
+def test_ticks_follow_the_abort_check_interval():
+    c = TransactionCoordinator(config=TxnConfig(abort_check_interval_ms=250))
+    assert c.next_deadline_ms() is None  # not loaded yet
+    c.load_complete(T0)
+    assert c.next_deadline_ms() == T0 + 250
+    assert c.tick(T0 + 300) == Expired()
+    assert c.next_deadline_ms() == T0 + 550
+    assert c.take_records() == [] and c.take_completions() == []
 
 
 def test_timed_out_transaction_is_aborted_with_a_fence():
     shell = Shell(TxnConfig(max_timeout_ms=10_000))
     pid = shell.init(timeout=1000).producer_id
     shell.add("tx", pid, 0, [("t", 0)], now=T0)
-    assert shell.c.expire(T0 + 1000) == []
-    [pending] = shell.c.expire(T0 + 1001)
-    assert pending.answer is None and pending.epoch_fence
-    assert shell.c.expire(T0 + 1002) == []  # already under way
-    shell.write(pending)
+    assert shell.tick(T0 + 1000) == Expired()
+    assert shell.tick(T0 + 1001) == Expired(timed_out=("tx",))
+    fence = decode_value(shell.log[-1].value)
+    assert (fence.state, fence.producer_epoch) == (TxnState.PREPARE_ABORT, 1)
+    assert shell.tick(T0 + 1002) == Expired()  # already under way
     [job] = shell.jobs
     assert (job.commit, job.producer_epoch) == (False, 1)
     assert shell.end("tx", pid, 0, True) is E.PRODUCER_FENCED
@@ -362,11 +400,9 @@ def test_idle_ids_expire_with_a_tombstone():
     pid = shell.init(now=T0).producer_id
     shell.init("busy", now=T0)
     shell.add("busy", pid + 1, 0, [("t", 0)], now=T0)
-    assert shell.c.expire(T0 + 4999) == []
-    [pending] = shell.c.expire(T0 + 5000)
-    assert pending.records[0].value is None and pending.transactional_id == "tx"
-    assert shell.c.add_partitions("tx", pid, 0, [("t", 0)], T0) is E.CONCURRENT_TRANSACTIONS
-    shell.write(pending)
+    assert shell.tick(T0 + 4999) == Expired()
+    assert shell.tick(T0 + 5000) == Expired(removed=("tx",))
+    assert shell.log[-1].value is None and decode_key(shell.log[-1].key) == "tx"
     assert shell.state().error is E.TRANSACTIONAL_ID_NOT_FOUND
     assert shell.add("tx", pid, 0, [("t", 0)]) is E.INVALID_PRODUCER_ID_MAPPING
     assert shell.c.transactional_ids() == ["busy"]  # open transactions time out instead
@@ -376,8 +412,7 @@ def test_idle_ids_expire_with_a_tombstone():
 
 def test_failed_tombstone_keeps_the_id(shell):
     pid = shell.init().producer_id
-    [pending] = shell.c.expire(T0 + 604_800_000)
-    assert shell.c.write_failed(pending) is None
+    assert shell.fail(lambda c: c.tick(T0 + 604_800_000)) == Expired(removed=("tx",))
     assert shell.state().producer_id == pid
 
 
@@ -391,16 +426,15 @@ def test_stale_marker_completions_are_ignored(shell):
     shell.end("tx", pid, 0, True)
     [job2] = shell.jobs
     c = shell.c
-    assert c.markers_written("tx", pid, 0, T0, job_id=job1.job_id) is None  # a duplicate
-    assert c.markers_written("tx", pid, 1, T0, job_id=job2.job_id) is None  # wrong epoch
-    assert c.markers_written("tx", pid + 1, 0, T0, job_id=job2.job_id) is None
-    assert c.markers_written("nobody", pid, 0, T0, job_id=job2.job_id) is None
-    assert shell.state().state == "PrepareCommit"
-    pending = c.markers_written("tx", pid, 0, T0, job_id=job2.job_id)
-    assert c.markers_written("tx", pid, 0, T0, job_id=job2.job_id) is None  # while in flight
-    shell.write(pending)
-    assert c.markers_written("tx", pid, 0, T0, job_id=job2.job_id) is None  # after: Complete
-    assert shell.state().state == "CompleteCommit"
+    assert c.markers_written(job1, T0) is False  # a duplicate
+    assert c.markers_written(replace(job2, job_id=job1.job_id), T0) is False  # an older job
+    assert c.markers_written(replace(job2, producer_epoch=1), T0) is False  # wrong epoch
+    assert c.markers_written(replace(job2, producer_id=pid + 1), T0) is False
+    assert c.markers_written(replace(job2, transactional_id="nobody"), T0) is False
+    assert c.take_records() == [] and shell.state().state == "PrepareCommit"
+    assert shell.run(lambda c: c.markers_written(job2, T0)) is True
+    assert c.markers_written(job2, T0) is False  # after: Complete
+    assert c.take_records() == [] and shell.state().state == "CompleteCommit"
 
 
 def test_failed_complete_write_keeps_the_job(shell):
@@ -408,10 +442,12 @@ def test_failed_complete_write_keeps_the_job(shell):
     shell.add("tx", pid, 0, [("t", 0)])
     shell.end("tx", pid, 0, False)
     [job] = shell.jobs
-    pending = shell.c.markers_written("tx", pid, 0, T0, job_id=job.job_id)
-    shell.c.write_failed(pending)
+    assert shell.fail(lambda c: c.markers_written(job, T0)) is True
     assert shell.state().state == "PrepareAbort"
-    assert shell.c.marker_jobs() == [job]
+    # the reloaded core owes the same markers, under a job id of its own
+    [again] = shell.jobs
+    assert again == replace(job, job_id=again.job_id) and again.job_id != job.job_id
+    assert shell.c.markers_written(job, T0) is False  # the dropped core's job
     shell.finish_markers()
     assert shell.state().state == "CompleteAbort"
 
@@ -439,7 +475,8 @@ def test_replay_of_every_state_then_load_complete():
     c.replay(*_rec("gone", None))
     c.replay(*_rec("dead", TxnStateValue(7, 0, 500, TxnState.DEAD)))
     assert c.transactional_ids() == sorted(states)
-    jobs = c.load_complete(T0, coordinator_epoch=9)
+    c.load_complete(T0, coordinator_epoch=9)
+    jobs = c.take_effects()
     assert [
         (j.transactional_id, j.commit, j.producer_epoch, j.coordinator_epoch) for j in jobs
     ] == [
@@ -451,15 +488,13 @@ def test_replay_of_every_state_then_load_complete():
         assert c.metadata(txn).value() == value
     # a new coordinator finishes what the log decided
     for job in jobs:
-        pending = c.markers_written(
-            job.transactional_id, job.producer_id, job.producer_epoch, T0, job_id=job.job_id
-        )
-        c.written(pending)
+        assert c.markers_written(job, T0) is True
+    assert len(c.take_records()) == 2 and c.take_effects() == []
     assert c.describe(["pa", "pc"])[0].state == "CompleteAbort"
     assert c.describe(["pa", "pc"])[1].state == "CompleteCommit"
     # the Ongoing one is left to its timeout: then aborted under a new epoch
-    [fence] = [p for p in c.expire(T0) if p.transactional_id == "o"]
-    [job] = c.written(fence)
+    assert c.tick(T0) == Expired(timed_out=("o",))
+    [job] = c.take_effects()
     assert (job.commit, job.producer_epoch) == (False, 5)
 
 

@@ -128,7 +128,13 @@ class OpenTxnRecord:
 
 
 class ShardCore(Protocol):
-    """What the shard needs of a core; requests reach the rest of it through operations."""
+    """What the shard needs of a core; requests reach the rest of it through operations.
+
+    Not a Ready/Advance pair: a core's changes count at once and leave records, parked
+    answers and effects in an outbox that the shard takes after every operation; there
+    is nothing to advance, because a round that fails drops the core (docs/design.md,
+    "Why sans-IO"). The group and transaction cores implement it.
+    """
 
     def take_records(self) -> Sequence[ShardRecord]:
         """The records of the state changes since the last call (appended in one batch)."""

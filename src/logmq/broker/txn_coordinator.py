@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Protocol
 from logmq.broker.coordinator_service import ShardedCoordinatorService
 from logmq.broker.coordinator_shard import CoordinatorError
 from logmq.broker.group_coordinator import OFFSETS_TOPIC_CONFIGS
-from logmq.broker.txn_shard import NeedProducerId, TxnShard
+from logmq.broker.txn_shard import TxnShard
 from logmq.errors import ErrorCode
 from logmq.group import OFFSETS_TOPIC
 from logmq.group import coordinator_partition as group_partition
@@ -37,6 +37,7 @@ from logmq.txn import (
     InitProducerIdResult,
     ListTransactionsResult,
     MarkerJob,
+    NeedProducerId,
     TopicPartition,
     TransactionDescription,
     TxnConfig,

@@ -2,7 +2,8 @@
 
 :class:`TransactionCoordinator` runs the transactional ids of one ``__transaction_state``
 partition; its state persists as the records of :mod:`logmq.txn.codec` and is rebuilt by
-replaying them. The asyncio shell appends its records, sends its markers and reports back.
+replaying them. It is a coordinator-shard core: the shard (broker/txn_shard.py) appends
+the records it leaves, sends the marker jobs it hands out once durable, and reports back.
 """
 
 from .codec import (
@@ -21,10 +22,12 @@ from .codec import (
 )
 from .coordinator import OFFSETS_TOPIC, TransactionCoordinator
 from .model import (
+    NEED_PRODUCER_ID,
+    Expired,
     InitProducerIdResult,
     ListTransactionsResult,
     MarkerJob,
-    Pending,
+    NeedProducerId,
     TransactionDescription,
     TransactionListing,
     TransactionMetadata,
@@ -33,12 +36,14 @@ from .model import (
 )
 
 __all__ = [
+    "NEED_PRODUCER_ID",
     "OFFSETS_TOPIC",
     "TXN_STATE_TOPIC",
+    "Expired",
     "InitProducerIdResult",
     "ListTransactionsResult",
     "MarkerJob",
-    "Pending",
+    "NeedProducerId",
     "TopicPartition",
     "TransactionCoordinator",
     "TransactionDescription",

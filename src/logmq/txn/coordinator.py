@@ -5,14 +5,16 @@ leads: it is rebuilt from the partition's records (:meth:`~TransactionCoordinato
 then :meth:`~TransactionCoordinator.load_complete`) and dropped when leadership goes.
 It is pure: no clock (every call takes ``now_ms``), no I/O, no tasks.
 
-A state change is never visible before it is durable. A request that changes state gets
-a :class:`Pending` back: the record to append (acks=all) and the answer to send once it
-is written. Until the shell reports :meth:`~TransactionCoordinator.written` or
-:meth:`~TransactionCoordinator.write_failed`, the id's committed state is unchanged and
-every other request for it gets CONCURRENT_TRANSACTIONS; a failed write leaves the state
-as it was. Commit/abort markers are :class:`MarkerJob` s the shell sends to partition
-leaders; their completion (:meth:`~TransactionCoordinator.markers_written`) leads to the
-Complete* record.
+It is a core of the coordinator shard (:class:`~logmq.broker.coordinator_shard.ShardCore`,
+as the group coordinator is): a request that changes state changes memory at once and
+leaves its record in an outbox (:meth:`~TransactionCoordinator.take_records`); commit and
+abort markers to send are :class:`MarkerJob` effects
+(:meth:`~TransactionCoordinator.take_effects`). The shard appends a round's records,
+answers its requests only once they are durable, releases its effects only then, and if
+a round cannot be made durable drops this object and rebuilds one from the log, so
+memory being ahead of the log is never observed and nothing here rolls back. A job's
+completion (:meth:`~TransactionCoordinator.markers_written`) leads to the Complete*
+record; timeouts and id expiry run on :meth:`~TransactionCoordinator.tick`.
 
 Kafka's states and error codes, KIP-98 with KIP-360 (epoch bumps, producer id rotation,
 retried InitProducerId) and KIP-890 part 1 (brokers verify a partition is in the
@@ -21,7 +23,7 @@ transaction before appending transactional data).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import replace
 
 from ..errors import ErrorCode
@@ -32,6 +34,7 @@ from .codec import (
     NO_PRODUCER_EPOCH,
     NO_PRODUCER_ID,
     TopicPartition,
+    TxnRecord,
     TxnRecordError,
     TxnState,
     TxnStateValue,
@@ -41,11 +44,12 @@ from .codec import (
     state_record,
 )
 from .model import (
-    Answer,
+    NEED_PRODUCER_ID,
+    Expired,
     InitProducerIdResult,
     ListTransactionsResult,
     MarkerJob,
-    Pending,
+    NeedProducerId,
     TransactionDescription,
     TransactionListing,
     TransactionMetadata,
@@ -57,21 +61,6 @@ _PREPARED = (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT)
 _COMPLETED = (TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT)
 _IDLE = (TxnState.EMPTY, *_COMPLETED)  # no transaction open: may start one, may expire
 _OPEN = (TxnState.ONGOING, *_PREPARED)
-
-# what an append error of __transaction_state tells the client (Kafka's mapping): the
-# partition being unavailable is worth waiting for, losing leadership means "find the
-# new coordinator"
-_APPEND_ERRORS = {
-    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION: ErrorCode.COORDINATOR_NOT_AVAILABLE,
-    ErrorCode.NOT_ENOUGH_REPLICAS: ErrorCode.COORDINATOR_NOT_AVAILABLE,
-    ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND: ErrorCode.COORDINATOR_NOT_AVAILABLE,
-    ErrorCode.REQUEST_TIMED_OUT: ErrorCode.COORDINATOR_NOT_AVAILABLE,
-    ErrorCode.NOT_LEADER_OR_FOLLOWER: ErrorCode.NOT_COORDINATOR,
-    ErrorCode.STORAGE_ERROR: ErrorCode.NOT_COORDINATOR,
-    ErrorCode.KAFKA_STORAGE_FULL: ErrorCode.NOT_COORDINATOR,
-    ErrorCode.MESSAGE_TOO_LARGE: ErrorCode.UNKNOWN_SERVER_ERROR,
-    ErrorCode.RECORD_LIST_TOO_LARGE: ErrorCode.UNKNOWN_SERVER_ERROR,
-}
 
 
 class TransactionCoordinator:
@@ -97,15 +86,54 @@ class TransactionCoordinator:
         # the shell starts each core's job ids somewhere no earlier core's reach, so that
         # (coordinator epoch, job id) names one transaction's markers for good
         self._next_job_id = first_job_id
+        self._records: list[TxnRecord] = []  # the outbox: state changes to append
+        self._effects: list[MarkerJob] = []  # marker jobs to start once durable
+        self._next_check_ms: int | None = None  # set by load_complete, then by tick
+
+    # ---- the shard's side (ShardCore) ---------------------------------------------
+
+    def take_records(self) -> list[TxnRecord]:
+        """The records of the state changes since the last call, oldest first."""
+        out, self._records = self._records, []
+        return out
+
+    def take_completions(self) -> list[tuple[int, object]]:
+        return []  # no request waits inside this core
+
+    def take_effects(self) -> list[MarkerJob]:
+        """Marker jobs decided since the last call: to start once their Prepare* record
+        is durable (a job the loader found owed, once everything loaded is)."""
+        out, self._effects = self._effects, []
+        return out
+
+    def next_deadline_ms(self) -> int | None:
+        """When :meth:`tick` should run: every ``config.abort_check_interval_ms``."""
+        return self._next_check_ms
+
+    def tick(self, now_ms: int) -> Expired:
+        """Abort transactions open past their timeout, fencing the producer with an epoch
+        bump, and remove ids idle past ``id_expiration_ms`` with a tombstone."""
+        timed_out, removed = [], []
+        for txn_id in sorted(self._txns):
+            meta = self._txns[txn_id]
+            if meta.state is TxnState.ONGOING and meta.txn_start_ms + meta.timeout_ms < now_ms:
+                self._change(meta, _fence_target(meta, now_ms))
+                timed_out.append(txn_id)
+            elif (
+                meta.state in _IDLE and meta.last_update_ms + self.config.id_expiration_ms <= now_ms
+            ):
+                self._change(meta, None)
+                removed.append(txn_id)
+        self._next_check_ms = now_ms + self.config.abort_check_interval_ms
+        return Expired(tuple(timed_out), tuple(removed))
 
     # ---- reading -------------------------------------------------------------------
 
     def transactional_ids(self) -> list[str]:
-        return sorted(t for t, meta in self._txns.items() if meta.exists)
+        return sorted(self._txns)
 
     def metadata(self, transactional_id: str) -> TransactionMetadata | None:
-        meta = self._txns.get(transactional_id)
-        return meta if meta is not None and meta.exists else None
+        return self._txns.get(transactional_id)
 
     def check_id(self, transactional_id: str) -> ErrorCode:
         """INVALID_REQUEST for an empty (or huge) id, NOT_COORDINATOR if it hashes elsewhere."""
@@ -116,7 +144,7 @@ class TransactionCoordinator:
         return ErrorCode.NONE
 
     def describe(self, transactional_ids: Iterable[str]) -> list[TransactionDescription]:
-        """DescribeTransactions: each id's committed state (a change in flight is not shown)."""
+        """DescribeTransactions: each id's state."""
         out = []
         for txn_id in transactional_ids:
             error = self.check_id(txn_id)
@@ -182,8 +210,8 @@ class TransactionCoordinator:
         expected_epoch: int = NO_PRODUCER_EPOCH,
         *,
         now_ms: int,
-        allocate_producer_id: Callable[[], int],
-    ) -> InitProducerIdResult | Pending:
+        producer_id: int | None = None,
+    ) -> InitProducerIdResult | NeedProducerId:
         """InitProducerId of a transactional producer.
 
         A new id starts Empty at epoch 0; a known one gets its epoch bumped (a new producer
@@ -191,6 +219,10 @@ class TransactionCoordinator:
         first: the answer is CONCURRENT_TRANSACTIONS and the client's retry, once the
         abort completed, gets the bump. ``expected_*`` (KIP-360) is the id/epoch the
         producer had; a retry of a bump that succeeded returns the same id/epoch again.
+
+        ``producer_id`` is a fresh id to use if one is needed (a new transactional id, or
+        its epochs ran out: :meth:`needs_producer_id`); needing one without it answers
+        NEED_PRODUCER_ID with nothing changed.
         """
         error = self.check_id(transactional_id)
         if error is not ErrorCode.NONE:
@@ -204,30 +236,27 @@ class TransactionCoordinator:
             expected = (expected_producer_id, expected_epoch)
         meta = self._txns.get(transactional_id)
         if meta is None:
-            producer_id = allocate_producer_id()  # first: if it raises, nothing has changed
-            meta = TransactionMetadata(transactional_id, exists=False)
-            self._txns[transactional_id] = meta
+            if producer_id is None:
+                return NEED_PRODUCER_ID
+            meta = self._txns[transactional_id] = TransactionMetadata(transactional_id)
             target = _empty(producer_id, 0, NO_PRODUCER_EPOCH, NO_PRODUCER_ID, timeout_ms, now_ms)
-            return self._begin(meta, target, InitProducerIdResult(ErrorCode.NONE, producer_id, 0))
-        if meta.pending is not None:
-            return InitProducerIdResult(ErrorCode.CONCURRENT_TRANSACTIONS)
+            self._change(meta, target)
+            return InitProducerIdResult(ErrorCode.NONE, producer_id, 0)
         if expected is not None and not _may_reinit(meta, *expected):
             return InitProducerIdResult(ErrorCode.PRODUCER_FENCED)
         if meta.state in _PREPARED:
             return InitProducerIdResult(ErrorCode.CONCURRENT_TRANSACTIONS)
         if meta.state is TxnState.ONGOING:
-            return self._begin(
-                meta,
-                _fence_target(meta, now_ms),
-                InitProducerIdResult(ErrorCode.CONCURRENT_TRANSACTIONS),
-                epoch_fence=True,
-            )
+            self._change(meta, _fence_target(meta, now_ms))
+            return InitProducerIdResult(ErrorCode.CONCURRENT_TRANSACTIONS)
         assert meta.state in _IDLE, meta.state
         if is_epoch_exhausted(meta.producer_epoch) and (
             expected is None or expected[1] == meta.producer_epoch
         ):
             # rotate: a new producer id; a KIP-360 client may retry with the old one
-            producer_id, epoch = allocate_producer_id(), 0
+            if producer_id is None:
+                return NEED_PRODUCER_ID
+            epoch = 0
             last_epoch = meta.producer_epoch if expected is not None else NO_PRODUCER_EPOCH
         elif expected is None:
             producer_id, epoch, last_epoch = meta.producer_id, meta.producer_epoch + 1, -1
@@ -240,7 +269,13 @@ class TransactionCoordinator:
         else:
             return InitProducerIdResult(ErrorCode.PRODUCER_FENCED)
         target = _empty(producer_id, epoch, last_epoch, meta.producer_id, timeout_ms, now_ms)
-        return self._begin(meta, target, InitProducerIdResult(ErrorCode.NONE, producer_id, epoch))
+        self._change(meta, target)
+        return InitProducerIdResult(ErrorCode.NONE, producer_id, epoch)
+
+    def needs_producer_id(self, transactional_id: str) -> bool:
+        """May InitProducerId of this id need a fresh producer id (new id, epochs spent)?"""
+        meta = self._txns.get(transactional_id)
+        return meta is None or is_epoch_exhausted(meta.producer_epoch)
 
     def add_partitions(
         self,
@@ -250,7 +285,7 @@ class TransactionCoordinator:
         partitions: Iterable[TopicPartition],
         now_ms: int,
         verify_only: bool = False,
-    ) -> ErrorCode | Pending | dict[TopicPartition, ErrorCode]:
+    ) -> ErrorCode | dict[TopicPartition, ErrorCode]:
         """AddPartitionsToTxn. With ``verify_only`` (KIP-890 part 1, v4+ from a broker),
         a per-partition answer of whether it is already in the transaction, no change."""
         if verify_only:
@@ -272,7 +307,8 @@ class TransactionCoordinator:
             txn_start_ms=meta.txn_start_ms if ongoing else now_ms,
             last_update_ms=now_ms,
         )
-        return self._begin(meta, target, ErrorCode.NONE)
+        self._change(meta, target)
+        return ErrorCode.NONE
 
     def verify_partitions(
         self,
@@ -308,7 +344,7 @@ class TransactionCoordinator:
         group_id: str,
         offsets_partition: int,
         now_ms: int,
-    ) -> ErrorCode | Pending:
+    ) -> ErrorCode:
         """AddOffsetsToTxn: the group's ``__consumer_offsets`` partition joins the transaction
         (``offsets_partition`` is the group coordinator's partition for ``group_id``)."""
         if not group_id:
@@ -330,9 +366,9 @@ class TransactionCoordinator:
         producer_epoch: int,
         commit: bool,
         now_ms: int,
-    ) -> ErrorCode | Pending:
+    ) -> ErrorCode:
         """EndTxn: Ongoing -> PrepareCommit/PrepareAbort. The client is answered once that is
-        written; the markers follow (:meth:`written` returns their job).
+        durable; the markers follow (their job is an effect of the change).
 
         A retry after the markers are done answers NONE; one while they are being written
         answers CONCURRENT_TRANSACTIONS (Kafka's rule: the client retries); the other
@@ -349,7 +385,8 @@ class TransactionCoordinator:
                 state=TxnState.PREPARE_COMMIT if commit else TxnState.PREPARE_ABORT,
                 last_update_ms=now_ms,
             )
-            return self._begin(meta, target, ErrorCode.NONE)
+            self._change(meta, target)
+            return ErrorCode.NONE
         same_outcome = commit == (state in (TxnState.PREPARE_COMMIT, TxnState.COMPLETE_COMMIT))
         if state in _COMPLETED and same_outcome:
             return ErrorCode.NONE
@@ -357,103 +394,32 @@ class TransactionCoordinator:
             return ErrorCode.CONCURRENT_TRANSACTIONS
         return ErrorCode.INVALID_TXN_STATE
 
-    # ---- the shell's reports -------------------------------------------------------
+    # ---- the shard's reports -------------------------------------------------------
 
-    def written(self, pending: Pending) -> list[MarkerJob]:
-        """The record of ``pending`` is durable: the change takes effect. Send
-        ``pending.answer`` (if any) and start the returned marker jobs."""
-        meta = self._current(pending)
-        meta.pending = None
-        meta.has_failed_epoch_fence = False
-        if pending.target is None:
-            del self._txns[pending.transactional_id]
-            return []
-        meta.apply(pending.target)
-        if meta.state in _PREPARED:
-            return [self._new_job(meta)]
-        meta.marker_job_id = None
-        return []
-
-    def write_failed(
-        self, pending: Pending, error: ErrorCode = ErrorCode.NOT_COORDINATOR
-    ) -> Answer:
-        """The append of ``pending`` failed with ``error``: the state is as before the request
-        (a failed epoch fence keeps its bumped epoch in memory, as Kafka does, so that the
-        fenced producer stays fenced). Returns the answer to send, None if nobody waits."""
-        meta = self._current(pending)
-        meta.pending = None
-        if not meta.exists:
-            del self._txns[pending.transactional_id]
-        elif pending.epoch_fence and pending.target is not None:
-            meta.producer_epoch = pending.target.producer_epoch
-            meta.last_producer_epoch = NO_PRODUCER_EPOCH
-            meta.has_failed_epoch_fence = True
-        client_error = _APPEND_ERRORS.get(error, error)
-        if client_error is ErrorCode.NONE:
-            client_error = ErrorCode.UNKNOWN_SERVER_ERROR
-        answer = pending.answer
-        if isinstance(answer, InitProducerIdResult):
-            return InitProducerIdResult(client_error)
-        return None if answer is None else client_error
-
-    def markers_written(
-        self,
-        transactional_id: str,
-        producer_id: int,
-        producer_epoch: int,
-        now_ms: int,
-        job_id: int | None = None,
-    ) -> Pending | None:
-        """Every partition of a marker job has its marker: the Complete* record to append.
+    def markers_written(self, job: MarkerJob, now_ms: int) -> bool:
+        """Every partition of ``job`` has its marker: write the Complete* record (True).
 
         Applies only to the transaction the job was for: the id must be in a Prepare*
-        state with that producer id and epoch and, when ``job_id`` is given (the shell
-        should always give it), that job. Anything else is a stale report: None.
+        state with the job's producer id, epoch and job id. Anything else is a stale
+        report (a duplicate, a delayed copy, a job of an earlier transaction): False,
+        nothing changes.
         """
-        meta = self.metadata(transactional_id)
+        meta = self._txns.get(job.transactional_id)
         if (
             meta is None
-            or meta.pending is not None
             or meta.state not in _PREPARED
-            or meta.producer_id != producer_id
-            or meta.producer_epoch != producer_epoch
-            or (job_id is not None and job_id != meta.marker_job_id)
+            or meta.producer_id != job.producer_id
+            or meta.producer_epoch != job.producer_epoch
+            or job.job_id != meta.marker_job_id
         ):
-            return None
+            return False
         done = (
             TxnState.COMPLETE_COMMIT
             if meta.state is TxnState.PREPARE_COMMIT
             else TxnState.COMPLETE_ABORT
         )
-        target = replace(meta.value(), state=done, partitions=(), last_update_ms=now_ms)
-        return self._begin(meta, target, None)
-
-    def marker_jobs(self) -> list[MarkerJob]:
-        """The jobs of every transaction waiting for its markers (e.g. to resend after a
-        failed Complete* append); same job ids as before."""
-        jobs = []
-        for txn_id in self.transactional_ids():
-            meta = self._txns[txn_id]
-            if meta.state in _PREPARED and meta.pending is None:
-                jobs.append(self._job(meta))
-        return jobs
-
-    def expire(self, now_ms: int) -> list[Pending]:
-        """Abort transactions open past their timeout, fencing the producer with an epoch
-        bump, and remove ids idle past ``id_expiration_ms`` with a tombstone. Call it every
-        ``config.abort_check_interval_ms``; ids with a change in flight wait for next time."""
-        out = []
-        for txn_id in sorted(self._txns):
-            meta = self._txns[txn_id]
-            if meta.pending is not None or not meta.exists:
-                continue
-            if meta.state is TxnState.ONGOING and meta.txn_start_ms + meta.timeout_ms < now_ms:
-                out.append(self._begin(meta, _fence_target(meta, now_ms), None, epoch_fence=True))
-            elif (
-                meta.state in _IDLE and meta.last_update_ms + self.config.id_expiration_ms <= now_ms
-            ):
-                out.append(self._begin(meta, None, None))
-        return out
+        self._change(meta, replace(meta.value(), state=done, partitions=(), last_update_ms=now_ms))
+        return True
 
     # ---- loading -------------------------------------------------------------------
 
@@ -474,17 +440,17 @@ class TransactionCoordinator:
         meta.apply(decoded)
         self._txns[txn_id] = meta
 
-    def load_complete(self, now_ms: int, coordinator_epoch: int | None = None) -> list[MarkerJob]:
+    def load_complete(self, now_ms: int, coordinator_epoch: int | None = None) -> None:
         """Loading is over: finish what the log says was decided. Transactions found in
-        Prepare* get their marker jobs again; Ongoing ones are left to their timeout."""
-        del now_ms  # part of the shape every call has; nothing here depends on time
+        Prepare* get new marker jobs (effects); Ongoing ones are left to their timeout,
+        which the first tick, one interval from now, looks at."""
         if coordinator_epoch is not None:
             self.coordinator_epoch = coordinator_epoch
-        return [
-            self._new_job(self._txns[t])
-            for t in self.transactional_ids()
-            if self._txns[t].state in _PREPARED
-        ]
+        for txn_id in self.transactional_ids():
+            meta = self._txns[txn_id]
+            if meta.state in _PREPARED:
+                self._effects.append(self._new_job(meta))
+        self._next_check_ms = now_ms + self.config.abort_check_interval_ms
 
     # ---- internals -----------------------------------------------------------------
 
@@ -501,35 +467,24 @@ class TransactionCoordinator:
         if meta.producer_epoch != producer_epoch:
             # the door answers INVALID_PRODUCER_EPOCH to versions that predate PRODUCER_FENCED
             return ErrorCode.PRODUCER_FENCED
-        if meta.pending is not None:
-            return ErrorCode.CONCURRENT_TRANSACTIONS
         return meta
 
-    def _begin(
-        self,
-        meta: TransactionMetadata,
-        target: TxnStateValue | None,
-        answer: Answer,
-        epoch_fence: bool = False,
-    ) -> Pending:
-        assert meta.pending is None, meta
-        record = state_record(meta.transactional_id, target)
-        meta.pending = Pending(meta.transactional_id, (record,), answer, target, epoch_fence)
-        return meta.pending
-
-    def _current(self, pending: Pending) -> TransactionMetadata:
-        meta = self._txns.get(pending.transactional_id)
-        if meta is None or meta.pending is not pending:
-            raise ValueError(f"not the change in flight for {pending.transactional_id!r}")
-        return meta
+    def _change(self, meta: TransactionMetadata, target: TxnStateValue | None) -> None:
+        """The id takes ``target`` (None: it is removed) and its record joins the outbox;
+        entering Prepare* starts a marker job, under a new job id."""
+        self._records.append(state_record(meta.transactional_id, target))
+        if target is None:
+            del self._txns[meta.transactional_id]
+            return
+        meta.apply(target)
+        if meta.state in _PREPARED:
+            self._effects.append(self._new_job(meta))
+        else:
+            meta.marker_job_id = None
 
     def _new_job(self, meta: TransactionMetadata) -> MarkerJob:
         meta.marker_job_id = self._next_job_id
         self._next_job_id += 1
-        return self._job(meta)
-
-    def _job(self, meta: TransactionMetadata) -> MarkerJob:
-        assert meta.marker_job_id is not None
         return MarkerJob(
             meta.transactional_id,
             meta.producer_id,
@@ -580,7 +535,7 @@ def _may_reinit(meta: TransactionMetadata, producer_id: int, epoch: int) -> bool
 def _fence_target(meta: TransactionMetadata, now_ms: int) -> TxnStateValue:
     """Abort the open transaction under a bumped epoch: the old producer is fenced."""
     epoch = meta.producer_epoch
-    if not meta.has_failed_epoch_fence and epoch < MAX_EPOCH:
+    if epoch < MAX_EPOCH:
         epoch += 1
     return replace(
         meta.value(),

@@ -14,7 +14,6 @@ from .codec import (
     NO_PRODUCER_EPOCH,
     NO_PRODUCER_ID,
     TopicPartition,
-    TxnRecord,
     TxnState,
     TxnStateValue,
 )
@@ -29,7 +28,7 @@ def is_epoch_exhausted(epoch: int) -> bool:
 class TxnConfig:
     max_timeout_ms: int = 900_000  # transaction.max.timeout.ms
     id_expiration_ms: int = 604_800_000  # transactional.id.expiration.ms
-    abort_check_interval_ms: int = 10_000  # how often the shell should call expire()
+    abort_check_interval_ms: int = 10_000  # how often tick() looks for timeouts, expiry
 
 
 @dataclass(slots=True, frozen=True)
@@ -43,9 +42,10 @@ class InitProducerIdResult:
 class MarkerJob:
     """WriteTxnMarkers to send: one marker per partition, to each partition's leader.
 
-    ``job_id`` names this attempt; hand it back to :meth:`TransactionCoordinator.markers_written`
-    so a delayed or duplicated completion of an earlier job cannot complete a later
-    transaction of the same producer id and epoch.
+    ``job_id`` names this attempt; hand the job back to
+    :meth:`TransactionCoordinator.markers_written` so a delayed or duplicated completion
+    of an earlier job cannot complete a later transaction of the same producer id and
+    epoch.
     """
 
     transactional_id: str
@@ -57,18 +57,27 @@ class MarkerJob:
     job_id: int
 
 
-Answer = InitProducerIdResult | ErrorCode | None
+class NeedProducerId:
+    """The answer of an InitProducerId that needs a fresh producer id and was given none:
+    nothing changed; allocate one (the broker's allocator is async, the core is not) and
+    ask again with it."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "NEED_PRODUCER_ID"
 
 
-@dataclass(slots=True, frozen=True, eq=False)
-class Pending:
-    """A state change waiting for its record to be written (compared by identity)."""
+NEED_PRODUCER_ID = NeedProducerId()
 
-    transactional_id: str
-    records: tuple[TxnRecord, ...]
-    answer: Answer  # send after written(); None when no client waits (timeouts, markers)
-    target: TxnStateValue | None  # None: the id is removed
-    epoch_fence: bool = False  # a bump that fences the current producer
+
+@dataclass(slots=True, frozen=True)
+class Expired:
+    """What one ``tick`` did: transactions aborted for their timeout (their producer
+    fenced), and ids removed after ``id_expiration_ms`` idle."""
+
+    timed_out: tuple[str, ...] = ()
+    removed: tuple[str, ...] = ()
 
 
 @dataclass(slots=True, frozen=True)
@@ -98,7 +107,8 @@ class ListTransactionsResult:
 
 @dataclass(slots=True)
 class TransactionMetadata:
-    """The committed state of one transactional id, plus the change in flight (if any)."""
+    """The state of one transactional id (ahead of the log until the shell's round is
+    durable; the shell rebuilds it from the log if the round fails)."""
 
     transactional_id: str
     producer_id: int = NO_PRODUCER_ID
@@ -110,12 +120,6 @@ class TransactionMetadata:
     last_update_ms: int = -1
     previous_producer_id: int = NO_PRODUCER_ID
     last_producer_epoch: int = NO_PRODUCER_EPOCH
-    pending: Pending | None = None
-    # False until the first record of a new id is written: not visible to anyone yet
-    exists: bool = True
-    # an epoch fence whose write failed: the bumped epoch stays in memory (the zombie
-    # stays fenced) and the next fence reuses it instead of bumping again
-    has_failed_epoch_fence: bool = False
     marker_job_id: int | None = None  # the job of a Prepare* state
 
     def value(self) -> TxnStateValue:
@@ -141,4 +145,3 @@ class TransactionMetadata:
         self.last_update_ms = value.last_update_ms
         self.previous_producer_id = value.previous_producer_id
         self.last_producer_epoch = value.last_producer_epoch
-        self.exists = True
