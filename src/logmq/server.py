@@ -29,13 +29,16 @@ from typing import Any
 from logmq.broker.add_scram import apply_add_scram
 from logmq.broker.broker_clients import BrokerClients
 from logmq.broker.config import BrokerConfig
+from logmq.broker.consumer_reads import ConsumerReads
 from logmq.broker.controller_service import (
     MetadataQuorum,
     parse_node_addresses,
     parse_voters,
 )
 from logmq.broker.fetch_waiter import FetchWaiters
+from logmq.broker.follower_reads import FollowerReads
 from logmq.broker.group_coordinator import GroupCoordinatorService
+from logmq.broker.leader_appends import LeaderAppends
 from logmq.broker.local_logs import LocalLogs, RemovedLogs
 from logmq.broker.metadata_publisher import MetadataPublisher
 from logmq.broker.metadata_store import ImageTopics
@@ -43,6 +46,7 @@ from logmq.broker.metrics import BrokerMetrics, MetricsServer
 from logmq.broker.partition_views import PartitionViews
 from logmq.broker.produce_path import ProducePath
 from logmq.broker.producer_ids import ProducerIdManager
+from logmq.broker.record_deletion import RecordDeletion
 from logmq.broker.replica_fetcher import FetcherConfig
 from logmq.broker.replica_manager import ReplicaManager, ReplicationConfig
 from logmq.broker.security_admin import SecurityAdmin
@@ -527,6 +531,11 @@ class Broker:
         self.quorum.storage_full = lambda: logs.disk.full  # carried by heartbeats
         self.local_logs = LocalLogs(cfg.node_id, logs, lambda: self.quorum.image, self.waiters)
         self.replicas = self._replica_manager()
+        # the data paths over the replicas, each one concept (broker/replica_manager.py)
+        self.appends = LeaderAppends(self.replicas)
+        self.reads = ConsumerReads(self.replicas)
+        self.follower_reads = FollowerReads(self.replicas)
+        self.deletions = RecordDeletion(self.replicas)
         self.groups = GroupCoordinatorService(
             cfg,
             self.quorum,
@@ -546,6 +555,7 @@ class Broker:
         # a marker on __consumer_offsets settles the transaction's offsets (TxnOffsetCommit)
         self.marker_writer = MarkerWriter(
             self.replicas,
+            self.appends,
             offsets_topic=OFFSETS_TOPIC,
             on_offsets_marker=self.groups.complete_transaction,
         )
@@ -572,7 +582,7 @@ class Broker:
             self.authorization,
         )
         self.produce_path = ProducePath(
-            self.replicas, lambda: self.quorum.image, self.topic_creator
+            self.replicas, self.appends, lambda: self.quorum.image, self.topic_creator
         )
         # one set of client quota sensors for both doors: a client is one client
         # whichever door it comes through
@@ -593,6 +603,9 @@ class Broker:
         self.data = DataApi(
             produce_path=self.produce_path,
             replicas=self.replicas,
+            reads=self.reads,
+            follower_reads=self.follower_reads,
+            deletions=self.deletions,
             metrics=self.metrics,
             max_fetch_wait_ms=cfg.max_fetch_wait_ms,
             quotas=quotas,
@@ -648,6 +661,7 @@ class Broker:
             controller_id=lambda: self.quorum.controller_id,
             kafka_endpoint=self._kafka_endpoint,
             replicas=self.replicas,
+            reads=self.reads,
             produce_path=self.produce_path,
             producer_ids=self.producer_ids,
             auto_create=self.topic_creator.auto_create,
@@ -673,7 +687,7 @@ class Broker:
                 KafkaGroupMembershipApis(self.groups),
                 KafkaConsumerGroupApis(self.groups, image, self.authorization),
                 KafkaConfigApis(cfg, image, run_on_controller),
-                KafkaPartitionAdminApis(self.replicas, views, run_on_controller, image),
+                KafkaPartitionAdminApis(self.deletions, views, run_on_controller, image),
                 KafkaProducerApis(self.replicas.leader_log, self.authorization, self.marker_writer),
                 KafkaSecurityAdminApis(self.security_admin),
                 transactions,

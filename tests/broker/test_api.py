@@ -474,14 +474,14 @@ async def test_one_request_answers_every_partition_on_its_own(client, inproc_bro
     (produce_path.append_all): a partition's failure, even an unexpected one, is that
     partition's answer alone, and the others are written."""
     await client.create_topic("t", 4)
-    real = inproc_broker.replicas.append_now
+    real = inproc_broker.appends.append_now
 
     def append_now(key, *args):
         if key == ("t", 2):
             raise RuntimeError("disk on fire")
         return real(key, *args)
 
-    monkeypatch.setattr(inproc_broker.replicas, "append_now", append_now)
+    monkeypatch.setattr(inproc_broker.appends, "append_now", append_now)
     good = values_batch(2)
     parts = {0: good, 1: good, 2: good, 3: b"", 7: good}
     body = produce_body("t", parts)

@@ -26,7 +26,8 @@ PID, TP = 5, ("t", 0)
 
 
 class OneLeader:
-    """The ReplicaManager surface MarkerWriter uses, over one partition log."""
+    """What MarkerWriter uses of the replica manager (``leader_log``) and of the leader's
+    appends (``append``), over one partition log."""
 
     def __init__(self, plog: PartitionLog) -> None:
         self.plog = plog
@@ -67,7 +68,8 @@ def test_copies_of_earlier_markers_never_end_a_later_transaction(
     tmp_path_factory, txns, coordinator_epoch
 ):
     plog = PartitionLog(tmp_path_factory.mktemp("p") / "t-0", LogConfig())
-    writer = MarkerWriter(OneLeader(plog))  # type: ignore[arg-type]
+    leader = OneLeader(plog)
+    writer = MarkerWriter(leader, leader)  # type: ignore[arg-type]
     jobs: list[tuple[int, bool]] = []  # (job id, commit) of each ended transaction
     aborted: list[tuple[int, int]] = []  # the model's (producer id, first offset)
 
@@ -110,7 +112,8 @@ def test_copies_of_earlier_markers_never_end_a_later_transaction(
 def test_a_marker_without_a_job_is_always_written(tmp_path):
     """Kafka's WriteTxnMarkers (an admin's abort) names no job: nothing to recognise."""
     plog = PartitionLog(tmp_path / "t-0", LogConfig())
-    writer = MarkerWriter(OneLeader(plog))  # type: ignore[arg-type]
+    leader = OneLeader(plog)
+    writer = MarkerWriter(leader, leader)  # type: ignore[arg-type]
 
     async def run() -> None:
         plog.append(txn_batch(0))

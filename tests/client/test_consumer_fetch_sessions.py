@@ -152,8 +152,8 @@ async def test_a_spent_budget_ends_an_incremental_read_and_every_partition_gets_
                 producer.send(topic, value + b"%d" % i, partition=p)
         await producer.flush()
 
-    replicas = inproc_broker.replicas
-    original = replicas._read_for_consumer
+    reads = inproc_broker.reads
+    original = reads._read_for_consumer
     # per read: (partial, partitions visited, of them with records to read, bytes)
     visited: list[tuple[bool, int, int, int]] = []
 
@@ -165,7 +165,7 @@ async def test_a_spent_budget_ends_an_incremental_read_and_every_partition_gets_
         visited.append((partial, len(answered), behind, total))
         return topics, total, any_error
 
-    replicas._read_for_consumer = counting
+    reads._read_for_consumer = counting
     got: list[tuple[int, int]] = []
     async with AsyncConsumer(bootstrap, fetch_max_bytes=20_000, fetch_max_wait_ms=100) as consumer:
         consumer.assign([(topic, p) for p in range(parts)])

@@ -17,9 +17,13 @@ from types import SimpleNamespace
 from typing import Any
 
 from logmq.broker.config import BrokerConfig
+from logmq.broker.consumer_reads import ConsumerReads
 from logmq.broker.fetch_waiter import FetchWaiters
+from logmq.broker.follower_reads import FollowerReads
+from logmq.broker.leader_appends import LeaderAppends
 from logmq.broker.metrics import BrokerMetrics
 from logmq.broker.produce_path import ProducePath
+from logmq.broker.record_deletion import RecordDeletion
 from logmq.broker.replica_fetcher import FetcherConfig
 from logmq.broker.replica_manager import PartitionChange, ReplicaManager, ReplicationConfig
 from logmq.client.connection import BrokerConnection
@@ -72,14 +76,19 @@ class MiniBroker:
         for topic, partition in keys:
             self.logs.create_log(topic, partition, dict(self.topic_configs))
         self.replicas = make_replicas(self.logs, self.waiters)
+        appends = LeaderAppends(self.replicas)
         produce_path = ProducePath(
             self.replicas,
+            appends,
             lambda: self.image,  # type: ignore[arg-type,return-value]
             self,
         )
         self.data = DataApi(
             produce_path=produce_path,
             replicas=self.replicas,
+            reads=ConsumerReads(self.replicas),
+            follower_reads=FollowerReads(self.replicas),
+            deletions=RecordDeletion(self.replicas),
             metrics=self.metrics,
             max_fetch_wait_ms=self.config.max_fetch_wait_ms,
         )

@@ -20,6 +20,7 @@ from logmq.cluster.topic_names import is_internal
 from logmq.errors import ErrorCode, LogMQError
 
 if TYPE_CHECKING:
+    from logmq.broker.leader_appends import LeaderAppends
     from logmq.broker.metadata_store import TopicInfo
     from logmq.broker.replica_manager import ReplicaManager
     from logmq.cluster.metadata_image import MetadataImage
@@ -67,10 +68,12 @@ class ProducePath:
     def __init__(
         self,
         replicas: ReplicaManager,
+        appends: LeaderAppends,
         image: Callable[[], MetadataImage],
         topic_creator: AutoCreator,
     ) -> None:
-        self.replicas = replicas
+        self.replicas = replicas  # which partitions this broker leads, at which epoch
+        self.appends = appends
         self.image = image
         # Produces to topics being auto-created wait here, in arrival order.
         self.pending_topics = PendingTopics(topic_creator.auto_create)
@@ -185,5 +188,5 @@ class ProducePath:
         plog = self.replicas.leader_log(topic, partition)
         if not data:
             raise LogMQError("empty record set", ErrorCode.CORRUPT_MESSAGE)
-        info, rest = self.replicas.append_now((topic, partition), plog, data, acks, timeout_ms)
+        info, rest = self.appends.append_now((topic, partition), plog, data, acks, timeout_ms)
         return info, plog, rest

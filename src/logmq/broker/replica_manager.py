@@ -1,27 +1,29 @@
-"""The replica manager: the produce and read paths, and the replicas' shell.
+"""The replica manager: this broker's partition replicas, their roles and their shell.
 
-It is the one writer of every partition's high watermark and owns the leader's side
-of the data path: ``append`` (a single broker's partition has no other replica, so its
-HW is its log end offset; a replicated one checks min.insync.replicas, stamps its
-leader epoch, lets the HW move and parks acks=all until the HW passes the batch),
-consumer reads (``leader_log``, ``fetch_for_consumer``: below the HW, from the leader,
-fenced by the client's leader epoch) and ``fetch_for_follower`` (a follower's fetch
-records its LEO and long-polls on appends and HW moves, under the reassignment
-throttle). The metadata layer tells it which local partitions now lead, follow or are
-gone (``apply_changes``); follower fetchers (replica_fetcher.py) hand it the leader's
-batches. Each partition's decisions come from
-its sans-IO ``PartitionReplica``; this module only performs the returned actions (set
-the HW, wake fetches, truncate, ask the controller for an ISR change, complete acks=all
-waiters) and owns the tick task and the fetchers. It never decodes records.
+It is the one writer of every partition's high watermark. The metadata layer tells it
+which local partitions now lead, follow or are gone (``apply_changes``,
+``on_partitions_changed``); each partition's decisions come from its sans-IO
+``PartitionReplica``, and this module performs the returned actions (set the HW, wake
+fetches, truncate, queue an ISR change for the controller, complete acks=all waiters)
+and owns the tick task and the follower fetchers, which hand it the leader's batches
+(``on_fetched``). It never decodes records.
+
+The data paths over it are classes of their own, each one concept, built by the
+composition root with this manager as their collaborator: ``LeaderAppends``
+(leader_appends.py: produce and marker appends, acks=all), ``ConsumerReads``
+(consumer_reads.py), ``FollowerReads`` (follower_reads.py: a follower's fetch records
+its LEO here through ``follower_fetch``), ``RecordDeletion`` (record_deletion.py, told of
+partition changes through ``watch``); ISR changes go out batched through
+``IsrChangeQueue`` (isr_changes.py).
 
 Wiring into a broker: create it after the LogManager with ``alter_partition`` (sends an
 ``AlterPartitionRequest`` to the controller and returns its ``AlterPartitionResponse``),
 ``broker_address`` (node id -> (host, port) from the image's registrations),
 ``leader_logs`` (LocalLogs), ``metadata`` (the current image), ``broker_epoch`` and
-``replicated`` (a cluster: every local partition has a replica); give it to the data
-handlers; ``await start()``; register ``on_partitions_changed`` with the
-MetadataPublisher after the listener that creates logs; ``await stop()`` before the
-server drains, so parked acks=all requests answer at once.
+``replicated`` (a cluster: every local partition has a replica); ``await start()``;
+register ``on_partitions_changed`` with the MetadataPublisher after the listener that
+creates logs; ``await stop()`` before the server drains, so parked acks=all requests
+answer at once.
 """
 
 from __future__ import annotations
@@ -31,15 +33,13 @@ import dataclasses
 import itertools
 import logging
 import time
-from collections.abc import Awaitable, Callable, Coroutine, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from typing import TYPE_CHECKING, Literal, Protocol
 
-from logmq.broker.fetch_results import PartitionRead, TopicRead, failed
+from logmq.broker.isr_changes import AlterPartitions, IsrChangeQueue
 from logmq.broker.replica_fetcher import FetcherConfig, ReplicaFetcher
-from logmq.cluster.controller_api import AlterPartitionRequest, AlterPartitionResponse
 from logmq.errors import DiskFullError, ErrorCode, LogMQError
-from logmq.gcpause import gc_paused
 from logmq.replication.partition_replica import (
     AlterIsr,
     AskLeaderEpoch,
@@ -51,24 +51,20 @@ from logmq.replication.partition_replica import (
     StartFetching,
     TruncateTo,
 )
-from logmq.replication.throttle import ReassignmentQuota, configured_rate
+from logmq.replication.throttle import ReassignmentQuota
 from logmq.storage import batch as b
 
 if TYPE_CHECKING:
-    from logmq.broker.fetch_sessions import FetchSession, SessionPartition
     from logmq.broker.fetch_waiter import FetchWaiters
     from logmq.cluster.metadata_image import LocalReplicaChanges, MetadataImage
     from logmq.storage.log_manager import LogManager
     from logmq.storage.partition_log import PartitionLog
-    from logmq.storage.stamping import AppendInfo
 
 NO_ERROR = ErrorCode.NONE
 
 log = logging.getLogger("logmq.replication")
 
 TopicPartition = tuple[str, int]
-AlterPartitions = Callable[[list[AlterPartitionRequest]], Awaitable[list[AlterPartitionResponse]]]
-MAX_ISR_BATCH = 2000  # partitions per AlterPartition request
 Role = Literal["leader", "follower", "removed"]
 
 
@@ -136,6 +132,11 @@ class ReplicationConfig:
 LEADER_EPOCH = 0  # a partition with a single replica: the one and only leader epoch
 
 
+class PartitionWatcher(Protocol):
+    def partition_changed(self, key: TopicPartition | None) -> None:
+        """A partition's followers, ISR or role changed (None: the broker is stopping)."""
+
+
 class LeaderLogs(Protocol):
     def leader_log(self, topic: str, partition: int) -> PartitionLog | None:
         """The log of a partition this broker leads (NOT_LEADER_OR_FOLLOWER otherwise)."""
@@ -188,11 +189,12 @@ class ReplicaManager:
         self._silent: set[int] = set()
         self._ticking: set[TopicPartition] = set()  # replicas with something to time
         # ISR changes waiting to go: one AlterPartition in flight carries them all
-        self._isr_queue: dict[TopicPartition, AlterIsr] = {}
-        self._isr_sender: asyncio.Task | None = None
+        self.isr_changes = IsrChangeQueue(
+            broker_id, broker_epoch, alter_partitions, self._isr_change_answered
+        )
         self._acks: dict[int, asyncio.Future[ErrorCode]] = {}
-        # DeleteRecords answers waiting for the ISR's log start offsets: (offset, future)
-        self._trims: dict[TopicPartition, list[tuple[int, asyncio.Future[int]]]] = {}
+        # told when a partition's followers, ISR or role change (record_deletion.py)
+        self._watchers: list[PartitionWatcher] = []
         self._ack_keys = itertools.count()
         self._tasks: set[asyncio.Task] = set()
         self._tick_task: asyncio.Task | None = None
@@ -206,7 +208,7 @@ class ReplicaManager:
 
     # -- lifecycle ---------------------------------------------------------------------
 
-    def _loop(self) -> asyncio.AbstractEventLoop:
+    def loop(self) -> asyncio.AbstractEventLoop:
         """The running loop, looked up once: every produce and fetch asks for it, and on
         3.11 each ``get_running_loop()`` is a getpid() syscall."""
         loop = self._event_loop
@@ -227,6 +229,7 @@ class ReplicaManager:
         if self._tick_task is not None:
             self._tick_task.cancel()
             await asyncio.gather(self._tick_task, return_exceptions=True)
+        await self.isr_changes.stop()
         for fetcher in list(self.fetchers.values()):
             await fetcher.stop()
         self.fetchers.clear()
@@ -235,8 +238,7 @@ class ReplicaManager:
         await asyncio.gather(*self._tasks, return_exceptions=True)
         for key, replica in list(self.replicas.items()):
             self._run(key, replica.stop())
-        for key in list(self._trims):
-            self._check_trims(key)
+        self._changed(None)
 
     async def _tick_loop(self) -> None:
         """Tick the replicas that have something to time (``_ticking``), not all of them:
@@ -312,8 +314,7 @@ class ReplicaManager:
             replica = self.replicas.pop(key, None)
             if replica is not None:
                 self._run(key, replica.stop())
-            if key in self._trims:
-                self._check_trims(key)
+            self._changed(key)
             return
         plog = self.logs.get_log(*key)
         if plog is None:
@@ -357,8 +358,7 @@ class ReplicaManager:
                 self._stop_following(key)
             actions = replica.become_follower(change)
         self._run(key, actions)
-        if key in self._trims:  # an ISR change or a lost leadership ends or frees them
-            self._check_trims(key)
+        self._changed(key)  # an ISR change or a lost leadership
 
     def _replica_config(self, plog: PartitionLog) -> ReplicaConfig:
         return ReplicaConfig(
@@ -382,7 +382,7 @@ class ReplicaManager:
                 if fut is not None and not fut.done():
                     fut.set_result(action.error)
             elif isinstance(action, AlterIsr):
-                self._queue_alter_isr(key, action)
+                self.isr_changes.queue(key, action)
             elif isinstance(action, AskLeaderEpoch):
                 self._fetcher(action.leader).ask_epoch(
                     key, action.current_leader_epoch, action.epoch
@@ -405,6 +405,19 @@ class ReplicaManager:
                 self._fetcher(action.leader).fetch_from(key, action.leader_epoch, action.offset)
                 self._following[key] = action.leader
 
+    def _isr_change_answered(self, key: TopicPartition, error: ErrorCode, partition) -> None:
+        replica = self.replicas.get(key)
+        if replica is not None:
+            self._run(key, replica.on_alter_isr_response(error, partition))
+
+    def watch(self, watcher: PartitionWatcher) -> None:
+        """Tell ``watcher`` of each change to a partition's followers, ISR or role."""
+        self._watchers.append(watcher)
+
+    def _changed(self, key: TopicPartition | None) -> None:
+        for watcher in self._watchers:
+            watcher.partition_changed(key)
+
     def _spawn(self, coro: Awaitable) -> None:
         if self._stopped:
             coro.close()  # type: ignore[attr-defined]
@@ -412,67 +425,6 @@ class ReplicaManager:
         task = asyncio.get_running_loop().create_task(coro)  # type: ignore[arg-type]
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
-
-    def _queue_alter_isr(self, key: TopicPartition, action: AlterIsr) -> None:
-        """Send ``action`` with every other ISR change waiting (Kafka's
-        AlterPartitionManager): thousands of partitions changing at once (a cluster
-        coming up) make a few requests and a few metadata batches, not thousands."""
-        self._isr_queue[key] = action
-        if self._stopped or (self._isr_sender is not None and not self._isr_sender.done()):
-            return
-        self._isr_sender = self._loop().create_task(self._send_isr_changes())
-        self._tasks.add(self._isr_sender)
-        self._isr_sender.add_done_callback(self._tasks.discard)
-
-    async def _send_isr_changes(self) -> None:
-        while self._isr_queue and not self._stopped:
-            batch = list(itertools.islice(self._isr_queue.items(), MAX_ISR_BATCH))
-            for key, _ in batch:
-                del self._isr_queue[key]
-            requests = [
-                AlterPartitionRequest(
-                    broker_id=self.broker_id,
-                    broker_epoch=self.broker_epoch(),
-                    topic=key[0],
-                    partition=key[1],
-                    leader_epoch=action.leader_epoch,
-                    partition_epoch=action.partition_epoch,
-                    new_isr=action.isr,
-                )
-                for key, action in batch
-            ]
-            try:
-                responses = await self.alter_partitions(requests)
-            except asyncio.CancelledError:
-                raise
-            except Exception as e:
-                log.warning("AlterPartition for %d partitions failed: %s", len(batch), e)
-                responses = [AlterPartitionResponse(ErrorCode.REQUEST_TIMED_OUT, str(e))] * len(
-                    batch
-                )
-            refused: dict[str, int] = {}
-            for (key, action), response in zip(batch, responses, strict=True):
-                if response.error is not ErrorCode.NONE:
-                    refused[response.error.name] = refused.get(response.error.name, 0) + 1
-                    log.debug(
-                        "AlterPartition %s-%d isr=%s refused: %s",
-                        key[0],
-                        key[1],
-                        action.isr,
-                        response.error.name,
-                    )
-                replica = self.replicas.get(key)
-                if replica is not None:
-                    self._run(
-                        key, replica.on_alter_isr_response(response.error, response.partition)
-                    )
-            if refused:
-                log.info(
-                    "AlterPartition: %d of %d refused %s",
-                    sum(refused.values()),
-                    len(batch),
-                    refused,
-                )
 
     # -- follower side: fetchers -------------------------------------------------------
 
@@ -595,194 +547,14 @@ class ReplicaManager:
         error = replica.await_replication(ack_key, required_offset, deadline)
         if error is not None:
             return error
-        fut: asyncio.Future[ErrorCode] = self._loop().create_future()
+        fut: asyncio.Future[ErrorCode] = self.loop().create_future()
         self._acks[ack_key] = fut
         try:
             return await fut
         finally:
             self._acks.pop(ack_key, None)
 
-    async def append(
-        self,
-        key: TopicPartition,
-        plog: PartitionLog,
-        data: Any,
-        acks: int,
-        timeout_ms: int,
-        *,
-        control: bool = False,
-    ) -> AppendInfo:
-        """Append produce data as the partition's leader; acks=all waits for the HW
-        (``append_now``, then what it leaves to wait for). ``control``: transaction
-        markers (txn_markers.py), which clients may not write."""
-        info, rest = self.append_now(key, plog, data, acks, timeout_ms, control=control)
-        if rest is not None:
-            await rest
-        return info
-
-    def append_now(
-        self,
-        key: TopicPartition,
-        plog: PartitionLog,
-        data: Any,
-        acks: int,
-        timeout_ms: int,
-        *,
-        control: bool = False,
-    ) -> tuple[AppendInfo, Coroutine[Any, Any, None] | None]:
-        """The write of an append, at once, and what its answer still waits for (an
-        fsync the topic's policy asks for, then acks=all replication), or None.
-
-        A single broker's partition is its own ISR: it stamps leader epoch 0 and its HW
-        is its log end offset. A replicated one checks min.insync.replicas first and
-        stamps the replica's leader epoch. The HW moves (and followers hear of the
-        append) only after a required fsync, as before the split.
-        """
-        logs = self.logs
-        if not self.replicated:  # the hot path of a single broker, inlined
-            info = logs.write(plog, data, leader_epoch=LEADER_EPOCH, control=control)
-            if logs.must_sync(plog, info):
-                return info, self._synced_single(key, plog, info)
-            if not info.duplicate:
-                plog.high_watermark = plog.log_end_offset
-                self.waiters.notify(key)
-            return info, None
-        error, epoch = self.check_append(key, acks, plog.config.min_insync_replicas)
-        if error is not ErrorCode.NONE:
-            raise LogMQError(f"cannot append to {key[0]}-{key[1]}: {error.name}", error)
-        info = logs.write(plog, data, leader_epoch=epoch, control=control)
-        sync = logs.must_sync(plog, info)
-        if not sync:
-            if not info.duplicate:
-                self.on_append(key, plog)
-            if acks != -1:
-                return info, None
-        return info, self._replicated_rest(key, plog, info, acks, timeout_ms, sync)
-
-    async def _synced_single(
-        self, key: TopicPartition, plog: PartitionLog, info: AppendInfo
-    ) -> None:
-        await self.logs.sync(plog)
-        if not info.duplicate:
-            plog.high_watermark = plog.log_end_offset
-            self.waiters.notify(key)
-
-    async def _replicated_rest(
-        self,
-        key: TopicPartition,
-        plog: PartitionLog,
-        info: AppendInfo,
-        acks: int,
-        timeout_ms: int,
-        sync: bool,
-    ) -> None:
-        if sync:
-            await self.logs.sync(plog)
-            if not info.duplicate:
-                self.on_append(key, plog)
-        if acks == -1:
-            # A retried duplicate waits too: its first attempt may not be replicated yet.
-            error = await self.wait_replicated(key, info.last_offset + 1, timeout_ms)
-            if error is not ErrorCode.NONE:
-                raise LogMQError(
-                    f"{key[0]}-{key[1]} offsets {info.first_offset}..{info.last_offset}: "
-                    f"{error.name}",
-                    error,
-                )
-
     # -- leader side: DeleteRecords ------------------------------------------------------
-
-    async def delete_records(
-        self, offsets: dict[TopicPartition, int], timeout_ms: int
-    ) -> dict[TopicPartition, tuple[int, ErrorCode, str | None]]:
-        """DeleteRecords for both front doors: per partition (low watermark, error, message),
-        all partitions at once."""
-
-        async def one(key: TopicPartition, offset: int) -> tuple[int, ErrorCode, str | None]:
-            try:
-                return await self._delete_records(*key, offset, timeout_ms), ErrorCode.NONE, None
-            except LogMQError as e:
-                return -1, e.code, str(e)
-
-        results = await asyncio.gather(*(one(k, o) for k, o in offsets.items()))
-        return dict(zip(offsets, results, strict=True))
-
-    async def _delete_records(
-        self, topic: str, partition: int, offset: int, timeout_ms: int
-    ) -> int:
-        """Move the log start offset to ``offset`` (-1: the HW); returns the low watermark.
-
-        The leader moves its own start and writes the log-start checkpoint first, so the
-        deletion survives a crash. Followers take the start every fetch answer carries
-        and report theirs in their next fetch; the answer waits until every ISR member's
-        start has reached ``offset`` (Kafka's low watermark), else REQUEST_TIMED_OUT.
-        """
-        key = (topic, partition)
-        plog = self.leader_log(topic, partition)
-        if not plog.config.delete:
-            raise LogMQError(
-                f"records of {topic}-{partition} cannot be deleted: cleanup.policy is "
-                f"{plog.config.cleanup_policy}",
-                ErrorCode.POLICY_VIOLATION,
-            )
-        hw = plog.high_watermark
-        target = hw if offset == -1 else offset
-        if not 0 <= target <= hw:
-            raise LogMQError(
-                f"cannot delete {topic}-{partition} records below {offset}: the offset must "
-                f"be in [0, {hw}] (the high watermark) or -1",
-                ErrorCode.OFFSET_OUT_OF_RANGE,
-            )
-        if target > plog.log_start_offset:
-            plog.advance_log_start_offset(target)
-            await self.logs.checkpoint()
-            self.waiters.notify(key)  # followers in a fetch session hear of it now
-        low = self._low_watermark(key)
-        if low >= target:
-            return low
-        fut: asyncio.Future[int] = self._loop().create_future()
-        entry = (target, fut)
-        self._trims.setdefault(key, []).append(entry)
-        try:
-            return await asyncio.wait_for(fut, max(timeout_ms, 0) / 1000)
-        except TimeoutError:
-            raise LogMQError(
-                f"{topic}-{partition}: the in-sync replicas did not delete below {target} "
-                f"within {timeout_ms} ms (the leader did)",
-                ErrorCode.REQUEST_TIMED_OUT,
-            ) from None
-        finally:
-            waiting = self._trims.get(key)
-            if waiting is not None and entry in waiting:
-                waiting.remove(entry)
-                if not waiting:
-                    del self._trims[key]
-
-    def _low_watermark(self, key: TopicPartition) -> int:
-        """The lowest log start offset over the ISR (-1 unknown); raises if not leader."""
-        plog = self.leader_log(*key)
-        replica = self.replicas.get(key)
-        if replica is None:
-            return plog.log_start_offset  # a single broker: its own log is the ISR
-        return replica.low_watermark(plog.log_start_offset)
-
-    def _check_trims(self, key: TopicPartition) -> None:
-        """Answer the DeleteRecords waiting on ``key`` that the low watermark now passes."""
-        waiting = self._trims.get(key, [])
-        try:
-            low = -1 if self._stopped else self._low_watermark(key)
-            error = None
-        except LogMQError as e:
-            low, error = -1, e
-        if self._stopped:
-            error = LogMQError("the broker is stopping", ErrorCode.NOT_LEADER_OR_FOLLOWER)
-        for target, fut in waiting:
-            if fut.done():
-                continue
-            if error is not None:
-                fut.set_exception(error)
-            elif low >= target:
-                fut.set_result(low)
 
     # -- leader side: consumer reads ----------------------------------------------------
 
@@ -804,152 +576,9 @@ class ReplicaManager:
         self._check_leader(topic, partition, current_leader_epoch)
         return plog
 
-    async def fetch_for_consumer(
-        self,
-        wanted,
-        max_wait_ms: int,
-        min_bytes: int,
-        max_bytes: int,
-        *,
-        committed: bool = False,
-    ) -> list[TopicRead]:
-        """A consumer's fetch: read below the HW (``committed``: read_committed, below
-        the LSO, with the aborted transactions of what it read), long-polling on
-        appends until ``min_bytes`` are there, an error is, or ``max_wait_ms`` has
-        passed."""
-        loop = self._loop()
-        deadline = loop.time() + max_wait_ms / 1000
-        tps = [(name, p[0]) for name, parts in wanted for p in parts]
-        while True:
-            topics, total, any_error = self._read_for_consumer(
-                wanted, max_bytes, committed=committed
-            )
-            remaining = deadline - loop.time()
-            if total >= min_bytes or any_error or remaining <= 0 or not tps:
-                return topics
-            if not await self.waiters.wait(tps, remaining):
-                # timed out; one last read so the answer is current
-                return self._read_for_consumer(wanted, max_bytes, committed=committed)[0]
-
-    async def fetch_session_for_consumer(
-        self,
-        session: FetchSession,
-        full: bool,
-        max_wait_ms: int,
-        min_bytes: int,
-        max_bytes: int,
-        admit: Callable[[list[TopicRead]], bool] | None = None,
-        *,
-        committed: bool = False,
-    ) -> list[TopicRead] | None:
-        """A consumer's fetch in a session (fetch_sessions.py): reads only the session's
-        ready partitions, and an incremental answer only those with something new.
-
-        ``admit(read)`` False (a client over its fetch quota) answers None and leaves the
-        session as it was, so the next fetch reads the same partitions: Kafka's
-        throttled answer is empty and does not update the session either."""
-        loop = self._loop()
-        deadline = loop.time() + max_wait_ms / 1000
-        more = self._below_lso if committed else self._below_hw
-        while True:
-            topics, total, any_error = self._read_for_consumer(
-                session.to_read(), max_bytes, partial=not full, committed=committed
-            )
-            remaining = deadline - loop.time()
-            if full or total >= min_bytes or any_error or remaining <= 0:
-                break
-            session.settle(topics, more)
-            if not await self.waiters.wait_session(session, remaining):
-                topics = self._read_for_consumer(
-                    session.to_read(), max_bytes, partial=not full, committed=committed
-                )[0]
-                break
-        if admit is not None and not admit(topics):
-            return None
-        return session.answered(topics, full, more)
-
     async def new_logs_made(self, keys: Iterable[TopicPartition]) -> None:
         """Before a produce request's appends: new logs' files exist (LogManager)."""
         await self.logs.new_logs_made(keys)
-
-    def _below_hw(self, tp: TopicPartition, sp: SessionPartition) -> bool:
-        plog = self.logs.get_log(*tp)
-        return plog is not None and sp.fetch_offset < plog.high_watermark
-
-    def _below_lso(self, tp: TopicPartition, sp: SessionPartition) -> bool:
-        plog = self.logs.get_log(*tp)
-        return plog is not None and sp.fetch_offset < plog.last_stable_offset
-
-    def _below_leo(self, tp: TopicPartition, sp: SessionPartition) -> bool:
-        plog = self.logs.get_log(*tp)
-        return plog is not None and sp.fetch_offset < plog.log_end_offset
-
-    @gc_paused()  # an entry and a region per partition: logmq/gcpause.py
-    def _read_for_consumer(
-        self, wanted, max_bytes: int, *, partial: bool = False, committed: bool = False
-    ) -> tuple[list[TopicRead], int, bool]:
-        """Read ``wanted`` below each HW, within ``max_bytes``. ``partial`` (an
-        incremental session answer) stops at the partition that finds the budget
-        spent: the rest stay ready in the session for the next fetch, so a consumer
-        catching up on 10,000 partitions pays per fetch for what fits, not for all.
-        ``committed`` (read_committed): below each LSO instead, with the aborted
-        transactions of the records read."""
-        topics: list[TopicRead] = []
-        total = 0
-        any_error = False
-        budget = max_bytes
-        for name, parts in wanted:
-            results = []
-            for partition, offset, pmax, epoch in parts:
-                if partial and budget == 0 and total:
-                    break
-                try:
-                    plog = self.leader_log(name, partition, epoch)
-                    hw = plog.high_watermark
-                    start = plog.log_start_offset
-                    # Valid up to the log end (as Kafka does): a new leader's HW may lag
-                    # what its predecessor exposed, and a consumer there must wait, not
-                    # reset. It reads only below the HW.
-                    if not start <= offset <= plog.log_end_offset:
-                        raise LogMQError(
-                            f"offset {offset} is outside [{start}, {plog.log_end_offset}] "
-                            f"of {name}-{partition}",
-                            ErrorCode.OFFSET_OUT_OF_RANGE,
-                        )
-                    region = None
-                    limit = min(pmax, budget)
-                    lso = plog.last_stable_offset
-                    upper = lso if committed else hw
-                    if offset < upper and (limit > 0 or total == 0):
-                        region = plog.read(offset, max(limit, 1), max_offset=upper)
-                        if region is not None and total and region.length > limit:
-                            # A read's first batch comes whole even when too big, which
-                            # only the answer's first records may be (Kafka's rule: a
-                            # client sizes its buffer by max_bytes); this one waits for
-                            # a fetch where it comes first.
-                            if region.length > budget:
-                                budget = 0  # spent: the rest go to later fetches
-                            region = None
-                        if region is not None:
-                            if region.length > 0:
-                                total += region.length
-                                budget = max(0, budget - region.length)
-                            else:
-                                region = None
-                    aborted = None
-                    if committed and region is not None:
-                        aborted = plog.aborted_transactions(offset, region.end_offset) or None
-                    results.append(
-                        PartitionRead(partition, NO_ERROR, hw, start, region, None, lso, aborted)
-                    )
-                except LogMQError as e:
-                    any_error = True
-                    results.append(failed(partition, e.code, str(e)))
-            if results or not partial:
-                topics.append((name, results))
-            if partial and budget == 0 and total:
-                break
-        return topics, total, any_error
 
     def _check_leader(self, topic: str, partition: int, epoch: int) -> None:
         """Consumers read from the leader only, fenced by their view of its epoch."""
@@ -977,214 +606,6 @@ class ReplicaManager:
 
     # -- leader side: follower fetches ---------------------------------------------------
 
-    async def fetch_for_follower(
-        self,
-        replica_id: int,
-        wanted,
-        max_wait_ms: int,
-        min_bytes: int,
-        max_bytes: int,
-        log_starts: dict[TopicPartition, int] | None = None,
-    ) -> list[TopicRead]:
-        """A follower's fetch: record its LEO once, then long-poll on appends and HW moves.
-
-        It reads up to the leader's log end offset (not the HW) and learns the HW from the
-        answer, so the response also returns early when an HW it would carry changes.
-        Partitions the follower is being added to (a reassignment) are throttled: held
-        back while the outbound quota is in debt, the long poll then waking when it
-        allows more; the bytes sent for them are charged as the response goes out.
-        """
-        rm = self
-        self.follower_seen[replica_id] = self.clock()
-        errors: dict[tuple[str, int], ErrorCode] = {}
-        moved = False  # this very fetch moved an HW: answer at once so it travels
-        for name, parts in wanted:
-            for partition, offset, _, epoch in parts:
-                key = (name, partition)
-                plog = self.logs.get_log(name, partition)
-                if plog is not None and offset < plog.log_start_offset:
-                    errors[key] = ErrorCode.OFFSET_OUT_OF_RANGE
-                else:
-                    hw_before = plog.high_watermark if plog is not None else -1
-                    start = log_starts.get(key, -1) if log_starts else -1
-                    error = rm.follower_fetch(key, replica_id, offset, epoch, start)
-                    if error is not ErrorCode.NONE:
-                        errors[key] = error
-                    elif plog is not None and plog.high_watermark != hw_before:
-                        moved = True
-        loop = self._loop()
-        deadline = loop.time() + max_wait_ms / 1000
-        tps = [(name, p[0]) for name, parts in wanted for p in parts]
-        throttled = self._reassignment_reads(replica_id, wanted, loop.time())
-        first_hws: dict[tuple[str, int], int] | None = None
-        while True:
-            topics, total, hws, held = self._read_for_follower(wanted, max_bytes, errors, throttled)
-            if first_hws is None:
-                first_hws = hws
-            now = loop.time()
-            remaining = deadline - now
-            if total >= min_bytes or errors or moved or remaining <= 0 or hws != first_hws:
-                return self._follower_reply(topics, throttled, held)
-            wait = remaining
-            if held:  # the quota allows more before the deadline: read again then
-                wait = min(remaining, max(rm.outbound_throttle.wait_time(now), 0.001))
-            if not await self.waiters.wait(tps, wait) and (not held or wait >= remaining):
-                topics, _, _, held = self._read_for_follower(wanted, max_bytes, errors, throttled)
-                return self._follower_reply(topics, throttled, held)
-
-    async def fetch_session_for_follower(
-        self,
-        replica_id: int,
-        session: FetchSession,
-        full: bool,
-        max_wait_ms: int,
-        min_bytes: int,
-        max_bytes: int,
-    ) -> list[TopicRead]:
-        """A follower's fetch in a session: its ready partitions only.
-
-        The session position of a ready partition is the follower's LEO now (it named
-        it, or it is behind, or something moved); a caught-up idle partition is left
-        alone: its follower stays caught up (``PartitionReplica.tick``) while it keeps
-        fetching at all (``follower_seen``). Answers at once with news for the follower
-        (data, an error, a new HW or log start), else long-polls on the session.
-        """
-        loop = self._loop()
-        self.follower_seen[replica_id] = self.clock()
-        errors: dict[tuple[str, int], ErrorCode] = {}
-        parts = session.partitions
-        for key in list(session.ready):
-            sp = parts[key]
-            plog = self.logs.get_log(*key)
-            if plog is not None and sp.fetch_offset < plog.log_start_offset:
-                errors[key] = ErrorCode.OFFSET_OUT_OF_RANGE
-                continue
-            error = self.follower_fetch(
-                key, replica_id, sp.fetch_offset, sp.leader_epoch, sp.log_start_offset
-            )
-            if error is not ErrorCode.NONE:
-                errors[key] = error
-        deadline = loop.time() + max_wait_ms / 1000
-        more = self._below_leo
-        while True:
-            wanted = session.to_read()
-            throttled = self._reassignment_reads(replica_id, wanted, loop.time())
-            topics, total, _, held = self._read_for_follower(wanted, max_bytes, errors, throttled)
-            remaining = deadline - loop.time()
-            if full or total >= min_bytes or errors or remaining <= 0 or session.has_news(topics):
-                topics = self._follower_reply(topics, throttled, held)
-                return session.answered(topics, full, more)
-            session.settle(topics, more)
-            wait = remaining
-            if held:  # the quota allows more before the deadline: read again then
-                wait = min(remaining, max(self.outbound_throttle.wait_time(loop.time()), 0.001))
-            if not await self.waiters.wait_session(session, wait) and wait >= remaining:
-                wanted = session.to_read()
-                throttled = self._reassignment_reads(replica_id, wanted, loop.time())
-                topics, _, _, held = self._read_for_follower(wanted, max_bytes, errors, throttled)
-                topics = self._follower_reply(topics, throttled, held)
-                return session.answered(topics, full, more)
-
-    def _reassignment_reads(
-        self, replica_id: int, wanted, now: float
-    ) -> dict[tuple[str, int], int]:
-        """The partitions this follower is being added to, while a throttle is set.
-
-        Maps each to 0: ``_read_for_follower`` fills in the bytes it read for them.
-        """
-        rm = self
-        image = rm.image
-        if image is None:
-            return {}
-        quota = rm.outbound_throttle
-        quota.set_rate(configured_rate(image), now)
-        if not quota.limited or image is None:
-            return {}
-        throttled = {}
-        for name, parts in wanted:
-            for partition, *_ in parts:
-                part = image.partition(name, partition)
-                if part is not None and replica_id in part.adding_replicas:
-                    throttled[(name, partition)] = 0
-        return throttled
-
-    def _follower_reply(
-        self, topics: list[TopicRead], throttled: dict[tuple[str, int], int], held: int
-    ) -> list[TopicRead]:
-        rm = self
-        if throttled:
-            quota = rm.outbound_throttle
-            quota.charge(sum(throttled.values()), self._loop().time())
-            if held:
-                quota.held_back(held)
-        return topics
-
-    def _read_for_follower(
-        self, wanted, max_bytes: int, errors: dict, throttled: dict[tuple[str, int], int]
-    ) -> tuple:
-        """Read what the follower asked for; returns (topics, total, hws, held).
-
-        Throttled partitions share the outbound quota's allowance (whole batches, so the
-        last may overdraw it); ``held`` counts those left out because nothing was left.
-        """
-        topics: list[TopicRead] = []
-        total = 0
-        budget = max_bytes
-        hws: dict[tuple[str, int], int] = {}
-        held = 0
-        allowance: int | None = None
-        rm = self
-        if throttled:
-            for key in throttled:  # what this read sends, should it be the answer
-                throttled[key] = 0
-            allowance = rm.outbound_throttle.allowance(self._loop().time())
-        for name, parts in wanted:
-            results = []
-            for partition, offset, pmax, _ in parts:
-                plog = self.logs.get_log(name, partition)
-                error = errors.get((name, partition))
-                if error is None and plog is None:
-                    error = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-                if error is not None:
-                    start = plog.log_start_offset if plog else -1
-                    results.append(failed(partition, error, error.name, start))
-                    continue
-                assert plog is not None
-                key = (name, partition)
-                hw = hws[key] = plog.high_watermark
-                size = 0
-                region = None
-                limit = min(pmax, budget)
-                quota_left = allowance if key in throttled else None
-                if quota_left is not None and offset < plog.log_end_offset:
-                    if quota_left <= 0:
-                        held += 1
-                        limit = -1  # nothing this round: the HW etc. still go back
-                    else:
-                        limit = min(limit, quota_left)
-                if offset < plog.log_end_offset and (limit > 0 or (total == 0 and limit == 0)):
-                    region = plog.read(offset, max(limit, 1))
-                    fits = min(pmax, budget)  # the quota alone may be overdrawn
-                    if region is not None and total and region.length > fits:
-                        # only the answer's first batch may exceed max_bytes (as above)
-                        if region.length > budget:
-                            budget = 0
-                        region = None
-                    if region is not None and region.length > 0:
-                        size = region.length
-                        total += size
-                        budget = max(0, budget - size)
-                    else:
-                        region = None
-                if quota_left is not None:
-                    throttled[key] = size
-                    allowance = quota_left - size
-                results.append(
-                    PartitionRead(partition, NO_ERROR, hw, plog.log_start_offset, region)
-                )
-            topics.append((name, results))
-        return topics, total, hws, held
-
     def follower_fetch(
         self,
         key: TopicPartition,
@@ -1207,8 +628,7 @@ class ReplicaManager:
             replica_id, fetch_offset, leader_epoch, self.clock(), log_start_offset
         )
         self._run(key, actions)
-        if key in self._trims:
-            self._check_trims(key)
+        self._changed(key)
         return error
 
     def epoch_end_offset(

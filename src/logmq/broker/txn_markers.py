@@ -41,6 +41,7 @@ from logmq.txn import MarkerJob
 
 if TYPE_CHECKING:
     from logmq.broker.broker_clients import BrokerClients
+    from logmq.broker.leader_appends import LeaderAppends
     from logmq.broker.replica_manager import ReplicaManager
     from logmq.cluster.metadata_image import MetadataImage
 
@@ -61,12 +62,14 @@ class MarkerWriter:
     def __init__(
         self,
         replicas: ReplicaManager,
+        appends: LeaderAppends,
         *,
         offsets_topic: str = "__consumer_offsets",
         on_offsets_marker: OffsetsMarker | None = None,
         timeout_ms: int = MARKER_TIMEOUT_MS,
     ) -> None:
         self.replicas = replicas
+        self.appends = appends
         self.offsets_topic = offsets_topic
         self.on_offsets_marker = on_offsets_marker
         self.timeout_ms = timeout_ms
@@ -112,7 +115,7 @@ class MarkerWriter:
             if job is not None and job in self._written.get((tp, producer_id), ()):
                 log.debug("marker of job %s for %s-%d written already", job, *tp)
                 return ErrorCode.NONE
-            await self.replicas.append(tp, plog, data, -1, self.timeout_ms, control=True)
+            await self.appends.append(tp, plog, data, -1, self.timeout_ms, control=True)
         except LogMQError as e:
             return e.code
         except Exception:

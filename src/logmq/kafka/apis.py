@@ -49,6 +49,7 @@ from logmq.security.quota_enforcer import QuotaEnforcer
 from logmq.storage.offset_search import EARLIEST, offset_for
 
 if TYPE_CHECKING:
+    from logmq.broker.consumer_reads import ConsumerReads
     from logmq.broker.produce_path import ProducePath
     from logmq.broker.producer_ids import ProducerIdManager
     from logmq.broker.replica_manager import ReplicaManager
@@ -119,6 +120,7 @@ class KafkaApis:
         controller_id: Callable[[], int | None],
         kafka_endpoint: Callable[[int, str | None], tuple[str, int] | None],
         replicas: ReplicaManager,
+        reads: ConsumerReads,
         produce_path: ProducePath,
         producer_ids: ProducerIdManager,
         auto_create: Callable[[str], Awaitable[Any]],
@@ -134,6 +136,7 @@ class KafkaApis:
         self.controller_id = controller_id
         self.kafka_endpoint = kafka_endpoint
         self.replicas = replicas
+        self.reads = reads
         self.produce_path = produce_path
         self.producer_ids = producer_ids
         self.auto_create = auto_create
@@ -542,7 +545,7 @@ class KafkaApis:
             return Reply(head, rest)
         session_id = context.session_id
         if context.session is not None:
-            read = await self.replicas.fetch_session_for_consumer(
+            read = await self.reads.fetch_session_for_consumer(
                 context.session,
                 context.full,
                 max_wait_ms,
@@ -563,7 +566,7 @@ class KafkaApis:
             answer: list = read
         else:
             wanted = [(topic, [p[:4] for p in parts]) for topic, parts in named]
-            answer = await self.replicas.fetch_for_consumer(
+            answer = await self.reads.fetch_for_consumer(
                 wanted, max_wait_ms, min_bytes, max_bytes, committed=committed
             )
             if gate is not None and not gate(answer):

@@ -21,7 +21,7 @@ from logmq.net.reply import Reply
 
 if TYPE_CHECKING:
     from logmq.broker.partition_views import PartitionViews
-    from logmq.broker.replica_manager import ReplicaManager
+    from logmq.broker.record_deletion import RecordDeletion
     from logmq.broker.topic_admin import RunOnController
     from logmq.cluster.metadata_image import MetadataImage
 
@@ -50,12 +50,12 @@ def _per_topic(
 class KafkaPartitionAdminApis:
     def __init__(
         self,
-        replicas: ReplicaManager,
+        deletions: RecordDeletion,
         views: PartitionViews,
         run_on_controller: RunOnController,
         image: Callable[[], MetadataImage],
     ) -> None:
-        self.replicas = replicas
+        self.deletions = deletions
         self.views = views
         self.run_on_controller = run_on_controller
         self.image = image
@@ -68,7 +68,7 @@ class KafkaPartitionAdminApis:
             (t.name, p.partition_index): int(p.offset) for t in body.topics for p in t.partitions
         }
         timeout_ms = millis(getattr(body, "timeout", None), 30_000)
-        results = await self.replicas.delete_records(offsets, timeout_ms)
+        results = await self.deletions.delete_records(offsets, timeout_ms)
         topics = _per_topic(
             results.items(),
             lambda name, parts: m.DeleteRecordsTopicResult(name=name, partitions=parts),

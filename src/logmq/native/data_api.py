@@ -34,9 +34,12 @@ from logmq.net.reply import Reply
 from logmq.storage.offset_search import offset_for
 
 if TYPE_CHECKING:
+    from logmq.broker.consumer_reads import ConsumerReads
     from logmq.broker.fetch_results import TopicRead
+    from logmq.broker.follower_reads import FollowerReads
     from logmq.broker.metrics import BrokerMetrics
     from logmq.broker.produce_path import Outcome, ProducePath
+    from logmq.broker.record_deletion import RecordDeletion
     from logmq.broker.replica_manager import ReplicaManager
     from logmq.broker.txn_verification import TransactionalProduceCheck
     from logmq.net.reply import FileRegion
@@ -94,6 +97,9 @@ class DataApi:
         *,
         produce_path: ProducePath,
         replicas: ReplicaManager,
+        reads: ConsumerReads,
+        follower_reads: FollowerReads,
+        deletions: RecordDeletion,
         metrics: BrokerMetrics,
         max_fetch_wait_ms: int,
         quotas: QuotaEnforcer | None = None,
@@ -105,6 +111,9 @@ class DataApi:
         self.txn_produce = txn_produce
         self.quotas = quotas  # client byte-rate quotas, shared with the Kafka door
         self.replicas = replicas
+        self.reads = reads
+        self.follower_reads = follower_reads
+        self.deletions = deletions
         self.metrics = metrics
         self.max_fetch_wait_ms = max_fetch_wait_ms
         self.sessions = FetchSessionCache.watched_by(replicas.waiters)
@@ -260,11 +269,11 @@ class DataApi:
         session = context.session
         if session is not None:
             if replica_id >= 0:
-                read = await self.replicas.fetch_session_for_follower(
+                read = await self.follower_reads.fetch_session_for_follower(
                     replica_id, session, context.full, max_wait_ms, min_bytes, max_bytes
                 )
             else:
-                read = await self.replicas.fetch_session_for_consumer(
+                read = await self.reads.fetch_session_for_consumer(
                     session,
                     context.full,
                     max_wait_ms,
@@ -281,11 +290,11 @@ class DataApi:
         wanted = [(topic, [p[:4] for p in parts]) for topic, parts in named]
         if replica_id >= 0:
             log_starts = {(t, p[0]): p[4] for t, parts in named for p in parts}
-            read = await self.replicas.fetch_for_follower(
+            read = await self.follower_reads.fetch_for_follower(
                 replica_id, wanted, max_wait_ms, min_bytes, max_bytes, log_starts
             )
         else:
-            read = await self.replicas.fetch_for_consumer(
+            read = await self.reads.fetch_for_consumer(
                 wanted, max_wait_ms, min_bytes, max_bytes, committed=committed
             )
             if gate is not None and not gate(read):
@@ -329,7 +338,7 @@ class DataApi:
             name = req_str(t, "topic")
             for p in req_list(t, "partitions"):
                 offsets[(name, req_int(p, "partition"))] = req_int(p, "offset")
-        results = await self.replicas.delete_records(offsets, timeout_ms)
+        results = await self.deletions.delete_records(offsets, timeout_ms)
         out: dict[str, list[dict[str, Any]]] = {}
         for (name, partition), (low, error, message) in results.items():
             entry = {"partition": partition, "error": int(error), "low_watermark": low}

@@ -1,0 +1,173 @@
+"""A consumer's fetches: what it may read of the partitions this broker leads.
+
+Reads go below each partition's high watermark (read_committed: below its last stable
+offset, with the aborted transactions of what was read), from the leader only, fenced by
+the leader epoch the consumer knows (``ReplicaManager.leader_log``), and long-poll on
+appends until enough bytes are there. A fetch session's reads take only its ready
+partitions (fetch_sessions.py). The answer's record bytes are file regions, never
+decoded here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from logmq.broker.fetch_results import PartitionRead, TopicRead, failed
+from logmq.errors import ErrorCode, LogMQError
+from logmq.gcpause import gc_paused
+
+if TYPE_CHECKING:
+    from logmq.broker.fetch_sessions import FetchSession, SessionPartition
+    from logmq.broker.replica_manager import ReplicaManager
+
+NO_ERROR = ErrorCode.NONE
+TopicPartition = tuple[str, int]
+
+
+class ConsumerReads:
+    """Consumers' fetches over the replica manager's leadership and the local logs."""
+
+    def __init__(self, replicas: ReplicaManager) -> None:
+        self.replicas = replicas
+        self.logs = replicas.logs
+        self.waiters = replicas.waiters
+
+    async def fetch_for_consumer(
+        self,
+        wanted,
+        max_wait_ms: int,
+        min_bytes: int,
+        max_bytes: int,
+        *,
+        committed: bool = False,
+    ) -> list[TopicRead]:
+        """A consumer's fetch: read below the HW (``committed``: read_committed, below
+        the LSO, with the aborted transactions of what it read), long-polling on
+        appends until ``min_bytes`` are there, an error is, or ``max_wait_ms`` has
+        passed."""
+        loop = self.replicas.loop()
+        deadline = loop.time() + max_wait_ms / 1000
+        tps = [(name, p[0]) for name, parts in wanted for p in parts]
+        while True:
+            topics, total, any_error = self._read_for_consumer(
+                wanted, max_bytes, committed=committed
+            )
+            remaining = deadline - loop.time()
+            if total >= min_bytes or any_error or remaining <= 0 or not tps:
+                return topics
+            if not await self.waiters.wait(tps, remaining):
+                # timed out; one last read so the answer is current
+                return self._read_for_consumer(wanted, max_bytes, committed=committed)[0]
+
+    async def fetch_session_for_consumer(
+        self,
+        session: FetchSession,
+        full: bool,
+        max_wait_ms: int,
+        min_bytes: int,
+        max_bytes: int,
+        admit: Callable[[list[TopicRead]], bool] | None = None,
+        *,
+        committed: bool = False,
+    ) -> list[TopicRead] | None:
+        """A consumer's fetch in a session (fetch_sessions.py): reads only the session's
+        ready partitions, and an incremental answer only those with something new.
+
+        ``admit(read)`` False (a client over its fetch quota) answers None and leaves the
+        session as it was, so the next fetch reads the same partitions: Kafka's
+        throttled answer is empty and does not update the session either."""
+        loop = self.replicas.loop()
+        deadline = loop.time() + max_wait_ms / 1000
+        more = self._below_lso if committed else self._below_hw
+        while True:
+            topics, total, any_error = self._read_for_consumer(
+                session.to_read(), max_bytes, partial=not full, committed=committed
+            )
+            remaining = deadline - loop.time()
+            if full or total >= min_bytes or any_error or remaining <= 0:
+                break
+            session.settle(topics, more)
+            if not await self.waiters.wait_session(session, remaining):
+                topics = self._read_for_consumer(
+                    session.to_read(), max_bytes, partial=not full, committed=committed
+                )[0]
+                break
+        if admit is not None and not admit(topics):
+            return None
+        return session.answered(topics, full, more)
+
+    def _below_hw(self, tp: TopicPartition, sp: SessionPartition) -> bool:
+        plog = self.logs.get_log(*tp)
+        return plog is not None and sp.fetch_offset < plog.high_watermark
+
+    def _below_lso(self, tp: TopicPartition, sp: SessionPartition) -> bool:
+        plog = self.logs.get_log(*tp)
+        return plog is not None and sp.fetch_offset < plog.last_stable_offset
+
+    @gc_paused()  # an entry and a region per partition: logmq/gcpause.py
+    def _read_for_consumer(
+        self, wanted, max_bytes: int, *, partial: bool = False, committed: bool = False
+    ) -> tuple[list[TopicRead], int, bool]:
+        """Read ``wanted`` below each HW, within ``max_bytes``. ``partial`` (an
+        incremental session answer) stops at the partition that finds the budget
+        spent: the rest stay ready in the session for the next fetch, so a consumer
+        catching up on 10,000 partitions pays per fetch for what fits, not for all.
+        ``committed`` (read_committed): below each LSO instead, with the aborted
+        transactions of the records read."""
+        topics: list[TopicRead] = []
+        total = 0
+        any_error = False
+        budget = max_bytes
+        for name, parts in wanted:
+            results = []
+            for partition, offset, pmax, epoch in parts:
+                if partial and budget == 0 and total:
+                    break
+                try:
+                    plog = self.replicas.leader_log(name, partition, epoch)
+                    hw = plog.high_watermark
+                    start = plog.log_start_offset
+                    # Valid up to the log end (as Kafka does): a new leader's HW may lag
+                    # what its predecessor exposed, and a consumer there must wait, not
+                    # reset. It reads only below the HW.
+                    if not start <= offset <= plog.log_end_offset:
+                        raise LogMQError(
+                            f"offset {offset} is outside [{start}, {plog.log_end_offset}] "
+                            f"of {name}-{partition}",
+                            ErrorCode.OFFSET_OUT_OF_RANGE,
+                        )
+                    region = None
+                    limit = min(pmax, budget)
+                    lso = plog.last_stable_offset
+                    upper = lso if committed else hw
+                    if offset < upper and (limit > 0 or total == 0):
+                        region = plog.read(offset, max(limit, 1), max_offset=upper)
+                        if region is not None and total and region.length > limit:
+                            # A read's first batch comes whole even when too big, which
+                            # only the answer's first records may be (Kafka's rule: a
+                            # client sizes its buffer by max_bytes); this one waits for
+                            # a fetch where it comes first.
+                            if region.length > budget:
+                                budget = 0  # spent: the rest go to later fetches
+                            region = None
+                        if region is not None:
+                            if region.length > 0:
+                                total += region.length
+                                budget = max(0, budget - region.length)
+                            else:
+                                region = None
+                    aborted = None
+                    if committed and region is not None:
+                        aborted = plog.aborted_transactions(offset, region.end_offset) or None
+                    results.append(
+                        PartitionRead(partition, NO_ERROR, hw, start, region, None, lso, aborted)
+                    )
+                except LogMQError as e:
+                    any_error = True
+                    results.append(failed(partition, e.code, str(e)))
+            if results or not partial:
+                topics.append((name, results))
+            if partial and budget == 0 and total:
+                break
+        return topics, total, any_error
