@@ -199,6 +199,28 @@ def test_unserved_requests_pipelined_between_metadata_requests_are_all_answered(
     assert "writer failed" not in kbroker.log_path.read_text(errors="replace")
 
 
+def test_an_array_over_a_million_elements_is_refused_and_the_connection_kept(kbroker):
+    """Kafka 4.4's limit: 1,000,001 empty group states (a well-formed megabyte) get
+    INVALID_REQUEST in ListGroups' own answer, and the connection goes on serving."""
+    from tests.kafka.kafka_frames import list_groups_with_empty_states
+
+    over = list_groups_with_empty_states(1_000_001, corr=31)
+    meta = load_request_schema(3, 12)(
+        topics=None, allow_auto_topic_creation=False, include_topic_authorized_operations=False
+    )
+    with connect(kbroker) as s:
+        s.sendall(struct.pack(">i", len(over)) + over + request(3, 12, meta, 32))
+        frame = read_frame(s)
+        cls = load_response_schema(16, 4)
+        header, pos = entity_reader(cls.__header_schema__)(frame, 0)
+        body, _ = entity_reader(cls)(frame, pos)
+        assert header.correlation_id == 31 and int(body.error_code) == ErrorCode.INVALID_REQUEST
+        assert body.groups == ()
+        frame = read_frame(s)
+        assert frame is not None and struct.unpack_from(">i", frame)[0] == 32
+    assert "over the limit of 1,000,000 per array" in kbroker.log_path.read_text(errors="replace")
+
+
 def test_metadata_v12_finds_topics_by_id(kbroker):
     """KIP-848 consumers resolve their assignments by topic id alone."""
     import uuid
