@@ -6,7 +6,9 @@ codec: valid batches of each compression and a few-batch log (flags byte 2: the 
 recomputed after a mutation), plus the regression inputs. kafka: request frames of
 every API the Kafka door serves at its lowest and highest version, bodies built by
 hypothesis from kio's types with a fixed seed, plus the regression inputs. native:
-request and response frames of the native door as its client and broker encode them.
+request and response frames of the native door as its client and broker encode them,
+plus its regression inputs. Inputs over 4096 bytes stay out (the tests replay the big
+regression inputs straight from fuzz/regressions.py).
 Files are named by content; the folders are emptied first.
 """
 
@@ -94,7 +96,7 @@ def kafka_seeds() -> list[bytes]:
 
 
 def native_seeds() -> list[bytes]:
-    from fuzz import codec_inputs
+    from fuzz import codec_inputs, regressions
     from logmq.net import codec
 
     rnd = random.Random(1)
@@ -131,7 +133,8 @@ def native_seeds() -> list[bytes]:
     }
     out.append(b"".join(codec.encode_response(3, fetched, [one]))[4:])
     out.append(b"".join(codec.encode_response(4, {"error": 3, "message": "no"}))[4:])
-    return out
+    out += regressions.NATIVE.values()
+    return [f for f in out if len(f) <= 4096]
 
 
 def main() -> None:

@@ -11,6 +11,15 @@ from logmq.storage import records_codec
 INT64_MAX = 2**63 - 1
 
 
+def _uvarint(n: int) -> bytes:
+    out = bytearray()
+    while n >= 0x80:
+        out.append(n & 0x7F | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
 def raw_batch(
     rows: list[tuple], *, base_offset: int, last_offset_delta: int, first_timestamp: int = 0
 ) -> bytes:
@@ -71,4 +80,35 @@ KAFKA: dict[str, bytes] = {
     # the allocation failure aborted the process. Found by the kafka target in about 35 s
     # (4.2 million runs) on the decoder before it checked counts.
     "huge-array-count": bytes.fromhex("00100005000000010000" + "00f9fffb9975" + "7a7a"),
+    # Not found by fuzzing: Kafka 4.4's limit of 1,000,000 elements an array
+    # (logmq/net/limits.py). ListGroups v4 claiming 1,000,001 states in a few bytes ...
+    "array-count-over-the-limit": bytes.fromhex("00100004000000010000" + "00c2843d") + b"\x01" * 8,
+    # ... and holding them all, one empty string a byte: well formed, and refused
+    "array-over-the-limit": bytes.fromhex("00100004000000010000" + "00c2843d")
+    + b"\x01" * 1_000_001
+    + b"\x00",
+    # ApiVersions v3 whose header holds 10,001 unknown tagged fields (Kafka 4.4: 10,000)
+    "tagged-fields-over-the-limit": bytes.fromhex("00120003000000010000" + "914e")
+    + b"".join(_uvarint(tag) + b"\x00" for tag in range(10_001))
+    + b"\x02a\x021\x00",
+}
+
+
+def _native_request(body: bytes) -> bytes:
+    """A native Metadata request frame (without its size prefix) around msgpack ``body``."""
+    return struct.pack(">HHIH", 3, 0, 1, 0) + struct.pack(">I", len(body)) + body
+
+
+NATIVE: dict[str, bytes] = {
+    # Not found by fuzzing: the same 1,000,000 limit on msgpack bodies. A map whose
+    # array claims 1,000,001 elements in a few bytes, and one holding them all (nils)
+    "array-count-over-the-limit": _native_request(
+        b"\x81\xa6topics\xdd" + struct.pack(">I", 1_000_001) + b"\xc0" * 8
+    ),
+    "array-over-the-limit": _native_request(
+        b"\x81\xa6topics\xdd" + struct.pack(">I", 1_000_001) + b"\xc0" * 1_000_001
+    ),
+    "map-count-over-the-limit": _native_request(
+        b"\x81\xa6topics\xdf" + struct.pack(">I", 1_000_001) + b"\xc0" * 8
+    ),
 }

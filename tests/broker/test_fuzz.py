@@ -275,6 +275,22 @@ def test_bad_msgpack_body_keeps_connection(fuzz_broker):
         c.close()
 
 
+def test_a_body_over_a_million_elements_is_refused_and_the_connection_kept(fuzz_broker):
+    """The Kafka door's limit (net/limits.py) on the native door: 1,000,001 nils fit in
+    this broker's 1 MiB frames, but no body may make it build a list that long."""
+    c = BlockingClient(fuzz_broker.port)
+    try:
+        many = {"topics": [None] * 1_000_001, "allow_auto_create": False}
+        c.send(b"".join(encode_request(ApiKey.METADATA, 0, 21, "x", many)))
+        resp = c.recv_frame()
+        assert resp.correlation_id == 21 and resp.body["error"] == ErrorCode.INVALID_FRAME
+        assert "at most 1,000,000 elements" in resp.body["message"]
+        c.send(b"".join(encode_request(ApiKey.METADATA, 0, 22, "x", {"topics": None})))
+        assert c.recv_frame().correlation_id == 22
+    finally:
+        c.close()
+
+
 # -- mutated frames at the native port ------------------------------------------------------
 
 

@@ -19,6 +19,7 @@ from fuzz import build_sanitized, checks, regressions, run
 
 CORPUS = Path(run.ROOT, "fuzz", "corpus")
 TARGETS = ("codec", "kafka", "native")
+REGRESSIONS = {"codec": regressions.CODEC, "kafka": regressions.KAFKA, "native": regressions.NATIVE}
 
 
 def needs_codec(target: str) -> None:
@@ -33,7 +34,7 @@ def test_every_seed_passes_its_check(target, tmp_path):
     needs_codec(target)
     seeds = CORPUS / target
     assert len(list(seeds.iterdir())) >= 5, f"the {target} seed corpus is missing"
-    found = {"codec": regressions.CODEC, "kafka": regressions.KAFKA}.get(target, {})
+    found = REGRESSIONS[target]
     for i, (name, data) in enumerate(found.items()):
         flags = b"\x02" if target == "codec" else b""  # the CRC fixed, as fuzzing does
         (tmp_path / f"{i}-{name}").write_bytes(flags + data)

@@ -81,6 +81,36 @@ def produce_v9(topic: str, records: bytes, acks: int = -1, timeout_s: float = 10
     )
 
 
+def uvarint(n: int) -> bytes:
+    """Kafka's unsigned varint (compact lengths and counts are the value + 1)."""
+    out = bytearray()
+    while n >= 0x80:
+        out.append(n & 0x7F | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+def list_groups_with_empty_states(n: int, corr: int = 7) -> bytes:
+    """ListGroups v4 (flexible) whose states_filter holds ``n`` empty strings: one byte
+    an element, so a million fit in a megabyte (without the size prefix)."""
+    head = struct.pack(">hhih", 16, 4, corr, 1) + b"c" + b"\x00"  # header v2, no tags
+    return head + uvarint(n + 1) + b"\x01" * n + b"\x00"
+
+
+def describe_groups_with_empty_ids(n: int, corr: int = 7) -> bytes:
+    """DescribeGroups v0 (int32 counts) whose groups are ``n`` empty strings, two bytes
+    an element (without the size prefix)."""
+    return struct.pack(">hhih", 15, 0, corr, 1) + b"c" + struct.pack(">i", n) + b"\x00\x00" * n
+
+
+def api_versions_with_header_tags(n: int, corr: int = 7) -> bytes:
+    """ApiVersions v3 whose request header carries ``n`` unknown, empty tagged fields."""
+    tags = b"".join(uvarint(tag) + b"\x00" for tag in range(n))
+    head = struct.pack(">hhih", 18, 3, corr, 1) + b"c" + uvarint(n) + tags
+    return head + b"\x02a\x021\x00"  # client software name "a", version "1", no tags
+
+
 def mutate(frame: bytes, rnd: random.Random, keep_header: int = 8) -> bytes:
     """One attacker's edit of ``frame``; the first ``keep_header`` bytes (api key,
     version, correlation id) are kept so the mutation reaches the body's decoder."""

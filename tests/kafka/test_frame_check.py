@@ -15,7 +15,15 @@ from hypothesis import strategies as st
 from logmq.errors import ErrorCode, InvalidFrameError
 from logmq.kafka.frame_check import FrameShapeError, check_request, checker
 from logmq.kafka.registry import kafka_wire
-from tests.kafka.kafka_frames import encode_frame, served
+from logmq.net.limits import MAX_ARRAY_ELEMENTS, MAX_TAGGED_FIELDS
+from tests.kafka.kafka_frames import (
+    api_versions_with_header_tags,
+    describe_groups_with_empty_ids,
+    encode_frame,
+    list_groups_with_empty_states,
+    served,
+    uvarint,
+)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 wire = kafka_wire()
@@ -123,6 +131,45 @@ def test_a_null_array_where_kafka_allows_none_is_invalid_request():
     # Metadata's topics may be null (all topics): accepted
     req = wire.decode_request(memoryview(HEAD.pack(3, 4, 5, 1) + b"c" + b"\xff\xff\xff\xff\x01"))
     assert req.body.topics is None
+
+
+@pytest.mark.parametrize(
+    "build, field, small_claim",
+    [  # compact count, 1 byte an element; int32 count, 2 bytes an element
+        (list_groups_with_empty_states, "states_filter", HEAD.pack(16, 4, 9, 1) + b"c\x00"),
+        (describe_groups_with_empty_ids, "groups", HEAD.pack(15, 0, 9, 1) + b"c"),
+    ],
+    ids=["compact-count", "int32-count"],
+)
+def test_an_array_over_a_million_elements_is_refused_whatever_follows(build, field, small_claim):
+    """As Kafka 4.4's readers do: the frame is well formed (every element is there), but
+    a request may not make the broker build a list of more than a million objects."""
+    assert MAX_ARRAY_ELEMENTS == 1_000_000
+    req = wire.decode_request(memoryview(build(MAX_ARRAY_ELEMENTS, corr=3)))
+    assert len(getattr(req.body, field)) == MAX_ARRAY_ELEMENTS
+    over = memoryview(build(MAX_ARRAY_ELEMENTS + 1, corr=4))
+    with pytest.raises(InvalidFrameError) as e:
+        wire.decode_request(over)
+    assert e.value.code is ErrorCode.INVALID_REQUEST
+    assert f"{field}: 1000001 elements, over the limit of 1,000,000 per array" in str(e.value)
+    assert wire.peek_correlation_id(over) == 4  # answered, the connection kept
+    # a small frame claiming as many names the limit too, not the bytes missing
+    flexible = build is list_groups_with_empty_states
+    count = uvarint(1_000_002) if flexible else struct.pack(">i", 1_000_001)
+    with pytest.raises(InvalidFrameError, match="over the limit of 1,000,000"):
+        wire.decode_request(memoryview(small_claim + count + b"\x01" * 8))
+
+
+def test_a_tagged_field_section_over_ten_thousand_fields_is_refused():
+    """Kafka 4.4's limit, which also bounds the walk over unknown tags."""
+    ok = api_versions_with_header_tags(MAX_TAGGED_FIELDS)
+    from kio.index import load_request_schema
+
+    header_cls = load_request_schema(18, 3).__header_schema__
+    assert check_request(header_cls, ok, 0, len(ok)) < len(ok)  # the shape passes
+    over = api_versions_with_header_tags(MAX_TAGGED_FIELDS + 1)
+    with pytest.raises(InvalidFrameError, match="10001 tagged fields, over the limit of 10,000"):
+        wire.decode_request(memoryview(over))
 
 
 def test_every_served_message_class_has_a_checker():

@@ -17,7 +17,7 @@ from kio.serial import entity_reader, entity_writer
 
 from logmq.broker.fetch_results import PartitionRead
 from logmq.errors import ErrorCode, InvalidFrameError
-from logmq.kafka.codec import encode_error_response
+from logmq.kafka.codec import encode_error_response, response_class
 from logmq.kafka.fetch_response import encode_fetch_response
 from logmq.kafka.registry import ADVERTISED as SUPPORTED
 from logmq.kafka.registry import kafka_wire
@@ -192,3 +192,41 @@ def test_the_pipelines_error_answer_encodes_for_every_served_version():
         assert encode_entity(reply.body)
         if hasattr(reply.body, "error_message"):
             assert reply.body.error_message == "a reason", (api_key, version)
+
+
+def kio_versions() -> list[tuple[int, int]]:
+    """Every (api key, version) kio has a request schema for, and the legacy.py ones."""
+    from kio.schema.index import api_key_map, schema_name_map
+    from kio.static.constants import EntityType
+
+    from logmq.kafka.legacy import _LEGACY
+
+    pairs = {
+        (api_key, version)
+        for api_key, name in api_key_map.items()
+        for version, entities in schema_name_map[name].items()
+        if EntityType.request in entities
+    }
+    return sorted(pairs | set(_LEGACY))
+
+
+def test_the_error_answer_of_every_api_and_version_kio_knows_decodes():
+    """Served or not: an API the door does not serve (CreateDelegationToken v1+, whose
+    timestamps have no empty value; AllocateProducerIds v0, an int64 producer id;
+    UpdateRaftVoter v0, a nested struct) is answered in its own response type at the
+    version asked, and kio's reader takes the whole frame back with the error in it."""
+    pairs = kio_versions()
+    assert len(pairs) > 300 and (38, 3) in pairs and (67, 0) in pairs and (82, 0) in pairs
+    code = ErrorCode.UNSUPPORTED_VERSION
+    for api_key, version in pairs:
+        frame = encode_error_response(api_key, version, 4321, code, SUPPORTED)
+        answered = 0 if api_key == 18 else version  # ApiVersions: v0 (KIP-511)
+        cls = response_class(api_key, answered)
+        (size,) = struct.unpack_from(">i", frame, 0)
+        assert size == len(frame) - 4, (api_key, version)
+        header, pos = entity_reader(cls.__header_schema__)(frame[4:], 0)
+        body, n = entity_reader(cls)(frame[4:], pos)
+        assert pos + n == size, (api_key, version, "trailing bytes")
+        assert header.correlation_id == 4321, (api_key, version)
+        if "error_code" in cls.__dataclass_fields__:
+            assert int(body.error_code) == code, (api_key, version)

@@ -136,6 +136,91 @@ def test_fuzzed_requests_never_hurt_the_broker(kbroker, key, version, junk):
         assert api_versions(s, 1, version=0)[0] == 1
 
 
+def _unserved_requests() -> list[tuple[int, int, object]]:
+    """Requests the door does not serve whose answers have fields with no obvious empty
+    value: timestamps (the delegation-token APIs v1+), an int64 producer id
+    (AllocateProducerIds), a nested struct (UpdateRaftVoter)."""
+    import datetime
+    import uuid
+
+    from kio.static.primitive import i64Timedelta
+
+    hour = i64Timedelta.parse(datetime.timedelta(hours=1))
+    create = load_request_schema(38, 1)(renewers=(), max_lifetime=hour)
+    create_v3 = load_request_schema(38, 3)(
+        owner_principal_type="User", owner_principal_name="x", renewers=(), max_lifetime=hour
+    )
+    renew = load_request_schema(39, 2)(hmac=b"h", renew_period=hour)
+    expire = load_request_schema(40, 1)(hmac=b"h", expiry_time_period=hour)
+    allocate = load_request_schema(67, 0)(broker_id=1, broker_epoch=0)
+    voter_cls = load_request_schema(82, 0)
+    voter_mod = __import__(voter_cls.__module__, fromlist=["KRaftVersionFeature"])
+    feature = voter_mod.KRaftVersionFeature(min_supported_version=0, max_supported_version=1)
+    voter = voter_cls(
+        cluster_id="c",
+        current_leader_epoch=1,
+        voter_id=1,
+        voter_directory_id=uuid.uuid4(),
+        listeners=(),
+        k_raft_version_feature=feature,
+    )
+    return [(38, 1, create), (38, 3, create_v3), (39, 2, renew), (40, 1, expire),
+            (67, 0, allocate), (82, 0, voter)]  # fmt: skip
+
+
+def test_unserved_requests_pipelined_between_metadata_requests_are_all_answered(kbroker):
+    """Each refused request gets UNSUPPORTED_VERSION in its own response type (once,
+    encoding some of those killed the connection's writer and every answer behind it
+    was lost), and the Metadata requests around them are answered, in order."""
+    meta_cls = load_request_schema(3, 12)
+    meta = meta_cls(
+        topics=None, allow_auto_topic_creation=False, include_topic_authorized_operations=False
+    )
+    sent: list[tuple[int, int, int]] = []  # (corr, api key, version)
+    frames = [request(3, 12, meta, 100)]
+    sent.append((100, 3, 12))
+    for i, (key, version, body) in enumerate(_unserved_requests()):
+        corr = 101 + 2 * i
+        frames += [request(key, version, body, corr), request(3, 12, meta, corr + 1)]
+        sent += [(corr, key, version), (corr + 1, 3, 12)]
+    with connect(kbroker) as s:
+        s.sendall(b"".join(frames))  # all pipelined on one connection
+        for corr, key, version in sent:
+            frame = read_frame(s)
+            assert frame is not None, f"no answer to API {key} v{version}: {kbroker.log_tail()}"
+            cls = load_response_schema(key, version)
+            header, pos = entity_reader(cls.__header_schema__)(frame, 0)
+            body, n = entity_reader(cls)(frame, pos)
+            assert (header.correlation_id, pos + n) == (corr, len(frame)), (key, version)
+            if key == 3:
+                assert body.brokers and body.cluster_id
+            else:
+                assert int(body.error_code) == ErrorCode.UNSUPPORTED_VERSION, (key, version)
+    assert "writer failed" not in kbroker.log_path.read_text(errors="replace")
+
+
+def test_an_array_over_a_million_elements_is_refused_and_the_connection_kept(kbroker):
+    """Kafka 4.4's limit: 1,000,001 empty group states (a well-formed megabyte) get
+    INVALID_REQUEST in ListGroups' own answer, and the connection goes on serving."""
+    from tests.kafka.kafka_frames import list_groups_with_empty_states
+
+    over = list_groups_with_empty_states(1_000_001, corr=31)
+    meta = load_request_schema(3, 12)(
+        topics=None, allow_auto_topic_creation=False, include_topic_authorized_operations=False
+    )
+    with connect(kbroker) as s:
+        s.sendall(struct.pack(">i", len(over)) + over + request(3, 12, meta, 32))
+        frame = read_frame(s)
+        cls = load_response_schema(16, 4)
+        header, pos = entity_reader(cls.__header_schema__)(frame, 0)
+        body, _ = entity_reader(cls)(frame, pos)
+        assert header.correlation_id == 31 and int(body.error_code) == ErrorCode.INVALID_REQUEST
+        assert body.groups == ()
+        frame = read_frame(s)
+        assert frame is not None and struct.unpack_from(">i", frame)[0] == 32
+    assert "over the limit of 1,000,000 per array" in kbroker.log_path.read_text(errors="replace")
+
+
 def test_metadata_v12_finds_topics_by_id(kbroker):
     """KIP-848 consumers resolve their assignments by topic id alone."""
     import uuid

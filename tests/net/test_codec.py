@@ -6,7 +6,9 @@ Framing itself (chunked input, size limits) is tested in test_frame_reader.py.
 from __future__ import annotations
 
 import random
+import struct
 
+import msgpack
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -26,6 +28,7 @@ from logmq.net.connection import (
     ServerConnection,
 )
 from logmq.net.frame_reader import FrameReader
+from logmq.net.limits import MAX_ARRAY_ELEMENTS
 
 bodies = st.dictionaries(
     st.text(max_size=10),
@@ -92,6 +95,30 @@ def test_body_must_be_a_map():
     bad = frame[:-1] + b"\x90"  # {} replaced by []
     with pytest.raises(InvalidFrameError):
         decode_request(bad)
+
+
+@pytest.mark.parametrize("kind", ["array", "map"])
+def test_a_body_holding_over_a_million_elements_is_refused_whatever_follows(kind):
+    """The Kafka door's limit (net/limits.py): a msgpack nil is one byte, so a frame of a
+    megabyte could otherwise make the broker build a list of a million objects, and the
+    default frame limit (100 MB) one of a hundred million."""
+
+    def frame(n: int, corr: int) -> bytes:
+        many = [None] * n if kind == "array" else dict.fromkeys(range(n))
+        return joined(encode_request(3, 0, corr, "c", {"topics": many}))[4:]
+
+    req = decode_request(frame(MAX_ARRAY_ELEMENTS, 1))
+    assert len(req.body["topics"]) == MAX_ARRAY_ELEMENTS
+    with pytest.raises(InvalidFrameError, match=f"1000001 exceeds max_{kind}_len") as e:
+        decode_request(frame(MAX_ARRAY_ELEMENTS + 1, 2))
+    assert "at most 1,000,000 elements" in str(e.value)
+    assert e.value.code is ErrorCode.INVALID_FRAME
+    # a small body claiming as many is refused before msgpack reads (or allocates) them
+    claim = (b"\xdd" if kind == "array" else b"\xdf") + struct.pack(">I", 1_000_001)
+    body = msgpack.packb({"topics": None})[:-1] + claim + b"\xc0" * 8
+    small = struct.pack(">HHIH", 3, 0, 3, 1) + b"c" + struct.pack(">I", len(body)) + body
+    with pytest.raises(InvalidFrameError, match=f"exceeds max_{kind}_len"):
+        decode_request(small)
 
 
 # -- ServerConnection -------------------------------------------------------------------

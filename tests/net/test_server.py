@@ -3,17 +3,19 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 from dataclasses import dataclass
 from typing import Any
 
 import pytest
 
-from logmq.errors import ErrorCode
+from logmq.errors import ErrorCode, InvalidFrameError
 from logmq.net.codec import SIZE, Request, encode_response_head
 from logmq.net.connection import UNKNOWN_CORRELATION_ID
 from logmq.net.reply import Reply
 from logmq.net.server import SENDFILE_MIN_BYTES, SENDFILE_MIN_REGION, ServerOptions, TcpServer
+from logmq.net.wire import NativeWire
 from logmq.storage.segment import FileSlice
 from tests.harness import wait_until
 from tests.net.raw_client import RawClient
@@ -123,6 +125,61 @@ async def test_oversize_frame_closes_only_that_connection():
                 async with asyncio.timeout(10):
                     assert await bad.reader.read() == b""  # closed by the broker
             assert (await good.call(ECHO, {"still": "served"})).body == {"still": "served"}
+    finally:
+        await server.stop(5)
+
+
+UNANSWERABLE = 103
+
+
+class _Refused(InvalidFrameError):
+    def __init__(self) -> None:
+        super().__init__("refused at decode")
+        self.api_key, self.api_version = UNANSWERABLE, 0
+
+
+class UnanswerableWire(NativeWire):
+    """A door that cannot encode any answer to an UNANSWERABLE request, neither the
+    reply nor the error answer in its place (as the Kafka door's error answers to
+    CreateDelegationToken v1+ once could not be)."""
+
+    def decode_request(self, frame: memoryview) -> Request:
+        req = super().decode_request(frame)
+        if req.api_key == UNANSWERABLE and req.body.get("refuse"):
+            raise _Refused()
+        return req
+
+    def encode_head(self, request: Request, reply: Reply, tail_len: int) -> bytes:
+        if request.api_key == UNANSWERABLE:
+            raise TypeError("this reply cannot be encoded")
+        return super().encode_head(request, reply, tail_len)
+
+    def encode_error(self, error) -> bytes | None:
+        if error.api_key == UNANSWERABLE:
+            raise AttributeError("nor can its error answer")
+        return super().encode_error(error)
+
+
+@pytest.mark.parametrize("refused", [True, False], ids=["refused-at-decode", "handler-reply"])
+async def test_an_answer_that_cannot_be_encoded_closes_the_connection_cleanly(refused, caplog):
+    """The answers before it arrive, then the connection closes (the client retries
+    what it has pending); the writer does not die leaving the connection open with the
+    requests behind it unanswered, and the server goes on serving."""
+    server = TcpServer(Script(), ServerOptions(max_frame_size=1 << 20), wire=UnanswerableWire())
+    await server.start("127.0.0.1", 0)
+    try:
+        with caplog.at_level(logging.ERROR, logger="logmq.net"):
+            async with await RawClient.connect(server.port) as c:
+                c.send(ECHO, {"i": 1})
+                c.send(UNANSWERABLE, {"refuse": refused})
+                c.send(ECHO, {"i": 3})
+                assert (await c.recv()).body == {"i": 1}
+                async with asyncio.timeout(10):
+                    assert await c.reader.read() == b""  # closed, not left hanging
+        assert "the answer could not be written; closing the connection" in caplog.text
+        await wait_until(lambda: server.connection_count == 0, what="connection forgotten")
+        async with await RawClient.connect(server.port) as c:
+            assert (await c.call(ECHO, {"still": "served"})).body == {"still": "served"}
     finally:
         await server.stop(5)
 

@@ -19,6 +19,7 @@ parse, an answer in the form every Kafka response header takes plus the error co
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import io
 import struct
 from collections.abc import Callable, Mapping
@@ -26,7 +27,11 @@ from functools import cache
 from typing import Any
 
 from kio.index import KioIndexError, load_request_schema, load_response_schema
+from kio.schema.errors import ErrorCode as KioErrorCode
 from kio.serial import entity_reader, entity_writer
+from kio.serial._introspect import EntityField, classify_field, is_optional
+from kio.serial.readers import tz_aware_from_i64
+from kio.static.primitive import i32Timedelta, i64, i64Timedelta
 
 from logmq.errors import ErrorCode, InvalidFrameError
 from logmq.kafka.frame_check import FrameShapeError, check_request
@@ -176,34 +181,57 @@ def encode_error_response(
 
 
 def error_entity(cls: type, code: ErrorCode) -> Any:
-    """An instance of response class ``cls`` with every field empty and the error set."""
+    """An instance of response class ``cls`` with every field empty and the error set.
+
+    Every field gets a value kio can write and every client (kio's reader included) can
+    read back: see ``_empty``.
+    """
     return cls(**{f.name: _empty(f, code) for f in dataclasses.fields(cls) if f.init})
 
 
-def _empty(f: dataclasses.Field, code: ErrorCode) -> Any:
-    from kio.schema.errors import ErrorCode as KioErrorCode
+_INT_TYPES = frozenset({"int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64"})
 
+
+def _empty(f: dataclasses.Field, code: ErrorCode) -> Any:
+    """The empty value of one field, chosen by its wire type (``kafka_type``), not by
+    its Python type's name (a ``ProducerId`` is an int64 too). An error code is set even
+    where the schema gives it a default (OffsetFetch v2-v7's top-level one)."""
+    if f.metadata.get("kafka_type") == "error_code":
+        return KioErrorCode(int(code))
     if f.default is not dataclasses.MISSING:
         return f.default
     if f.default_factory is not dataclasses.MISSING:  # type: ignore[misc]
         return f.default_factory()  # type: ignore[misc]
-    t = f.type if not isinstance(f.type, str) else ""
-    name = getattr(t, "__name__", str(t))
-    if f.name == "error_code" or t is KioErrorCode:
-        return KioErrorCode(int(code))
-    if name in ("i8", "i16", "i32", "i64", "u8", "u16", "u32", "u64", "int", "BrokerId"):
+    kind = classify_field(f)
+    if kind.is_array:
+        return ()
+    if isinstance(kind, EntityField):
+        # a nested struct without a default (UpdateRaftVoter's current leader): empty too
+        return None if is_optional(f) else error_entity(kind.type_, code)
+    kafka_type = f.metadata.get("kafka_type")
+    if kafka_type in _INT_TYPES:
         return -1 if f.name.endswith(("_id", "offset", "epoch")) else 0
-    if name.endswith("Timedelta"):
-        import datetime
-
-        return t.parse(datetime.timedelta(0))  # type: ignore[union-attr]
-    if name in ("str", "TopicName", "GroupId", "TransactionalId"):
-        return ""
-    if name == "bool":
+    if kafka_type == "timedelta_i32":
+        return i32Timedelta.parse(datetime.timedelta(0))
+    if kafka_type == "timedelta_i64":
+        return i64Timedelta.parse(datetime.timedelta(0))
+    if kafka_type == "datetime_i64":
+        # Kafka's handlers answer -1 here (DelegationTokenManager.ErrorTimestamp), which
+        # kio's reader refuses in a non-nullable timestamp; 0, kio's own empty value, is
+        # read by every client and is what Kafka's generic error answers of Renew- and
+        # ExpireDelegationToken (getErrorResponse) carry. A nullable one is null (-1).
+        return None if is_optional(f) else tz_aware_from_i64(i64(0))
+    if kafka_type == "uuid":
+        return None  # written as the zero UUID, Kafka's "no id"
+    if kafka_type in ("string", "bytes", "records"):
+        if is_optional(f):
+            return None
+        return "" if kafka_type == "string" else b""
+    if kafka_type == "bool":
         return False
-    if name in ("bytes", "Records"):
-        return b""
-    return () if "tuple" in str(t) else None
+    if kafka_type == "float64":
+        return 0.0
+    raise TypeError(f"field {f.name}: no empty value for kafka_type {kafka_type!r}")
 
 
 @cache

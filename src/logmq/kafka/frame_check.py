@@ -7,7 +7,9 @@ first, from the same schemas kio decodes with, and refuses any length or count t
 left cannot hold: every array is checked as ``count * smallest element`` against what
 remains, every string and byte string against what remains, tagged fields inside their
 declared size. It also refuses what Kafka's own readers refuse: a null where the schema
-allows none, a negative length other than the null marker, a varint over five bytes.
+allows none, a negative length other than the null marker, a varint over five bytes, and
+(as Kafka 4.4 does) an array of more than 1,000,000 elements or a tagged-field section of
+more than 10,000 fields, however many bytes follow (net/limits.py).
 
 A checker per message class is generated once as Python source (fixed-size runs become
 one addition, so a Fetch of 10,000 partitions costs one step per partition, not one per
@@ -30,6 +32,8 @@ from kio.serial._introspect import (
     classify_field,
     is_optional,
 )
+
+from logmq.net.limits import MAX_ARRAY_ELEMENTS, MAX_TAGGED_FIELDS
 
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
@@ -91,6 +95,10 @@ def _uvarint(b: Any, p: int, e: int) -> tuple[int, int]:
 
 
 def _too_many(what: str, n: int, left: int) -> FrameShapeError:
+    if n > MAX_ARRAY_ELEMENTS:
+        return FrameShapeError(
+            f"{what}: {n} elements, over the limit of {MAX_ARRAY_ELEMENTS:,} per array"
+        )
     return FrameShapeError(f"{what}: {n} elements cannot fit in {left} bytes")
 
 
@@ -136,8 +144,8 @@ def _larr(b: Any, p: int, e: int, nullable: bool, what: str, least: int) -> tupl
         if n == -1 and nullable:
             return 0, p
         raise FrameShapeError(f"{what}: count {n}" + ("" if nullable else " (not nullable)"))
-    if n * least > e - p:
-        raise FrameShapeError(f"{what}: {n} elements cannot fit in {e - p} bytes")
+    if n * least > e - p or n > MAX_ARRAY_ELEMENTS:
+        raise _too_many(what, n, e - p)
     return n, p
 
 
@@ -156,6 +164,8 @@ def _struct_marker(b: Any, p: int, e: int, what: str) -> tuple[bool, int]:
 def _tags(b: Any, p: int, e: int, known: dict[int, Checker], what: str) -> int:
     """Tagged fields: each inside its declared size; known ones checked within it."""
     n, p = _uvarint(b, p, e)
+    if n > MAX_TAGGED_FIELDS:
+        raise FrameShapeError(f"{what}: {n} tagged fields, over the limit of {MAX_TAGGED_FIELDS:,}")
     if n * 2 > e - p:
         raise FrameShapeError(f"{what}: {n} tagged fields cannot fit in {e - p} bytes")
     for _ in range(n):
@@ -307,7 +317,7 @@ def _emit_count(
         return
     then = [
         f"{var} -= 1",
-        f"if {var} * {least} > e - p:",
+        f"if {var} * {least} > e - p or {var} > {MAX_ARRAY_ELEMENTS}:",
         f"    raise _too_many({what!r}, {var}, e - p)",
     ]
     src.compact(ind, var, then, nullable, what)

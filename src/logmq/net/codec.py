@@ -20,6 +20,7 @@ import msgpack
 
 from logmq.errors import InvalidFrameError
 from logmq.gcpause import gc_paused
+from logmq.net.limits import MAX_ARRAY_ELEMENTS
 
 SIZE = struct.Struct(">I")
 # api_key u16, api_version u16, correlation_id u32, client_id_len u16
@@ -111,17 +112,36 @@ class Response:
 BULK_BODY = 64 * 1024
 
 
+def _unpackb(data: Any) -> Any:
+    return msgpack.unpackb(
+        data,
+        raw=False,
+        strict_map_key=False,
+        max_array_len=MAX_ARRAY_ELEMENTS,
+        max_map_len=MAX_ARRAY_ELEMENTS,
+    )
+
+
 def pack_body(body: Any) -> bytes:
     return msgpack.packb(body, use_bin_type=True)
 
 
 def unpack_body(data: Any) -> dict[str, Any]:
+    """A msgpack body; no array or map in it may hold more than MAX_ARRAY_ELEMENTS (msgpack
+    checks each count before allocating, however many bytes follow: net/limits.py)."""
     try:
         if len(data) < BULK_BODY:
-            body = msgpack.unpackb(data, raw=False, strict_map_key=False)
+            body = _unpackb(data)
         else:  # e.g. thousands of partitions' entries (gcpause.py)
             with gc_paused():
-                body = msgpack.unpackb(data, raw=False, strict_map_key=False)
+                body = _unpackb(data)
+    except ValueError as e:
+        if "exceeds max_" in str(e):  # msgpack's words: "N exceeds max_array_len(M)"
+            raise InvalidFrameError(
+                f"msgpack body refused: {e} (at most {MAX_ARRAY_ELEMENTS:,} elements in an "
+                "array or entries in a map)"
+            ) from None
+        raise InvalidFrameError(f"undecodable msgpack body: {e}") from None
     except Exception as e:  # msgpack raises several unrelated types on bad input
         raise InvalidFrameError(f"undecodable msgpack body: {e}") from None
     if not isinstance(body, dict):

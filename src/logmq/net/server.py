@@ -132,6 +132,7 @@ class ClientConnection(asyncio.BufferedProtocol):
         self._sending_file = False
         self._draining = False  # server shutdown: answer what is queued, read no more
         self._lingering = False  # after a fatal error: discard input until the peer closes
+        self._abandoned = False  # an answer could not be written: closing (_abandon)
         self._closed = asyncio.Event()
         # (event, handler task or None for a protocol error, start time); None = stop
         self._replies: collections.deque[tuple[Any, asyncio.Task | None, float] | None] = (
@@ -354,6 +355,8 @@ class ClientConnection(asyncio.BufferedProtocol):
         requests have no effect to carry out, so they are skipped once the peer is gone.
         """
         while True:
+            if self._abandoned:
+                return  # nothing started now could be answered
             if not self._queue:
                 if self._draining or self._conn.closing or self._closed.is_set():
                     return
@@ -396,60 +399,111 @@ class ClientConnection(asyncio.BufferedProtocol):
         self._replies_ready.set()
 
     async def _write_loop(self) -> None:
+        """Write the answers in request order, to the end of the queue.
+
+        Whatever goes wrong with one answer, the loop goes on: every handler is still
+        awaited, and a connection whose answer could not be written is closed
+        (``_abandon``), never left open with its later answers stuck behind a dead writer.
+        """
         while True:
             while not self._replies:
                 await self._replies_ready.wait()
             item = self._replies.popleft()
             if item is None:
                 return
-            ev, task, start = item
-            if isinstance(ev, ProtocolError):
-                await self._answer_error(ev)
-                self._conn.request_done()
-                if ev.fatal:
-                    await self._linger()
-                    return
-                self._update_reading()
-                continue
-            assert task is not None
             try:
-                reply = await task
+                if await self._answer(*item):
+                    return
             except asyncio.CancelledError:
-                if not task.cancelled():
-                    raise  # this writer itself is being cancelled
-                reply = None  # the connection closed and its handlers were cancelled
+                raise  # this writer itself is being cancelled (handlers' are caught below)
             except Exception:
-                # A handler's fault is the broker's: answered, and the connection kept.
-                self._handler_failed(ev.request, "failed")
-                reply = None
-                await self._answer_failure(ev.request)
-            sent = 0
-            if reply is not None and reply.wire is not None:
-                self._conn.switch_wire(reply.wire)  # before the client can answer it
-            if reply is not None and not reply.silent and not self._closed.is_set():
-                try:
-                    sent = await self._write(ev.request, reply)
-                except (OSError, asyncio.CancelledError):
-                    raise
-                except Exception:
-                    # Encoding the answer failed before any byte of it was written.
-                    self._handler_failed(ev.request, "answer could not be encoded")
-                    await self._answer_failure(ev.request)
-            self._server.metrics.request_done(
-                self._server.name, ev.request.api_key, time.perf_counter() - start, ev.size, sent
-            )
+                ev = item[0]
+                head = ev.request if isinstance(ev, RequestReceived) else ev
+                log.exception(
+                    "%s API %d v%d (correlation id %d) from %s: the answer could not be "
+                    "written; closing the connection",
+                    self._server.name,
+                    head.api_key,
+                    head.api_version,
+                    head.correlation_id,
+                    self.peer,
+                )
+                self._server.metrics.handler_failed(self._server.name, head.api_key)
+                await self._abandon()
+
+    async def _answer(self, ev: Any, task: asyncio.Task | None, start: float) -> bool:
+        """Answer one request (or protocol error); True: the connection ends after it."""
+        if isinstance(ev, ProtocolError):
+            await self._answer_error(ev)
             self._conn.request_done()
-            if reply is not None and reply.wire is not None:
-                self._wire = reply.wire
-            if reply is not None and reply.throttle_ms > 0:
-                self._mute(reply.throttle_ms / 1000)
-            if reply is not None and reply.close:
-                # answered, then closed (a failed login): nothing after it is read
-                self._draining = True
+            if ev.fatal:
                 await self._linger()
-                self.close()
-                return
+                return True
             self._update_reading()
+            return False
+        assert task is not None
+        try:
+            reply = await task
+        except asyncio.CancelledError:
+            if not task.cancelled():
+                raise  # this writer itself is being cancelled
+            reply = None  # the connection closed and its handlers were cancelled
+        except Exception:
+            # A handler's fault is the broker's: answered, and the connection kept.
+            self._handler_failed(ev.request, "failed")
+            reply = None
+            await self._answer_failure(ev.request)
+        sent = 0
+        if reply is not None and reply.wire is not None:
+            self._conn.switch_wire(reply.wire)  # before the client can answer it
+        if reply is not None and not reply.silent and not self._gone:
+            try:
+                sent = await self._write(ev.request, reply)
+            except (OSError, asyncio.CancelledError):
+                raise
+            except Exception:
+                # Encoding the answer failed before any byte of it was written.
+                self._handler_failed(ev.request, "answer could not be encoded")
+                await self._answer_failure(ev.request)
+        self._server.metrics.request_done(
+            self._server.name, ev.request.api_key, time.perf_counter() - start, ev.size, sent
+        )
+        self._conn.request_done()
+        if reply is not None and reply.wire is not None:
+            self._wire = reply.wire
+        if reply is not None and reply.throttle_ms > 0:
+            self._mute(reply.throttle_ms / 1000)
+        if reply is not None and reply.close:
+            # answered, then closed (a failed login): nothing after it is read
+            self._draining = True
+            await self._linger()
+            self.close()
+            return True
+        self._update_reading()
+        return False
+
+    @property
+    def _gone(self) -> bool:
+        """Nothing more can be written: the peer is gone, or the connection abandoned."""
+        return self._abandoned or self._closed.is_set()
+
+    async def _abandon(self) -> None:
+        """Close the connection after an answer that could not be written (the broker's
+        fault, logged by the caller).
+
+        Clients match answers to requests by order (Kafka's Java client insists on it), so
+        no answer can be left out and the ones after it sent: closing makes the client
+        retry what it has pending, where an open connection would leave it waiting. The
+        answers written before reach it (half-close and linger, as after a fatal error);
+        no further request is started, and the writer only awaits what already runs.
+        """
+        if self._abandoned:
+            return
+        self._abandoned = True
+        self._conn.closing = True  # what the client still sends is read and discarded
+        self._wakeup.set()  # the dispatcher stops
+        await self._linger()
+        self.close()
 
     def _mute(self, seconds: float) -> None:
         """Read and start nothing more from this client for ``seconds`` (KIP-219)."""
@@ -511,9 +565,11 @@ class ClientConnection(asyncio.BufferedProtocol):
         )
 
     async def _answer_error(self, ev: ProtocolError) -> None:
+        if self._gone:
+            return
         head = self._wire.encode_error(ev)
         t = self.transport
-        if head is not None and t is not None and not self._closed.is_set():
+        if head is not None and t is not None:
             self._server.metrics.bytes_out(len(head))
             t.write(head)
 
@@ -521,7 +577,7 @@ class ClientConnection(asyncio.BufferedProtocol):
         """Send one answer; returns its size in bytes."""
         t = self.transport
         assert t is not None
-        if self._closed.is_set():
+        if self._gone:
             return 0
         tail = reply.tail
         tail_len, has_region = tail_size(tail)
