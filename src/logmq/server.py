@@ -21,7 +21,7 @@ import asyncio
 import logging
 import resource
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -584,6 +584,8 @@ class Broker:
             self.forwarder.run_on_controller,
         )
         self.metrics.register_group_stats(self.groups.stats)
+        self.metrics.register_group_lag(self.groups.committed_offsets, self._high_watermark)
+        self.metrics.register_replication(self._led_partitions)
         # transactions: the coordinator of the __transaction_state partitions led here,
         # the markers it sends (to this broker's partitions directly, to others' over
         # their native ports) and KIP-890's check of transactional produces
@@ -797,6 +799,24 @@ class Broker:
         if self.replicated:
             self.metrics.register_reassignment_throttle(rm.inbound_throttle, rm.outbound_throttle)
         return rm
+
+    def _led_partitions(self) -> Iterator[tuple[int, int, int]]:
+        """(replication factor, ISR size, min.insync.replicas) of each partition led here,
+        from the metadata image (the ISR the controller committed). The replication
+        factor leaves out replicas a reassignment is adding, as Kafka's does."""
+        if not self._started:
+            return
+        node = self.config.node_id
+        for p in self.quorum.image.partitions():
+            if p.leader != node:
+                continue
+            plog = self.logs.get_log(p.topic, p.partition)
+            min_isr = plog.config.min_insync_replicas if plog is not None else 1
+            yield len(p.original_replicas), len(p.isr), min_isr
+
+    def _high_watermark(self, topic: str, partition: int) -> int | None:
+        plog = self.logs.get_log(topic, partition) if self._started else None
+        return plog.high_watermark if plog is not None else None
 
     def _partition_stats(self):
         if not self._started:
