@@ -17,6 +17,7 @@ import click
 
 from logmq.client import Admin, Consumer
 from logmq_cli.common import CliContext, client_errors, topic_partitions
+from logmq_cli.group import parse_datetime
 from logmq_cli.output import BYTE_ENCODINGS, format_record
 
 # Longest wait in one poll(): how long a Ctrl-C may take to be noticed.
@@ -66,6 +67,41 @@ class Interrupts:
         signal.signal(signal.SIGINT, self._previous)
 
 
+def parse_time(text: str) -> int:
+    """``--from-timestamp``: epoch milliseconds as digits, else ISO 8601."""
+    if text.isdigit():
+        return int(text)
+    try:
+        return parse_datetime(text)
+    except click.BadParameter:
+        raise click.BadParameter(
+            f"{text!r} is neither milliseconds since the epoch nor an ISO 8601 date-time",
+            param_hint="--from-timestamp",
+        ) from None
+
+
+def seek_to_time(consumer: Consumer, tps: list[tuple[str, int]], since_ms: int) -> None:
+    """Each partition at its first record at or after ``since_ms`` (ListOffsets by
+    time); a partition with none that recent starts at its end."""
+    found = consumer.offsets_for_times(dict.fromkeys(tps, since_ms))
+    past_end = [tp for tp in tps if found.get(tp) is None]
+    for tp in tps:
+        hit = found.get(tp)
+        if hit is not None:
+            consumer.seek(*tp, hit[0])
+    if past_end:
+        consumer.seek_to_end(*past_end)
+
+
+def seek_to_last(consumer: Consumer, tps: list[tuple[str, int]], n: int) -> None:
+    """Each partition ``n`` offsets before its end, never before its log start (rpk's
+    and kcat's ``-o -N``). Offsets, not records: transaction markers take one each."""
+    start = consumer.beginning_offsets(tps)
+    end = consumer.end_offsets(tps)
+    for tp in tps:
+        consumer.seek(*tp, max(start[tp], end[tp] - n))
+
+
 @click.command()
 @click.argument("topic")
 @click.option("--from-beginning", is_flag=True, help="Start at the log start, not the end.")
@@ -81,6 +117,20 @@ class Interrupts:
     type=click.IntRange(min=0),
     default=None,
     help="Start at this offset (in every partition read).",
+)
+@click.option(
+    "--from-timestamp",
+    metavar="TIME",
+    default=None,
+    help="Start at each partition's first record at or after TIME: milliseconds since "
+    "the epoch, or ISO 8601 (2024-05-01T12:00:00Z; without a zone, local time).",
+)
+@click.option(
+    "--last",
+    type=click.IntRange(min=1),
+    default=None,
+    metavar="N",
+    help="Start N offsets before the end of each partition (its last N records).",
 )
 @click.option(
     "--max-records",
@@ -129,6 +179,8 @@ def consume(
     from_beginning: bool,
     partition: int | None,
     offset: int | None,
+    from_timestamp: str | None,
+    last: int | None,
     max_records: int | None,
     timeout: float | None,
     fmt: str,
@@ -140,14 +192,26 @@ def consume(
     """Print records of TOPIC, one per line, in offset order within each partition.
 
     By default it starts at the end of each partition, so it prints only records
-    produced from then on; --from-beginning or --offset start earlier. With --group,
-    where to start is the group's committed offset; --from-beginning only applies to
-    partitions the group has not committed yet. Ctrl-C stops it (exit status 130).
+    produced from then on; --from-beginning, --offset, --from-timestamp or --last start
+    earlier. With --group, where to start is the group's committed offset;
+    --from-beginning only applies to partitions the group has not committed yet. Ctrl-C
+    stops it (exit status 130).
     """
-    if offset is not None and from_beginning:
-        raise click.UsageError("--offset and --from-beginning are exclusive")
-    if group_id is not None and (offset is not None or partition is not None):
-        raise click.UsageError("--group assigns partitions itself: no --partition or --offset")
+    starts = {
+        "--from-beginning": from_beginning,
+        "--offset": offset is not None,
+        "--from-timestamp": from_timestamp is not None,
+        "--last": last is not None,
+    }
+    chosen = [name for name, given in starts.items() if given]
+    if len(chosen) > 1:
+        raise click.UsageError(f"{' and '.join(chosen)} are exclusive: give one start")
+    if group_id is not None and (chosen not in ([], ["--from-beginning"]) or partition is not None):
+        raise click.UsageError(
+            "--group assigns partitions itself and starts at the group's offsets: no "
+            "--partition, --offset, --from-timestamp or --last"
+        )
+    since = parse_time(from_timestamp) if from_timestamp is not None else None
     with Admin(ctx.bootstrap, request_timeout_ms=ctx.request_timeout_ms) as admin:
         partitions = topic_partitions(admin, topic, "consume from")
     if partition is not None:
@@ -177,6 +241,10 @@ def consume(
                 if offset is not None:
                     for tp in tps:
                         consumer.seek(*tp, offset)
+                elif since is not None:
+                    seek_to_time(consumer, tps, since)
+                elif last is not None:
+                    seek_to_last(consumer, tps, last)
                 elif from_beginning:
                     consumer.seek_to_beginning(*tps)
                 else:

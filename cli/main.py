@@ -39,7 +39,7 @@ from logmq_cli.txn import txn
     show_default=True,
     help="Seconds to wait for the cluster before giving up on a request.",
 )
-@click.version_option(package_name="logmq")
+@click.version_option(package_name="logmq", prog_name="logmq")
 @click.pass_context
 def cli(ctx: click.Context, bootstrap: str, request_timeout: float) -> None:
     """logmq: manage topics and consumer groups, produce and consume from the console, run

@@ -11,6 +11,7 @@ from typing import BinaryIO
 import click
 
 from logmq.client import Admin, Producer
+from logmq.storage.compression import Compression
 from logmq_cli.common import CliContext, client_errors, topic_partitions
 
 ACKS_CHOICES = ("0", "1", "all", "-1")
@@ -34,6 +35,18 @@ def parse_lines(
         if not sep:
             raise MissingKeyError(f"line {number} has no key separator {key_separator!r}")
         yield key, value
+
+
+def parse_headers(items: Iterable[str]) -> list[tuple[str, bytes]]:
+    """``--header name=value`` (repeatable, kept in order; a name may repeat, as Kafka
+    headers may): split at the first ``=``, the value taken as UTF-8 bytes."""
+    headers = []
+    for item in items:
+        name, sep, value = item.partition("=")
+        if not sep or not name:
+            raise click.BadParameter(f"expected NAME=VALUE, got {item!r}", param_hint="--header")
+        headers.append((name, value.encode()))
+    return headers
 
 
 def acks_value(acks: str) -> int | str:
@@ -84,7 +97,26 @@ class AckTracker:
 )
 @click.option("--linger-ms", type=click.FloatRange(min=0), default=5, show_default=True)
 @click.option(
-    "--compression", type=click.Choice(["none", "zstd", "lz4"]), default="none", show_default=True
+    "--compression",
+    type=click.Choice(list(Compression.NAMES)),
+    default="none",
+    show_default=True,
+    help="Batch compression codec (Kafka's).",
+)
+@click.option(
+    "--header",
+    "-H",
+    "header_items",
+    multiple=True,
+    metavar="NAME=VALUE",
+    help="A header on every record (repeatable; NAME= gives an empty value).",
+)
+@click.option(
+    "--tombstone",
+    "-Z",
+    is_flag=True,
+    help="Send an empty value as null (a tombstone: compaction deletes the key), as "
+    "kcat -Z and rpk --tombstone do; with --key-separator, 'KEY<SEP>' deletes KEY.",
 )
 @click.pass_obj
 @client_errors
@@ -96,6 +128,8 @@ def produce(
     partition: int | None,
     linger_ms: float,
     compression: str,
+    header_items: tuple[str, ...],
+    tombstone: bool,
 ) -> None:
     """Send each line of stdin to TOPIC as one record.
 
@@ -104,6 +138,7 @@ def produce(
     if key_separator == "":
         raise click.BadParameter("must not be empty", param_hint="--key-separator")
     sep = key_separator.encode() if key_separator is not None else None
+    headers = parse_headers(header_items) or None
     stdin: BinaryIO = click.get_binary_stream("stdin")
     tracker = AckTracker()
     sent = 0
@@ -123,7 +158,14 @@ def produce(
     ) as producer:
         try:
             for key, value in parse_lines(stdin, sep):
-                tracker.add(producer.send(topic, value, key=key, partition=partition))
+                fut = producer.send(
+                    topic,
+                    None if tombstone and not value else value,
+                    key=key,
+                    partition=partition,
+                    headers=headers,
+                )
+                tracker.add(fut)
                 sent += 1
         except (MissingKeyError, KeyboardInterrupt) as e:
             input_error = e  # still flush and account for what was already sent

@@ -38,6 +38,7 @@ import uvloop
 from logmq.broker.config import BrokerConfig
 from logmq.cluster.meta_properties import ClusterIdentityError
 from logmq.errors import LogMQError
+from logmq.net.bind_check import ListenerUnavailableError
 from logmq.server import Broker
 from logmq.storage.dir_lock import DataDirLockedError
 
@@ -167,7 +168,16 @@ def _on_stdin(fd: int, stop: asyncio.Event) -> None:
         stop.set()
 
 
-@click.command(context_settings={"auto_envvar_prefix": "LOGMQ", "show_default": True})
+@click.command(
+    context_settings={
+        "auto_envvar_prefix": "LOGMQ",
+        "show_default": True,
+        "help_option_names": ["-h", "--help"],
+    }
+)
+# not from the environment: LOGMQ_VERSION=... (an image's own label, say) must not turn
+# every start into a version print
+@click.version_option(package_name="logmq", prog_name="logmq-server", allow_from_autoenv=False)
 @click.option(
     "--config",
     type=click.Path(dir_okay=False),
@@ -384,6 +394,9 @@ def main(
     except (ClusterIdentityError, DataDirLockedError) as e:
         click.echo(f"logmq-server: refusing to start: {e}", err=True)
         sys.exit(2)
+    except ListenerUnavailableError as e:
+        click.echo(f"logmq-server: cannot start: {e}", err=True)
+        sys.exit(1)
     except LogMQError as e:
         click.echo(f"logmq-server: {e}", err=True)
         sys.exit(2)

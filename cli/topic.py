@@ -125,13 +125,30 @@ def _parse_assignment(text: str) -> list[list[int]]:
 @click.pass_obj
 @client_errors
 def list_(ctx: CliContext, internal: bool, as_json: bool) -> None:
-    """List topic names."""
+    """List topics with their partition count and replication factor."""
     with open_admin(ctx) as admin:
-        names = admin.list_topics(internal=internal)
+        listings = admin.list_topic_listings(internal=internal)
+    rows = [
+        {
+            "topic": t.name,
+            "partitions": t.partitions,
+            "replication_factor": t.replication_factor,
+            "internal": t.internal,
+        }
+        for t in listings
+    ]
     if as_json:
-        emit_json(names)
-    else:
-        print_table(["topic"], [[n] for n in names])
+        emit_json(rows)
+        return
+    columns = ["topic", "partitions", "replicas"] + (["internal"] if internal else [])
+    print_table(
+        columns,
+        [
+            [r["topic"], r["partitions"], r["replication_factor"]]
+            + (["yes" if r["internal"] else ""] if internal else [])
+            for r in rows
+        ],
+    )
 
 
 @topic.command("describe")

@@ -22,7 +22,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import resource
-from collections.abc import Callable
+import shutil
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -89,6 +90,7 @@ from logmq.native.security_api import SecurityApi
 from logmq.native.throttling import throttled
 from logmq.native.txn_api import TxnApi
 from logmq.net.api_registry import ApiRegistry
+from logmq.net.bind_check import PlannedListener, check_listeners, unavailable
 from logmq.net.codec import ApiKey, Request
 from logmq.net.pipeline import FrontDoor, RequestPipeline
 from logmq.net.reply import Reply
@@ -439,15 +441,63 @@ class Broker:
         return await self.forwarder.controller_request(request)
 
     async def start(self) -> None:
+        # every fixed port first: one taken is a one-line error naming its option, with
+        # nothing written anywhere yet (net/bind_check.py)
+        check_listeners(self._listen_plan())
+        created = _first_missing(self.data_dir)
         self.data_dir.mkdir(parents=True, exist_ok=True)
         # before anything else reads or writes the data dir: a second process on it
         # would otherwise recover, append to and mark clean the live broker's files
         self.dir_lock.acquire()
+        # A failed first start removes the directory it made, until the node has taken
+        # part in a multi-node quorum: a Raft vote it cast there must outlive it.
+        self._may_discard_dir = created is not None
         try:
             await self._start_locked()
         except BaseException:
             self.dir_lock.release()
+            if created is not None and self._may_discard_dir:
+                shutil.rmtree(created, ignore_errors=True)
             raise
+
+    def _listen_plan(self) -> list[PlannedListener]:
+        """Every address this broker will listen on, with the option that moves it."""
+        cfg = self.config
+        named = set(registered_endpoints(cfg.properties.get("listeners", "")))
+        plan = []
+        for listener in self.security.listeners:
+            if listener.name in named:
+                option = "the listeners property (--override listeners=...)"
+            else:
+                option = "--port" if listener.native else "--kafka-port"
+            kind = "native" if listener.native else "Kafka"
+            plan.append(
+                PlannedListener(
+                    f"the {kind} listener {listener.name}", listener.host, listener.port, option
+                )
+            )
+        voters = self.quorum.voters or {}
+        if cfg.node_id in voters:
+            host, port = voters[cfg.node_id]
+            plan.append(
+                PlannedListener(
+                    f"the Raft listener of node {cfg.node_id}",
+                    host,
+                    port,
+                    f"--quorum-voters (node {cfg.node_id}'s entry)",
+                    any_port=False,
+                )
+            )
+        if cfg.metrics_port is not None:
+            plan.append(
+                PlannedListener(
+                    "the metrics endpoint", cfg.metrics_host, cfg.metrics_port, "--metrics-port"
+                )
+            )
+        return plan
+
+    def _planned(self, name: str) -> PlannedListener:
+        return next(p for p in self._listen_plan() if p.what.endswith(f" listener {name}"))
 
     async def _start_locked(self) -> None:
         cfg = self.config
@@ -478,11 +528,12 @@ class Broker:
             # the Kafka listeners before the native port: registration (which waits for
             # that) then carries the Kafka endpoint too
             for server, listener in zip(self.kafka_servers, self.security.kafka, strict=True):
-                await server.start(listener.host, listener.port)
+                await _listen(server.start, self._planned(listener.name))
             for warning in self.security.warnings():
                 log.warning("%s", warning)
+            self._may_discard_dir = self._may_discard_dir and not self.replicated
             await self.quorum.start()
-            await self.server.start(self.security.native.host, self.security.native.port)
+            await _listen(self.server.start, self._planned(self.security.native.name))
             await self.quorum.wait_ready()
             # before the ready line: a client that logs in next finds the users
             await apply_add_scram(self.security_admin, lambda: self.quorum.image, self._add_scram)
@@ -495,7 +546,12 @@ class Broker:
                 )
             if cfg.metrics_port is not None:
                 self.metrics_server = MetricsServer(self.metrics)
-                await self.metrics_server.start(cfg.metrics_host, cfg.metrics_port)
+                await _listen(
+                    self.metrics_server.start,
+                    PlannedListener(
+                        "the metrics endpoint", cfg.metrics_host, cfg.metrics_port, "--metrics-port"
+                    ),
+                )
                 log.info(
                     "metrics on http://%s:%d/metrics", cfg.metrics_host, self.metrics_server.port
                 )
@@ -546,6 +602,8 @@ class Broker:
             self.forwarder.run_on_controller,
         )
         self.metrics.register_group_stats(self.groups.stats)
+        self.metrics.register_group_lag(self.groups.committed_offsets, self._high_watermark)
+        self.metrics.register_replication(self._led_partitions)
         # transactions: the coordinator of the __transaction_state partitions led here,
         # the markers it sends (to this broker's partitions directly, to others' over
         # their native ports) and KIP-890's check of transactional produces
@@ -771,6 +829,24 @@ class Broker:
             self.metrics.register_reassignment_throttle(rm.inbound_throttle, rm.outbound_throttle)
         return rm
 
+    def _led_partitions(self) -> Iterator[tuple[int, int, int]]:
+        """(replication factor, ISR size, min.insync.replicas) of each partition led here,
+        from the metadata image (the ISR the controller committed). The replication
+        factor leaves out replicas a reassignment is adding, as Kafka's does."""
+        if not self._started:
+            return
+        node = self.config.node_id
+        for p in self.quorum.image.partitions():
+            if p.leader != node:
+                continue
+            plog = self.logs.get_log(p.topic, p.partition)
+            min_isr = plog.config.min_insync_replicas if plog is not None else 1
+            yield len(p.original_replicas), len(p.isr), min_isr
+
+    def _high_watermark(self, topic: str, partition: int) -> int | None:
+        plog = self.logs.get_log(topic, partition) if self._started else None
+        return plog.high_watermark if plog is not None else None
+
     def _partition_stats(self):
         if not self._started:
             return []
@@ -780,6 +856,24 @@ class Broker:
         ]
 
     # -- dispatch ---------------------------------------------------------------------
+
+
+async def _listen(start: Callable[[str, int], Any], planned: PlannedListener) -> None:
+    """``start(host, port)``, a failed bind worded as the pre-start check words it."""
+    try:
+        await start(planned.host, planned.port)
+    except OSError as err:
+        raise unavailable(planned, err) from None
+
+
+def _first_missing(path: Path) -> Path | None:
+    """The outermost directory of ``path`` that does not exist yet (None: it exists)."""
+    missing = None
+    for candidate in (path, *path.parents):
+        if candidate.exists():
+            break
+        missing = candidate
+    return missing
 
 
 def open_segment_budget(wanted: int = 20_000) -> int:

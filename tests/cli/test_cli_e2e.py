@@ -35,7 +35,9 @@ def test_topic_lifecycle(broker):
     run(
         broker, "topic", "create", "orders", "--partitions", "3", "--config", "retention.ms=3600000"
     )
-    assert "orders" in run_json(broker, "topic", "list", "--json")
+    assert {"topic": "orders", "partitions": 3, "replication_factor": 1, "internal": False} in (
+        run_json(broker, "topic", "list", "--json")
+    )
 
     doc = run_json(broker, "topic", "describe", "orders", "--json")
     assert doc["topic"] == "orders"
@@ -58,7 +60,7 @@ def test_topic_lifecycle(broker):
     run(broker, "topic", "create", "orders", "--if-not-exists")
 
     run(broker, "topic", "delete", "orders")
-    assert "orders" not in run_json(broker, "topic", "list", "--json")
+    assert "orders" not in [t["topic"] for t in run_json(broker, "topic", "list", "--json")]
     missing = run(broker, "topic", "describe", "orders", check=False)
     assert missing.returncode == 1
     assert b"UNKNOWN_TOPIC_OR_PARTITION" in missing.stderr

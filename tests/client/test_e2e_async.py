@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 
 import pytest
@@ -178,6 +179,60 @@ async def test_send_to_unknown_topic_fails_after_max_block(shared_broker):
             await handle
         with pytest.raises(UnknownTopicOrPartitionError):
             await producer.send_batch("no-such-topic-2", [b"x"])
+
+
+def missing_topic_warnings(caplog, topic):
+    return [
+        r.getMessage()
+        for r in caplog.records
+        if r.name == "logmq.client.producer" and repr(topic) in r.getMessage()
+    ]
+
+
+async def test_a_send_to_a_missing_topic_says_why_it_waits_once(shared_broker, topic_name, caplog):
+    """Issue 35: a send to a missing topic was silent for max_block_ms (60 s)."""
+    caplog.set_level(logging.INFO, logger="logmq.client.producer")
+    async with AsyncProducer(shared_broker.bootstrap, max_block_ms=30_000) as producer:
+        refreshes = 0
+        refresh = producer._cluster.refresh_metadata
+
+        async def counting_refresh(topics=None):
+            nonlocal refreshes
+            refreshes += 1
+            return await refresh(topics)
+
+        producer._cluster.refresh_metadata = counting_refresh  # type: ignore[method-assign]
+        handles = [producer.send(topic_name, b"%d" % i) for i in range(5)]
+        bulk = producer.send_batch(topic_name, [b"b"])
+        async with asyncio.timeout(20):
+            while refreshes < 4:  # several retries, every one of them unanswered
+                await asyncio.sleep(0.01)
+        assert missing_topic_warnings(caplog, topic_name) == [
+            f"sends to topic {topic_name!r} wait: UNKNOWN_TOPIC_OR_PARTITION (the topic "
+            "does not exist, and this producer does not ask brokers to create topics "
+            "(allow_auto_create_topics=False): create it first); retrying for up to 30 s "
+            "(max_block_ms), then they fail"
+        ]
+        assert [r.levelname for r in caplog.records if r.name == "logmq.client.producer"] == [
+            "WARNING"
+        ]
+        await make_topic(shared_broker, topic_name)
+        assert [(await h).offset for h in handles] == list(range(5))
+        assert await bulk == [(0, 5, 1)]
+    assert len(missing_topic_warnings(caplog, topic_name)) == 1
+
+
+async def test_a_producer_that_asks_for_auto_create_blames_the_broker(
+    shared_broker, topic_name, caplog
+):
+    async with AsyncProducer(
+        shared_broker.bootstrap, max_block_ms=300, allow_auto_create_topics=True
+    ) as producer:
+        with pytest.raises(UnknownTopicOrPartitionError):
+            await producer.send(topic_name, b"x")
+    (warning,) = missing_topic_warnings(caplog, topic_name)
+    assert "the broker did not create it (auto-create off?)" in warning
+    assert "0.3 s (max_block_ms)" in warning
 
 
 async def test_send_before_metadata_keeps_order(shared_broker, topic_name):

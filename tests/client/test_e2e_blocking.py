@@ -92,6 +92,23 @@ def test_unknown_topic_raises(shared_broker):
             fut.result(timeout=20)
 
 
+def test_unknown_topic_is_logged_once_from_the_loop_thread(shared_broker, topic_name, caplog):
+    """The blocking producer waits in its loop thread; the warning comes from there."""
+    with Producer(shared_broker.bootstrap, max_block_ms=1500) as producer:
+        futs = [producer.send(topic_name, b"x") for _ in range(3)]
+        for fut in futs:
+            with pytest.raises(UnknownTopicOrPartitionError):
+                fut.result(timeout=20)
+    warnings = [
+        r
+        for r in caplog.records
+        if r.name == "logmq.client.producer" and repr(topic_name) in r.getMessage()
+    ]
+    assert [r.levelname for r in warnings] == ["WARNING"]
+    assert "UNKNOWN_TOPIC_OR_PARTITION" in warnings[0].getMessage()
+    assert "1.5 s (max_block_ms)" in warnings[0].getMessage()
+
+
 def test_clients_share_one_loop_thread_and_stop_it(shared_broker):
     a = Admin(shared_broker.bootstrap)
     b = Admin(shared_broker.bootstrap)

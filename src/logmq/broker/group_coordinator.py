@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
@@ -248,3 +248,8 @@ class GroupCoordinatorService(ShardedCoordinatorService[GroupShard]):
             groups += g
             members += m
         return groups, members
+
+    def committed_offsets(self) -> Iterable[tuple[str, str, int, int]]:
+        """(group, topic, partition, committed offset) of every group coordinated here."""
+        for shard in list(self._shards.values()):
+            yield from shard.committed_offsets()

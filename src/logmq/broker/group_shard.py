@@ -153,6 +153,20 @@ class GroupShard(CoordinatorShard[_GroupCore]):
             return 0, 0
         return len(run.core.group_ids()), run.core.member_count()
 
+    def committed_offsets(self) -> Iterable[tuple[str, str, int, int]]:
+        """(group, topic, partition, committed offset) of a loaded shard, for the metrics
+        (read at scrape time on the event loop; transactional offsets count once
+        committed)."""
+        run = self._run
+        if run is None or self.state is not ShardState.ACTIVE:
+            return
+        core = run.core
+        for group_id in core.group_ids():
+            _error, offsets = core.fetch_offsets(group_id)
+            for (topic, partition), committed in offsets.items():
+                if committed is not None:
+                    yield group_id, topic, partition, committed.offset
+
     # -- the shard's hooks --------------------------------------------------------------
     def _build_core(self, newest: dict[bytes, bytes], now_ms: int) -> _GroupCore:
         core = _GroupCore(

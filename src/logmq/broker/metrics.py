@@ -131,6 +131,99 @@ class _FetchSessionCollector:
         yield partitions
 
 
+# (replication factor, ISR size, min.insync.replicas) of each partition led here
+LedPartitions = Callable[[], Iterable[tuple[int, int, int]]]
+# (group, topic, partition, committed offset) of each group coordinated here
+CommittedOffsets = Callable[[], Iterable[tuple[str, str, int, int]]]
+# a partition's high watermark on this broker (None: no replica here)
+HighWatermark = Callable[[str, int], int | None]
+
+
+class _ReplicationCollector:
+    """Kafka's ReplicaManager gauges, counted over the partitions led here at scrape
+    time: UnderReplicatedPartitions, UnderMinIsrPartitionCount, AtMinIsrPartitionCount."""
+
+    def __init__(self, led: LedPartitions):
+        self._led = led
+
+    def collect(self):
+        under = under_min = at_min = 0
+        for replication_factor, isr, min_isr in self._led():
+            under += isr < replication_factor
+            under_min += isr < min_isr
+            at_min += isr == min_isr
+        yield GaugeMetricFamily(
+            "logmq_under_replicated_partitions",
+            "Partitions led here whose ISR is smaller than their replica set",
+            under,
+        )
+        yield GaugeMetricFamily(
+            "logmq_under_min_isr_partitions",
+            "Partitions led here whose ISR is smaller than min.insync.replicas "
+            "(acks=all produce is refused)",
+            under_min,
+        )
+        yield GaugeMetricFamily(
+            "logmq_at_min_isr_partitions",
+            "Partitions led here whose ISR is exactly min.insync.replicas (one more loss "
+            "refuses acks=all)",
+            at_min,
+        )
+
+
+class _GroupLagCollector:
+    """Consumer lag of the groups coordinated here, at scrape time: a partition's high
+    watermark on this broker minus the group's committed offset (never below 0), and
+    each group's largest and total lag (Redpanda's kafka_consumer_group_lag_max/sum).
+    Partitions without a replica here have a committed offset but no lag."""
+
+    def __init__(self, committed: CommittedOffsets, high_watermark: HighWatermark):
+        self._committed = committed
+        self._high_watermark = high_watermark
+
+    def collect(self):
+        per_partition = ["group", "topic", "partition"]
+        offset = GaugeMetricFamily(
+            "logmq_consumer_group_committed_offset",
+            "Offset committed by a consumer group coordinated here",
+            labels=per_partition,
+        )
+        lag = GaugeMetricFamily(
+            "logmq_consumer_group_lag",
+            "High watermark minus committed offset, per group and partition",
+            labels=per_partition,
+        )
+        lag_max = GaugeMetricFamily(
+            "logmq_consumer_group_lag_max",
+            "Largest partition lag of a consumer group",
+            labels=["group"],
+        )
+        lag_sum = GaugeMetricFamily(
+            "logmq_consumer_group_lag_sum",
+            "Total lag of a consumer group over its partitions",
+            labels=["group"],
+        )
+        totals: dict[str, list[int]] = {}
+        for group, topic, partition, committed in self._committed():
+            labels = [group, topic, str(partition)]
+            offset.add_metric(labels, committed)
+            end = self._high_watermark(topic, partition)
+            if end is None:
+                continue
+            behind = max(0, end - committed)
+            lag.add_metric(labels, behind)
+            total = totals.setdefault(group, [0, 0])
+            total[0] = max(total[0], behind)
+            total[1] += behind
+        for group, (largest, summed) in totals.items():
+            lag_max.add_metric([group], largest)
+            lag_sum.add_metric([group], summed)
+        yield offset
+        yield lag
+        yield lag_max
+        yield lag_sum
+
+
 class BrokerMetrics:
     def __init__(
         self,
@@ -219,6 +312,17 @@ class BrokerMetrics:
             "Members of the consumer groups this broker coordinates",
             registry=self.registry,
         ).set_function(lambda: stats()[1])
+
+    def register_group_lag(
+        self, committed: CommittedOffsets, high_watermark: HighWatermark
+    ) -> None:
+        """Committed offsets and lag of the groups coordinated here (at scrape time)."""
+        self.registry.register(_GroupLagCollector(committed, high_watermark))
+
+    # -- replication ----------------------------------------------------------------------
+    def register_replication(self, led: LedPartitions) -> None:
+        """Under-replicated, under- and at-min-ISR partition counts (at scrape time)."""
+        self.registry.register(_ReplicationCollector(led))
 
     # -- reassignment ---------------------------------------------------------------------
     def register_reassignment_throttle(

@@ -409,8 +409,17 @@ class ClusterClient:
                 # the brokers are unreachable; other requests notice on their own
                 await asyncio.sleep(min(self.metadata_max_age, max(1.0, self.retry_backoff)))
 
-    async def ensure_topic(self, topic: str, timeout: float) -> ClusterMetadata:
-        """Metadata with ``topic``'s partitions, retrying transient errors until ``timeout``."""
+    async def ensure_topic(
+        self,
+        topic: str,
+        timeout: float,
+        on_wait: Callable[[ErrorCode | None], None] | None = None,
+    ) -> ClusterMetadata:
+        """Metadata with ``topic``'s partitions, retrying transient errors until ``timeout``.
+
+        ``on_wait`` is told, once, before the first retry, why the topic is not there yet
+        (the metadata's error code; None: no broker answered), so a caller can say why it
+        waits instead of staying silent for the whole timeout."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
         while True:
@@ -429,6 +438,12 @@ class ClusterClient:
                 raise error_for(
                     ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"no metadata for topic {topic!r}"
                 )
+            if on_wait is not None:
+                if info is not None:
+                    on_wait(info.error)
+                else:  # an answer without the topic is as good as "unknown"
+                    on_wait(None if newer is None else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+                on_wait = None
             await asyncio.sleep(self._backoff())
 
     def _backoff(self) -> float:

@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
+import logging
 import time
 from collections.abc import Callable, Generator, Sequence
 from time import time_ns
@@ -33,6 +35,8 @@ from logmq.client.transactions import TransactionIdentity, TransactionManager, T
 from logmq.errors import ErrorCode, LogMQError, TransactionStateError, UnknownTopicOrPartitionError
 from logmq.records import RecordMetadata
 from logmq.storage.batch import ATTR_TRANSACTIONAL, Compression
+
+log = logging.getLogger("logmq.client.producer")
 
 ACKS = {0: 0, 1: 1, -1: -1, "all": -1, "0": 0, "1": 1, "-1": -1}
 _IN_TRANSACTION = TxnState.IN_TRANSACTION
@@ -220,6 +224,9 @@ class AsyncProducer:
             self._txn = TransactionManager(self._cluster, transactional_id, transaction_timeout_ms)
         self._waiting: dict[str, list[tuple[Any, ...]]] = {}  # topic -> sends awaiting metadata
         self._resolvers: dict[str, asyncio.Task[None]] = {}
+        # topics whose missing metadata was logged (once each, until they appear)
+        self._warned_missing: set[str] = set()
+        self.allow_auto_create_topics = allow_auto_create_topics
         self._loop: asyncio.AbstractEventLoop | None = None
         self._sender: Sender | None = None
         self._accepting = False  # true between start() and close()
@@ -360,7 +367,7 @@ class AsyncProducer:
     async def _resolve(self, topic: str) -> None:
         error: BaseException | None = None
         try:
-            await self._cluster.ensure_topic(topic, self.max_block)
+            await self._ensure_topic(topic)
         except LogMQError as e:
             error = e
         except asyncio.CancelledError:
@@ -421,7 +428,7 @@ class AsyncProducer:
         return asyncio.ensure_future(self._send_batch_slow(topic, values, keys, partition))
 
     async def _send_batch_slow(self, topic, values, keys, partition):
-        await self._cluster.ensure_topic(topic, self.max_block)
+        await self._ensure_topic(topic)
         while True:
             batches = self._append_bulk(topic, values, keys, partition)
             if batches is not None:
@@ -624,8 +631,49 @@ class AsyncProducer:
             await self._sender.space.wait()
 
     async def partitions_for(self, topic: str) -> list[int]:
-        md = await self._cluster.ensure_topic(topic, self.max_block)
+        md = await self._ensure_topic(topic)
         return [p.partition for p in md.topics[topic].partitions]
+
+    async def _ensure_topic(self, topic: str) -> Any:
+        """The topic's metadata, waiting up to ``max_block_ms`` for it to appear."""
+        md = await self._cluster.ensure_topic(
+            topic, self.max_block, functools.partial(self._topic_missing, topic)
+        )
+        self._warned_missing.discard(topic)
+        return md
+
+    def _topic_missing(self, topic: str, code: ErrorCode | None) -> None:
+        """Say why sends to ``topic`` wait, once per topic (not per retry): without it a
+        send to a missing topic is silent until max_block_ms runs out (60 s)."""
+        if topic in self._warned_missing:
+            return
+        self._warned_missing.add(topic)
+        level = logging.WARNING
+        if code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
+            if self.allow_auto_create_topics:
+                why = "the topic does not exist and the broker did not create it (auto-create off?)"
+            else:
+                why = (
+                    "the topic does not exist, and this producer does not ask brokers to "
+                    "create topics (allow_auto_create_topics=False): create it first"
+                )
+        elif code == ErrorCode.LEADER_NOT_AVAILABLE:
+            # what a topic being created answers for a moment: not worth a warning
+            level = logging.INFO
+            why = "the topic has no leader yet (being created, or its leader is moving)"
+        elif code is None:
+            why = "no broker answered the metadata request"
+        else:
+            why = "the metadata request for it failed"
+        log.log(
+            level,
+            "sends to topic %r wait: %s (%s); retrying for up to %g s (max_block_ms), "
+            "then they fail",
+            topic,
+            code.name if code is not None else "NETWORK_EXCEPTION",
+            why,
+            self.max_block,
+        )
 
     def _wake(self) -> None:
         if self._sender is not None:

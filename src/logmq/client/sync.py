@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 import uvloop
 
 from logmq.client.accumulator import ProducerBatch
-from logmq.client.admin import AsyncAdmin, ConfigEntry, NewTopic, TopicDescription
+from logmq.client.admin import AsyncAdmin, ConfigEntry, NewTopic, TopicDescription, TopicListing
 from logmq.client.cluster import TopicPartition
 from logmq.client.consumer import AsyncConsumer
 from logmq.client.fetcher import FetchedBatch
@@ -481,6 +481,9 @@ class Admin(_Client):
 
     def list_topics(self, *, internal: bool = False) -> list[str]:
         return self._run(self._a.list_topics(internal=internal))
+
+    def list_topic_listings(self, *, internal: bool = False) -> list[TopicListing]:
+        return self._run(self._a.list_topic_listings(internal=internal))
 
     def describe_topics(self, names: Iterable[str]) -> dict[str, TopicDescription]:
         return self._run(self._a.describe_topics(list(names)))
