@@ -283,7 +283,7 @@ class Producer(_Client):
         self._p.begin_transaction()
 
     def send_offsets_to_transaction(
-        self, offsets: Mapping[TopicPartition, int], group_id: str, timeout: float | None = None
+        self, offsets: OffsetsArg, group_id: str, timeout: float | None = None
     ) -> None:
         self._run(self._p.send_offsets_to_transaction(dict(offsets), group_id), timeout)
 
