@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import uuid
+from collections import Counter
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -162,7 +163,10 @@ class KafkaTopicApis:
         controller against the brokers and the topic's replication factor)."""
         body = req.body
         m = response_module(body)
-        denied = self._denied(req, Op.ALTER, [t.name for t in body.topics])
+        names = [t.name for t in body.topics]
+        denied = self._denied(req, Op.ALTER, names)
+        # a topic named twice: neither entry is run, both are INVALID_REQUEST (Kafka's rule)
+        twice = {n for n, k in Counter(names).items() if k > 1} - denied
         specs = [
             PartitionsSpec(
                 t.name,
@@ -170,7 +174,7 @@ class KafkaTopicApis:
                 None if t.assignments is None else [tuple(a.broker_ids) for a in t.assignments],
             )
             for t in body.topics
-            if t.name not in denied
+            if t.name not in denied and t.name not in twice
         ]
         grown = await self.admin.create_partitions(
             specs,
@@ -179,6 +183,12 @@ class KafkaTopicApis:
         )
         results = {r.name: r for r in grown}
         results.update({n: _refused(n, "ALTER") for n in denied})
+        results.update(
+            {
+                n: TopicOutcome(n, ErrorCode.INVALID_REQUEST, f"topic {n!r} named more than once")
+                for n in twice
+            }
+        )
         out = tuple(
             m.CreatePartitionsTopicResult(
                 name=t.name,
