@@ -211,10 +211,28 @@ def delete(ctx: CliContext, names: tuple[str, ...], as_json: bool) -> None:
     required=True,
     help="The new total number of partitions (larger than now).",
 )
+@click.option(
+    "--replica-assignment",
+    metavar="B:B,B:B",
+    help="Replicas of the new partitions, as kafka-topics takes them: partitions separated "
+    "by commas, brokers by colons, the first the preferred leader. One list per new "
+    "partition, or one per partition (the existing partitions' lists are then skipped, "
+    "as kafka-topics --alter does).",
+)
+@click.option(
+    "--validate-only", is_flag=True, help="Check the change on the controller; change nothing."
+)
 @json_option
 @click.pass_obj
 @client_errors
-def alter(ctx: CliContext, name: str, partitions: int, as_json: bool) -> None:
+def alter(
+    ctx: CliContext,
+    name: str,
+    partitions: int,
+    replica_assignment: str | None,
+    validate_only: bool,
+    as_json: bool,
+) -> None:
     """Add partitions to topic NAME (configs: see alter-config).
 
     Existing records stay where they are. A keyed record goes to hash(key) % partitions,
@@ -222,10 +240,25 @@ def alter(ctx: CliContext, name: str, partitions: int, as_json: bool) -> None:
     older ones: per-key order holds only within one partition. Moving partitions between
     brokers is `logmq reassign` (docs/reassignment.md).
     """
+    lists = _parse_assignment(replica_assignment) if replica_assignment else None
     with open_admin(ctx) as admin:
-        admin.create_partitions({name: partitions})
+        if lists is not None:
+            lists = _new_partitions_lists(admin, name, partitions, lists)
+        admin.create_partitions(
+            {name: partitions},
+            assignments=None if lists is None else {name: lists},
+            validate_only=validate_only,
+        )
     if as_json:
-        emit_json({"topic": name, "partitions": partitions})
+        doc: dict[str, Any] = {"topic": name, "partitions": partitions}
+        if lists is not None:
+            doc["assignments"] = lists
+        if validate_only:
+            doc["validate_only"] = True
+        emit_json(doc)
+        return
+    if validate_only:
+        click.echo(f"Valid: topic {name} can grow to {partitions} partition(s).")
         return
     click.echo(f"Topic {name} now has {partitions} partition(s).")
     click.echo(
@@ -233,6 +266,28 @@ def alter(ctx: CliContext, name: str, partitions: int, as_json: bool) -> None:
         "records; per-key order holds only within each partition.",
         err=True,
     )
+
+
+def _new_partitions_lists(
+    admin: Admin, name: str, total: int, lists: list[list[int]]
+) -> list[list[int]]:
+    """The replica lists of the new partitions. kafka-topics --alter takes one list per
+    partition and skips the existing partitions' lists: so is a list of ``total`` here
+    (with a warning when a skipped list is not what the partition has: moving existing
+    partitions is `logmq reassign`). Any other length goes as it is (the controller
+    says what is wrong with it)."""
+    current = sorted(admin.describe_topics([name])[name].partitions, key=lambda p: p.partition)
+    if len(lists) != total or len(current) >= total:
+        return lists
+    skipped = lists[: len(current)]
+    moved = [p.partition for p, want in zip(current, skipped, strict=True) if p.replicas != want]
+    if moved:
+        click.echo(
+            f"Warning: the lists of existing partitions {moved} differ from their replicas "
+            "and are ignored (to move partitions: logmq reassign).",
+            err=True,
+        )
+    return lists[len(current) :]
 
 
 @topic.command("alter-config")

@@ -202,3 +202,28 @@ async def test_a_log_missing_on_disk_is_recreated_from_the_image(tmp_path):
     async with inprocess_broker(data) as br:
         for p in range(3):
             assert br.logs.get_log("t", p).config.retention_ms == 60000
+
+
+async def test_assignments_place_new_partitions_and_a_malformed_list_is_refused(client):
+    """The native door's ``assignments``: one replica list per new partition (the
+    controller's checks are tests/cluster/test_controller.py's)."""
+    assert (await client.create_topic("placed", 1))["error"] == 0
+
+    async def call(assignments, count=3, validate_only=False) -> dict:
+        req = body({"placed": count}, validate_only)
+        req["topics"][0]["assignments"] = assignments
+        resp = await client.call(ApiKey.CREATE_PARTITIONS, req)
+        return resp.body
+
+    for malformed in ([1, 2], [["1"]], [[True]], "1:2"):
+        answer = await call(malformed)
+        assert answer["topics"][0]["error"] == E.INVALID_REQUEST, (malformed, answer)
+    [entry] = (await call([[1], [2]]))["topics"]
+    assert entry["error"] == E.INVALID_REPLICA_ASSIGNMENT
+    assert "broker 2, which is not registered" in entry["message"]
+    assert (await call([[1], [1]], validate_only=True))["topics"][0]["error"] == 0
+    assert await partition_count(client, "placed") == 1
+    assert (await call([[1], [1]]))["topics"][0]["error"] == 0
+    assert await partition_count(client, "placed") == 3
+    assert (await call(None, count=4))["topics"][0]["error"] == 0  # null: placed
+    assert await partition_count(client, "placed") == 4

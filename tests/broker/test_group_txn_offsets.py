@@ -237,3 +237,101 @@ async def test_door_txn_offset_commit_and_require_stable(logs):
     await shard.complete_txn(7, True)
     assert await fetch(True) == (10, 0)
     await shard.unload()
+
+
+async def test_leader_epochs_survive_the_log_a_reload_and_the_marker(logs):
+    """The epoch is in the pending record: a new coordinator (a reload) settles the
+    marker with it, and reloads after the marker answer it too."""
+
+    def epochs(core: GroupCoordinator, now_ms: int):
+        _, found = core.fetch_offsets("g")
+        return {tp: (c.offset, c.leader_epoch) for tp, c in found.items()}
+
+    shard = await loaded(logs)
+    await alter(shard, {TP1: (3, "", 1)})
+    await txn_commit(shard, 7, 0, {TP: (10, "", 0)})
+    await shard.unload()
+    shard = await loaded(logs)
+    write_marker(logs, 7, 0, commit=True)
+    await shard.complete_txn(7, True)
+    assert await shard.submit(epochs) == {TP: (10, 0), TP1: (3, 1)}
+    await shard.unload()
+    shard = await loaded(logs)
+    assert await shard.submit(epochs) == {TP: (10, 0), TP1: (3, 1)}
+    await shard.unload()
+
+
+async def test_door_keeps_the_committed_leader_epoch(logs):
+    """TxnOffsetCommit v2+ and OffsetCommit v6+ carry committed_leader_epoch; OffsetFetch
+    v5+ answers it (-1 where nothing is known)."""
+    from kio.schema.offset_commit.v8 import request as commit_v8
+    from kio.schema.offset_fetch.v8 import request as fetch_v8
+    from kio.schema.txn_offset_commit.v2 import request as txn_v2
+
+    shard = await loaded(logs)
+    apis = KafkaOffsetApis(FakeGroups(shard), lambda node, listener: None)
+    body = txn_v2.TxnOffsetCommitRequest(
+        transactional_id="tx",
+        group_id="g",
+        producer_id=7,
+        producer_epoch=0,
+        topics=(
+            txn_v2.TxnOffsetCommitRequestTopic(
+                name="t",
+                partitions=(
+                    txn_v2.TxnOffsetCommitRequestPartition(
+                        partition_index=0,
+                        committed_offset=10,
+                        committed_leader_epoch=0,
+                        committed_metadata=None,
+                    ),
+                ),
+            ),
+        ),
+    )
+    reply = await apis.txn_offset_commit(request(28, 2, body))
+    assert [p.error_code.value for t in reply.body.topics for p in t.partitions] == [0]
+    plain = commit_v8.OffsetCommitRequest(
+        group_id="g",
+        generation_id_or_member_epoch=-1,
+        member_id="",
+        group_instance_id=None,
+        topics=(
+            commit_v8.OffsetCommitRequestTopic(
+                name="t",
+                partitions=(
+                    commit_v8.OffsetCommitRequestPartition(
+                        partition_index=1,
+                        committed_offset=4,
+                        committed_leader_epoch=5,
+                        committed_metadata="x",
+                    ),
+                    commit_v8.OffsetCommitRequestPartition(
+                        partition_index=2,
+                        committed_offset=6,
+                        committed_leader_epoch=-1,
+                        committed_metadata=None,
+                    ),
+                ),
+            ),
+        ),
+    )
+    reply = await apis.offset_commit(request(8, 8, plain))
+    assert [p.error_code.value for t in reply.body.topics for p in t.partitions] == [0, 0]
+    write_marker(logs, 7, 0, commit=True)
+    await shard.complete_txn(7, True)
+
+    wanted = (fetch_v8.OffsetFetchRequestTopics(name="t", partition_indexes=(0, 1, 2, 3)),)
+    req = fetch_v8.OffsetFetchRequest(
+        groups=(fetch_v8.OffsetFetchRequestGroup(group_id="g", topics=wanted),),
+        require_stable=True,
+    )
+    reply = await apis.offset_fetch(request(9, 8, req))
+    parts = reply.body.groups[0].topics[0].partitions
+    assert [(p.committed_offset, p.committed_leader_epoch) for p in parts] == [
+        (10, 0),
+        (4, 5),
+        (6, -1),
+        (-1, -1),
+    ]
+    await shard.unload()

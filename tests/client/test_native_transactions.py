@@ -22,6 +22,7 @@ from logmq.client import AsyncAdmin, AsyncConsumer, AsyncProducer
 from logmq.client.admin import NewTopic
 from logmq.client.cluster import ClusterClient
 from logmq.client.fetcher import PartitionData, txn_filter
+from logmq.client.group_offsets import OffsetAndMetadata
 from logmq.client.sync import Admin, Producer
 from logmq.client.transactions import complete_transaction
 from logmq.errors import ErrorCode, LogMQError, ProducerFencedError, TransactionStateError
@@ -199,6 +200,42 @@ async def test_send_offsets_commit_only_with_the_transaction(broker):
             await asyncio.sleep(0.05)
         assert await committed() == offsets
     assert (await read_all(broker, sink, 1, "read_committed"))[0] == [b"out-2"]
+
+
+async def test_send_offsets_keeps_the_leader_epoch(broker):
+    """An OffsetAndMetadata's leader epoch is committed with the transaction and read
+    back by OffsetFetch on either door (a plain offset's epoch is unknown, -1)."""
+    source = await make_topic(broker, "txn-epoch-in", 2)
+    group = f"epoch-{next(_ids)}"
+    offsets = {(source, 0): OffsetAndMetadata(7, "m", leader_epoch=0), (source, 1): 3}
+    want = {(source, 0): (7, "m", 0), (source, 1): (3, "", -1)}
+    async with (
+        AsyncAdmin(broker.bootstrap) as admin,
+        AsyncProducer(broker.bootstrap, transactional_id=txn_id("epoch")) as p,
+    ):
+        await p.init_transactions()
+        p.begin_transaction()
+        await p.send_offsets_to_transaction(offsets, group)
+        await p.commit_transaction()
+
+        async def committed() -> dict:
+            found = await admin.group_offsets(group)
+            return {tp: (o.offset, o.metadata, o.leader_epoch) for tp, o in found.items()}
+
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 10  # the marker reaches the offsets partition after EndTxn
+        while await committed() != want and loop.time() < deadline:
+            await asyncio.sleep(0.05)
+        assert await committed() == want
+    ck = pytest.importorskip("confluent_kafka")
+    c = ck.Consumer({"bootstrap.servers": broker.kafka_bootstrap, "group.id": group})
+    try:
+        got = await asyncio.to_thread(
+            c.committed, [ck.TopicPartition(source, 0), ck.TopicPartition(source, 1)], 10
+        )
+    finally:
+        c.close()
+    assert [(t.offset, t.leader_epoch) for t in got] == [(7, 0), (3, None)]
 
 
 async def test_prepare_then_complete_from_another_client(broker):

@@ -145,6 +145,53 @@ def test_manual_assignments_follow_kafkas_rules_on_counts_and_fenced_brokers():
     assert dry.records == [] and dry.response["d"].error is ErrorCode.NONE
 
 
+def test_create_partitions_places_new_partitions_on_the_lists_given():
+    r = Recorder(brokers=3)
+    c = r.controller
+    r.create("t", partitions=1, rf=2)
+    r.run(c.heartbeat(3, r.epochs[3], 0, want_fence=True))
+    ok = r.run(c.create_partitions("t", 3, assignments=[[2, 1], [3, 2]]))
+    assert ok.error is ErrorCode.NONE
+    p1, p2 = r.image.partition("t", 1), r.image.partition("t", 2)
+    assert (p1.replicas, p1.isr, p1.leader) == ((2, 1), (2, 1), 2)
+    # as for a new topic: a fenced replica is kept but starts outside the ISR
+    assert (p2.replicas, p2.isr, p2.leader) == ((3, 2), (2,), 2)
+
+
+def test_create_partitions_assignments_are_checked_as_kafka_does():
+    r = Recorder(brokers=3)
+    c = r.controller
+    r.create("t", partitions=2, rf=2)
+    r.run(c.heartbeat(3, r.epochs[3], 0, want_fence=True))
+    cases = {
+        "count": (5, [[1, 2]], "1 replica list(s) given, but growing topic 't' from 2 to 5"),
+        "none": (3, [], "0 replica list(s) given"),
+        "factor": (3, [[1, 2, 3]], "3 replica(s) where the topic's replication factor is 2"),
+        "twice": (3, [[1, 1]], "new partition 2 has broker 1 more than once"),
+        "unknown": (4, [[1, 2], [2, 7]], "new partition 3 has broker 7, which is not registered"),
+        "empty": (3, [[]], "new partition 2 has an empty replica list"),
+        "fenced": (3, [[3]], "replica(s) where"),  # the factor is checked first
+    }
+    for name, (count, lists, message) in cases.items():
+        for dry in (False, True):  # validate_only checks the same and changes nothing
+            res = c.create_partitions("t", count, assignments=lists, validate_only=dry)
+            assert res.records == [], name
+            assert res.response.error is ErrorCode.INVALID_REPLICA_ASSIGNMENT, name
+            assert message in res.response.message, (name, res.response.message)
+    r.create("one", partitions=1, rf=1)
+    only_fenced = c.create_partitions("one", 2, assignments=[[3]]).response
+    assert only_fenced.error is ErrorCode.INVALID_REPLICA_ASSIGNMENT
+    assert "only fenced brokers [3]" in only_fenced.message
+    # the count is checked before the lists, as in Kafka
+    same = c.create_partitions("t", 2, assignments=[[1, 2]]).response
+    assert same.error is ErrorCode.INVALID_PARTITIONS
+    missing = c.create_partitions("nope", 2, assignments=[[1]]).response
+    assert missing.error is ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    dry = c.create_partitions("t", 3, assignments=[[2, 1]], validate_only=True)
+    assert dry.records == [] and dry.response.error is ErrorCode.NONE
+    assert len(r.image.topics["t"].partitions) == 2
+
+
 def test_session_timeout_fences_and_moves_leadership_within_the_isr():
     r = Recorder(brokers=3)
     r.create("t", partitions=1, rf=3)

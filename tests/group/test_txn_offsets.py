@@ -69,6 +69,35 @@ def test_pending_offsets_are_invisible_until_the_commit_marker():
     assert core.take_records() == []  # the marker is the record
 
 
+def test_the_leader_epoch_a_transaction_committed_is_answered_after_its_marker():
+    """KIP-320: the epoch of the last record consumed travels with the offset; a
+    transactional commit keeps it as a plain commit does, through a reload too."""
+    core = coordinator()
+    log: list = []
+    core.alter_offsets("g", {TP: (5, "", 2)})
+    log += core.take_records()
+    assert core.txn_offset_commit("g", 7, 0, {TP: (10, "m", 0), TP1: (20, "", 4)}) == {
+        TP: E.NONE,
+        TP1: E.NONE,
+    }
+    log += core.take_records()
+    assert state(core) == ({TP: (5, 2)}, {TP, TP1}, {7: ["g"]})
+    assert state(reload(log)) == state(core)  # pending, the epoch in the record
+    core.complete_txn(7, commit=True)
+    log.append(("marker", 7, True))
+    assert state(core) == ({TP: (10, 0), TP1: (20, 4)}, set(), {})
+    assert state(reload(log)) == state(core)
+    c = core.fetch_offsets("g", [TP])[1][TP]
+    assert (c.offset, c.metadata, c.leader_epoch) == (10, "m", 0)
+
+
+def test_an_unknown_leader_epoch_is_minus_one_and_left_out_of_the_record():
+    core = coordinator()
+    core.alter_offsets("g", {TP: (5, ""), TP1: (6, "", -7)})  # no epoch; any negative
+    assert state(core)[0] == {TP: (5, -1), TP1: (6, -1)}
+    assert all(b"leader_epoch" not in r.value for r in core.take_records())
+
+
 def test_abort_drops_them_and_a_group_that_only_had_them_goes():
     core = coordinator()
     txn(core, 7, 10, group="h")
@@ -208,7 +237,7 @@ def reload(log: list, upto: int | None = None) -> GroupCoordinator:
 def state(core: GroupCoordinator) -> tuple:
     _, offsets = core.fetch_offsets("g")
     return (
-        {tp: c.offset for tp, c in offsets.items()},
+        {tp: (c.offset, c.leader_epoch) for tp, c in offsets.items()},
         core.pending_offsets("g"),
         core.open_transactions(),
     )
@@ -222,7 +251,7 @@ def test_replay_keeps_offsets_pending_until_the_marker():
     txn(core, 7, 10, epoch=1)
     log += core.take_records()
     without_marker = reload(log)
-    assert state(without_marker) == ({TP: 5}, {TP}, {7: ["g"]})
+    assert state(without_marker) == ({TP: (5, -1)}, {TP}, {7: ["g"]})
     # it fences the producer's older epochs (after the marker, the log's epoch does)
     assert txn(without_marker, 7, 1, epoch=0) == {TP: E.INVALID_PRODUCER_EPOCH}
     # and settles the marker as the running one does
@@ -230,7 +259,7 @@ def test_replay_keeps_offsets_pending_until_the_marker():
     assert committed(without_marker) == 10
     core.complete_txn(7, commit=True)
     log.append(("marker", 7, True))
-    assert state(reload(log)) == state(core) == ({TP: 10}, set(), {})
+    assert state(reload(log)) == state(core) == ({TP: (10, -1)}, set(), {})
 
 
 OPS = st.lists(
@@ -253,9 +282,10 @@ def test_a_reload_at_any_point_rebuilds_the_running_state(ops):
     for op in ops:
         kind = op[0]
         if kind == "plain":
-            core.alter_offsets("g", {op[1]: (op[2], "")})
+            core.alter_offsets("g", {op[1]: (op[2], "", op[2] % 3 - 1)})
         elif kind == "txn":
-            txn(core, op[1], next(counter), tp=op[2])
+            offset = next(counter)
+            core.txn_offset_commit("g", op[1], 0, {op[2]: (offset, "m", offset % 4)})
         elif kind == "delete":
             core.delete_offsets("g", [op[1]])
         elif op[1] in core.open_transactions():  # a marker only ends an open transaction

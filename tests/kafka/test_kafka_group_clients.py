@@ -387,3 +387,49 @@ def test_one_group_id_refuses_the_other_protocol_while_it_has_members(gbroker):
     finally:
         classic.stop()
         modern.stop()
+
+
+@pytest.mark.parametrize("protocol", ["classic", "consumer"])
+def test_a_plain_commit_keeps_the_leader_epoch_of_the_positions(gbroker, protocol):
+    """OffsetCommit v6+ carries the leader epoch of the last record consumed (KIP-320):
+    committed() answers it, and so does logmq's Admin."""
+    topic = f"grp-epoch-{protocol}"
+    create(gbroker, topic, 2)
+    produce(gbroker, topic, 2, [f"e{i}" for i in range(6)])
+    c = ck.Consumer(
+        {
+            "bootstrap.servers": gbroker.kafka_bootstrap,
+            "group.id": topic,
+            "group.protocol": protocol,
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+        }
+    )
+    try:
+        c.subscribe([topic])
+        seen = 0
+        deadline = time.monotonic() + DEADLINE_S
+        while seen < 6:
+            assert time.monotonic() < deadline, f"read {seen} of 6"
+            msg = c.poll(0.2)
+            if msg is not None and not msg.error():
+                seen += 1
+        positions = c.position(c.assignment())
+        assert sorted((t.partition, t.offset, t.leader_epoch) for t in positions) == [
+            (0, 3, 0),
+            (1, 3, 0),
+        ]
+        c.commit(offsets=positions, asynchronous=False)
+        got = c.committed([ck.TopicPartition(topic, p) for p in range(2)], 10)
+        assert sorted((t.partition, t.offset, t.leader_epoch) for t in got) == [
+            (0, 3, 0),
+            (1, 3, 0),
+        ]
+    finally:
+        c.close()
+    with Admin(gbroker.bootstrap) as admin:
+        found = admin.group_offsets(topic)
+    assert {p: (o.offset, o.leader_epoch) for (_, p), o in found.items()} == {
+        0: (3, 0),
+        1: (3, 0),
+    }

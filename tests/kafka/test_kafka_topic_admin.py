@@ -286,3 +286,56 @@ def test_kafka_only_configs_survive_a_restart(tmp_path):
         got["message.format.version"].value == "2.8" and not got["message.format.version"].default
     )
     assert got["segment.jitter.ms"].value == "5"
+
+
+# -- CreatePartitions at the door ---------------------------------------------------------
+
+
+async def test_create_partitions_door_passes_assignments_and_refuses_a_topic_twice():
+    """Null assignments are the controller's placement, a list (even empty) is a manual
+    one for the controller to check; a topic named twice runs neither entry (as Kafka)."""
+    import datetime
+    from types import SimpleNamespace
+
+    from kio.schema.create_partitions.v3 import request as cp
+
+    from logmq.broker.topic_admin import TopicOutcome, TopicOutcomes
+    from logmq.kafka.topics import KafkaTopicApis
+
+    class Recording:
+        specs: list = []
+
+        async def create_partitions(self, specs, *, validate_only, caller):
+            self.specs = list(specs)
+            return TopicOutcomes(TopicOutcome(s.name) for s in specs)
+
+    def topic(name, count, lists):
+        assignments = (
+            None
+            if lists is None
+            else tuple(cp.CreatePartitionsAssignment(broker_ids=tuple(b)) for b in lists)
+        )
+        return cp.CreatePartitionsTopic(name=name, count=count, assignments=assignments)
+
+    body = cp.CreatePartitionsRequest(
+        topics=(
+            topic("a", 3, [[1, 2], [2, 3]]),
+            topic("b", 2, None),
+            topic("c", 2, []),
+            topic("d", 2, None),
+            topic("d", 3, None),
+        ),
+        timeout=datetime.timedelta(seconds=5),
+        validate_only=False,
+    )
+    admin = Recording()
+    req = SimpleNamespace(api_key=37, api_version=3, body=body, context=None, client_id="t")
+    reply = await KafkaTopicApis(admin).create_partitions(req)
+    assert [(s.name, s.count, s.assignments) for s in admin.specs] == [
+        ("a", 3, [(1, 2), (2, 3)]),
+        ("b", 2, None),
+        ("c", 2, []),
+    ]
+    answers = [(r.name, r.error_code.value, r.error_message) for r in reply.body.results]
+    assert answers[:3] == [("a", 0, None), ("b", 0, None), ("c", 0, None)]
+    assert answers[3:] == [("d", INVALID_REQUEST, "topic 'd' named more than once")] * 2

@@ -347,6 +347,77 @@ def test_consume_transform_produce_commits_offsets_with_the_transaction(broker):
     )
 
 
+def test_transactional_offsets_keep_the_consumers_leader_epoch(tmp_path):
+    """KIP-320 through a transaction: the positions a consumer hands to
+    send_offsets_to_transaction carry the leader epoch of the last record consumed;
+    committed() answers the same epoch, also from the coordinator that reloads the
+    offsets topic after a restart, and a new member resumes there (its position
+    validated against that epoch)."""
+    args = ["--transaction-state-partitions", "1", "--offsets-topic-partitions", "1"]
+    with BrokerProcess(tmp_path / "data", extra_args=args) as own:
+        source = topic(own, 2)
+        feed = ck.Producer({"bootstrap.servers": own.kafka_bootstrap})
+        for i in range(10):
+            feed.produce(source, b"in%d" % i, partition=i % 2)
+        assert feed.flush(TIMEOUT) == 0
+        group = f"epoch-{source}"
+        conf = {
+            "bootstrap.servers": own.kafka_bootstrap,
+            "group.id": group,
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+            "isolation.level": "read_committed",
+        }
+        consumer = ck.Consumer(conf)
+        p = producer(own, f"tx-{source}")
+        tps = [ck.TopicPartition(source, 0), ck.TopicPartition(source, 1)]
+        try:
+            consumer.subscribe([source])
+            seen = 0
+            deadline = time.monotonic() + TIMEOUT
+            while seen < 8 and time.monotonic() < deadline:
+                msg = consumer.poll(0.2)
+                if msg is not None and not msg.error():
+                    seen += 1
+            assert seen == 8
+            positions = consumer.position(consumer.assignment())
+            assert all(tp.leader_epoch == 0 for tp in positions)  # the records' epoch
+            p.begin_transaction()
+            p.send_offsets_to_transaction(positions, consumer.consumer_group_metadata())
+            p.commit_transaction(TIMEOUT)
+            want = {(tp.partition, tp.offset, tp.leader_epoch) for tp in positions}
+            got = consumer.committed(tps, TIMEOUT)
+            assert {(tp.partition, tp.offset, tp.leader_epoch) for tp in got} == want
+        finally:
+            consumer.close()
+        own.restart()  # the coordinator rebuilds the group from __consumer_offsets
+        again = ck.Consumer(conf)
+        try:
+            deadline = time.monotonic() + TIMEOUT
+            while True:
+                try:
+                    got = again.committed(tps, 5)
+                    break
+                except ck.KafkaException:  # the coordinator still loading
+                    if time.monotonic() > deadline:
+                        raise
+            assert {(tp.partition, tp.offset, tp.leader_epoch) for tp in got} == want
+            again.subscribe([source])
+            rest = []
+            deadline = time.monotonic() + TIMEOUT
+            while len(rest) < 2 and time.monotonic() < deadline:  # 10 records, 8 seen
+                msg = again.poll(0.2)
+                if msg is not None and not msg.error():
+                    rest.append(msg.value())
+            # partition p holds in<2k+p> at offset k: what lies past each position
+            left = sorted(
+                b"in%d" % (2 * k + t.partition) for t in positions for k in range(t.offset, 5)
+            )
+            assert sorted(rest) == left
+        finally:
+            again.close()
+
+
 def test_an_admin_aborts_an_open_transaction_with_write_txn_markers(broker):
     """What Java's ``Admin.abortTransaction`` (kafka-transactions.sh abort) sends: the
     producer's id, epoch and coordinator epoch from DescribeProducers, then an ABORT

@@ -19,7 +19,13 @@ from typing import TYPE_CHECKING, Any
 from logmq.broker.coordinator_service import ShardedCoordinatorService
 from logmq.broker.group_shard import GroupShard
 from logmq.errors import ErrorCode, LogMQError
-from logmq.group import OFFSETS_TOPIC, GroupConfig, coordinator_partition, group_id_error
+from logmq.group import (
+    OFFSETS_TOPIC,
+    GroupConfig,
+    OffsetEntry,
+    coordinator_partition,
+    group_id_error,
+)
 from logmq.net.codec import ApiKey
 
 if TYPE_CHECKING:
@@ -175,7 +181,7 @@ class GroupCoordinatorService(ShardedCoordinatorService[GroupShard]):
         group_id: str,
         producer_id: int,
         producer_epoch: int,
-        offsets: Mapping[TopicPartition, tuple[int, str]],
+        offsets: Mapping[TopicPartition, OffsetEntry],
         member_id: str = "",
         generation: int = -1,
         instance_id: str | None = None,

@@ -35,6 +35,17 @@ class TopicSpec:
 
 
 @dataclass(frozen=True, slots=True)
+class PartitionsSpec:
+    """A topic to grow to ``count`` partitions in all."""
+
+    name: str
+    count: int
+    # one replica list per new partition, in order (the first broker the preferred
+    # leader), or none for the controller's placement
+    assignments: Sequence[Sequence[int]] | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class TopicOutcome:
     """What became of one topic of a request."""
 
@@ -88,18 +99,18 @@ class TopicAdmin:
 
     async def create_partitions(
         self,
-        counts: Sequence[tuple[str, int]],
+        specs: Sequence[PartitionsSpec],
         *,
         validate_only: bool = False,
         caller: Mapping[str, Any] | None = None,
     ) -> TopicOutcomes:
         """Grow each named topic to its new total partition count."""
         body = {
-            "topics": [{"topic": name, "count": count} for name, count in counts],
+            "topics": [_partitions_entry(s) for s in specs],
             "timeout_ms": 0,
             "validate_only": validate_only,
         }
-        names = [n for n, _ in counts]
+        names = [s.name for s in specs]
         return await self._outcomes(ApiKey.CREATE_PARTITIONS, body, names, caller)
 
     async def _outcomes(
@@ -138,6 +149,13 @@ def _create_entry(spec: TopicSpec) -> dict[str, Any]:
     }
     if spec.assignments:
         entry["assignments"] = [{"partition": p, "replicas": list(r)} for p, r in spec.assignments]
+    return entry
+
+
+def _partitions_entry(spec: PartitionsSpec) -> dict[str, Any]:
+    entry: dict[str, Any] = {"topic": spec.name, "count": spec.count}
+    if spec.assignments is not None:
+        entry["assignments"] = [list(r) for r in spec.assignments]
     return entry
 
 

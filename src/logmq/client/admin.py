@@ -179,16 +179,38 @@ class AsyncAdmin:
         )
 
     async def create_partitions(
-        self, new_totals: Mapping[str, int], *, validate_only: bool = False
+        self,
+        new_totals: Mapping[str, int],
+        *,
+        assignments: Mapping[str, Sequence[Sequence[int]]] | None = None,
+        validate_only: bool = False,
     ) -> None:
         """Grow topics to ``{topic: new total partition count}``; raises the first
         per-topic error (INVALID_PARTITIONS when a count is not larger than now).
 
+        ``assignments`` places a topic's new partitions by hand: ``{topic: [[broker,
+        ...], ...]}``, one replica list per new partition in order, the first broker of
+        each the preferred leader (as kafka-topics.sh --alter --replica-assignment).
+        Lists that do not fit (their number, a replica count other than the topic's
+        replication factor, a broker twice or not registered) raise
+        INVALID_REPLICA_ASSIGNMENT naming what is wrong. ``validate_only`` checks all
+        of that and changes nothing.
+
         Keyed records map to partitions by ``hash % count``: after this call, new
         records of a key may go to another partition than that key's older ones.
         """
+        manual = dict(assignments or {})
+        unknown = sorted(set(manual) - set(new_totals))
+        if unknown:
+            raise ValueError(f"assignments name topics without a new count: {unknown}")
+        topics = []
+        for t, n in new_totals.items():
+            entry: dict[str, Any] = {"topic": str(t), "count": int(n)}
+            if t in manual:
+                entry["assignments"] = [[int(b) for b in r] for r in manual[t]]
+            topics.append(entry)
         body = {
-            "topics": [{"topic": str(t), "count": int(n)} for t, n in new_totals.items()],
+            "topics": topics,
             "timeout_ms": self.request_timeout_ms,
             "validate_only": validate_only,
         }

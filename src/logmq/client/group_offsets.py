@@ -24,6 +24,9 @@ class OffsetAndMetadata:
     offset: int
     metadata: str = ""
     commit_timestamp: int = -1  # ms, as stamped by the coordinator (-1 when not known)
+    # the leader epoch of the last record consumed (-1: unknown); stored with the offset
+    # so a consumer resuming there can tell a truncated log after a leader change (KIP-320)
+    leader_epoch: int = -1
 
 
 OffsetsArg = Mapping[TopicPartition, "int | OffsetAndMetadata | tuple[int, str | None]"]
@@ -57,15 +60,25 @@ def commit_body(
 ) -> dict[str, Any]:
     by_topic: dict[str, list[dict[str, Any]]] = {}
     for (topic, partition), entry in sorted(offsets.items()):
-        by_topic.setdefault(topic, []).append(
-            {"partition": partition, "offset": entry.offset, "metadata": entry.metadata or None}
-        )
+        by_topic.setdefault(topic, []).append(partition_entry(partition, entry))
     return {
         "group_id": group_id,
         "member_id": member_id,
         "member_epoch": member_epoch,
         "topics": [{"topic": t, "partitions": ps} for t, ps in by_topic.items()],
     }
+
+
+def partition_entry(partition: int, entry: OffsetAndMetadata) -> dict[str, Any]:
+    """One partition of OffsetCommit or TxnOffsetCommit (the epoch only when known)."""
+    out: dict[str, Any] = {
+        "partition": partition,
+        "offset": entry.offset,
+        "metadata": entry.metadata or None,
+    }
+    if entry.leader_epoch >= 0:
+        out["leader_epoch"] = entry.leader_epoch
+    return out
 
 
 def commit_result(body: dict[str, Any]) -> tuple[ErrorCode, dict[TopicPartition, ErrorCode]]:
@@ -101,7 +114,10 @@ def fetch_result(body: dict[str, Any]) -> dict[TopicPartition, OffsetAndMetadata
                 None
                 if offset is None or offset < 0
                 else OffsetAndMetadata(
-                    offset, p.get("metadata") or "", p.get("commit_timestamp", -1)
+                    offset,
+                    p.get("metadata") or "",
+                    p.get("commit_timestamp", -1),
+                    p.get("leader_epoch", -1),
                 )
             )
     return out
@@ -197,6 +213,7 @@ __all__ = [
     "fetch_committed",
     "fetch_result",
     "normalize_offsets",
+    "partition_entry",
     "raise_partition_errors",
     "send_commit",
     "standalone_commit",

@@ -27,6 +27,7 @@ from typing import Any
 
 from logmq.client.accumulator import RECORD_OVERHEAD, ProducerBatch, RecordAccumulator
 from logmq.client.cluster import ClusterClient
+from logmq.client.group_offsets import OffsetsArg
 from logmq.client.inflight import DeliveryTracker
 from logmq.client.partitioner import partitioner as partitioner_named
 from logmq.client.security import ClientSecurity
@@ -532,11 +533,11 @@ class AsyncProducer:
         partition or offsets added)."""
         self._transactional().begin()
 
-    async def send_offsets_to_transaction(
-        self, offsets: dict[tuple[str, int], int], group_id: str
-    ) -> None:
+    async def send_offsets_to_transaction(self, offsets: OffsetsArg, group_id: str) -> None:
         """Commit ``{(topic, partition): next offset}`` for ``group_id`` as part of the
-        transaction: visible to the group when it commits, gone when it aborts."""
+        transaction: visible to the group when it commits, gone when it aborts. A value
+        may be an OffsetAndMetadata, to commit metadata and the leader epoch of the last
+        record consumed as well (what OffsetFetch then answers)."""
         await self._transactional().send_offsets(offsets, group_id)
 
     async def commit_transaction(self) -> None:

@@ -283,7 +283,7 @@ class Producer(_Client):
         self._p.begin_transaction()
 
     def send_offsets_to_transaction(
-        self, offsets: Mapping[TopicPartition, int], group_id: str, timeout: float | None = None
+        self, offsets: OffsetsArg, group_id: str, timeout: float | None = None
     ) -> None:
         self._run(self._p.send_offsets_to_transaction(dict(offsets), group_id), timeout)
 
@@ -468,10 +468,19 @@ class Admin(_Client):
         self._run(self._a.create_topic(name, partitions, replication_factor, configs))
 
     def create_partitions(
-        self, new_totals: Mapping[str, int], *, validate_only: bool = False
+        self,
+        new_totals: Mapping[str, int],
+        *,
+        assignments: Mapping[str, Sequence[Sequence[int]]] | None = None,
+        validate_only: bool = False,
     ) -> None:
-        """Grow topics to ``{topic: new total partition count}``."""
-        self._run(self._a.create_partitions(dict(new_totals), validate_only=validate_only))
+        """Grow topics to ``{topic: new total partition count}``, the new partitions
+        on ``assignments`` (``{topic: [[broker, ...], ...]}``) when given."""
+        self._run(
+            self._a.create_partitions(
+                dict(new_totals), assignments=assignments, validate_only=validate_only
+            )
+        )
 
     def delete_topics(self, names: Iterable[str]) -> None:
         self._run(self._a.delete_topics(list(names)))

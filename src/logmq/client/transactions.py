@@ -31,6 +31,12 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from logmq.client.cluster import ClusterClient, TopicPartition
+from logmq.client.group_offsets import (
+    OffsetAndMetadata,
+    OffsetsArg,
+    normalize_offsets,
+    partition_entry,
+)
 from logmq.errors import (
     ConnectionError_,
     ErrorCode,
@@ -430,10 +436,13 @@ class TransactionManager:
         return failed
 
     # -- offsets --------------------------------------------------------------------
-    async def send_offsets(self, offsets: Mapping[TopicPartition, int], group_id: str) -> None:
+    async def send_offsets(self, offsets: OffsetsArg, group_id: str) -> None:
         """AddOffsetsToTxn (once per group and transaction), then TxnOffsetCommit to the
-        group's coordinator: the offsets commit or vanish with the transaction."""
+        group's coordinator: the offsets commit or vanish with the transaction. Each
+        value is an offset, ``(offset, metadata)`` or an OffsetAndMetadata (whose
+        leader epoch is committed with it)."""
         self._require(TxnState.IN_TRANSACTION, what="send_offsets_to_transaction()")
+        entries = normalize_offsets(offsets)
         try:
             if group_id not in self.groups_added:
                 answer = await self.coordinator.request(
@@ -449,18 +458,18 @@ class TransactionManager:
                 if code is not ErrorCode.NONE:
                     raise txn_error(code, answer.get("message") or "AddOffsetsToTxn failed")
                 self.groups_added.add(group_id)
-            await self._txn_offset_commit(offsets, group_id)
+            await self._txn_offset_commit(entries, group_id)
         except LogMQError as e:
             err = self._fatal(e)
             self.fail(err)
             raise err from None
 
     async def _txn_offset_commit(
-        self, offsets: Mapping[TopicPartition, int], group_id: str
+        self, offsets: Mapping[TopicPartition, OffsetAndMetadata], group_id: str
     ) -> None:
         by_topic: dict[str, list[dict[str, Any]]] = {}
-        for (topic, partition), offset in offsets.items():
-            by_topic.setdefault(topic, []).append({"partition": partition, "offset": int(offset)})
+        for (topic, partition), entry in offsets.items():
+            by_topic.setdefault(topic, []).append(partition_entry(partition, entry))
         body = {
             "transactional_id": self.transactional_id,
             "group_id": group_id,

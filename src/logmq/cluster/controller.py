@@ -37,7 +37,6 @@ Rules (Kafka's KRaft semantics):
 
 from __future__ import annotations
 
-import itertools
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
@@ -84,7 +83,7 @@ from logmq.cluster.metadata_records import (
     RemoveUserScramCredential,
     TopicRecord,
 )
-from logmq.cluster.replica_placement import place_replicas
+from logmq.cluster.replica_placement import assignment_problem, place_replicas
 from logmq.cluster.security_image import (
     QUOTA_KEYS,
     acl_record,
@@ -497,12 +496,7 @@ class Controller:
         records: list[Record] = [TopicRecord(spec.name, topic_id)]
         partitions = []
         for p, replicas in enumerate(assignment):
-            # A new partition is empty everywhere: every active replica is in sync, and
-            # the first of them (the preferred leader, when active) leads.
-            live = tuple(r for r in replicas if image.is_active(r))
-            part = PartitionRegistration(
-                spec.name, p, replicas, live or replicas, live[0] if live else NO_LEADER, 0, 0
-            )
+            part = self._new_partition(spec.name, p, replicas)
             partitions.append(part)
             records.append(part.to_record())
         records += [ConfigRecord(TOPIC, spec.name, k, v) for k, v in sorted(spec.configs.items())]
@@ -528,24 +522,9 @@ class Controller:
         image = self._image
         rf: int | None = None
         for p, replicas in spec.assignments.items():
-            problem = None
-            if not replicas:
-                problem = "an empty replica list"
-            else:
-                ordered = sorted(replicas)
-                unknown = [b for b in ordered if b not in image.brokers]
-                twice = [b for b, nxt in itertools.pairwise(ordered) if b == nxt]
-                if unknown:
-                    problem = f"broker {unknown[0]}, which is not registered"
-                elif twice:
-                    problem = f"broker {twice[0]} more than once"
-                elif rf is not None and len(replicas) != rf:
-                    problem = (
-                        f"{len(replicas)} replica(s) where earlier partitions have {rf}: "
-                        "every partition needs the same replication factor"
-                    )
-                elif not any(image.is_active(b) for b in replicas):
-                    problem = f"only fenced brokers {list(replicas)}"
+            problem = assignment_problem(
+                replicas, image.brokers, image.is_active, rf, "earlier partitions have"
+            )
             if problem:
                 return [], CreateTopicResult(bad, f"the assignment of partition {p} has {problem}")
             rf = len(replicas)
@@ -559,10 +538,28 @@ class Controller:
             )
         return [tuple(spec.assignments[p]) for p in range(len(spec.assignments))], None
 
+    def _new_partition(
+        self, topic: str, partition: int, replicas: Sequence[int]
+    ) -> PartitionRegistration:
+        """A new partition is empty everywhere: every active replica is in sync, and the
+        first of them (the preferred leader, when active) leads."""
+        replicas = tuple(replicas)
+        live = tuple(r for r in replicas if self._image.is_active(r))
+        leader = live[0] if live else NO_LEADER
+        return PartitionRegistration(topic, partition, replicas, live or replicas, leader, 0, 0)
+
     def create_partitions(
-        self, topic: str, count: int, *, validate_only: bool = False
+        self,
+        topic: str,
+        count: int,
+        *,
+        assignments: Sequence[Sequence[int]] | None = None,
+        validate_only: bool = False,
     ) -> ControllerResult[ApiResult]:
-        """Grow ``topic`` to ``count`` partitions, placed like new ones with the same RF."""
+        """Grow ``topic`` to ``count`` partitions with the topic's replication factor:
+        placed like new topics' partitions, or on ``assignments``, one replica list per
+        new partition in order (the first broker the preferred leader), checked by the
+        rule CreateTopics applies (INVALID_REPLICA_ASSIGNMENT naming what is wrong)."""
         t = self._image.topics.get(topic)
         if t is None:
             return ControllerResult(
@@ -578,27 +575,61 @@ class Controller:
                     f"(partitions can be added, never removed), got {count}",
                 ),
             )
-        rf = len(t.partitions[0].replicas) if t.partitions else 1
-        active = self._image.active_brokers()
-        if rf > len(active):
-            return ControllerResult(
-                [],
-                ApiResult(
-                    ErrorCode.INVALID_REPLICATION_FACTOR,
-                    f"replication factor {rf} is larger than the {len(active)} available "
-                    f"broker(s) {active}",
-                ),
-            )
-        if validate_only:
-            return ControllerResult([], OK)
-        start = self._placement_cursor % len(active)
-        self._placement_cursor += count - old
-        placed = place_replicas(active, count - old, rf, start)
-        records: list[Record] = []
-        for p, replicas in enumerate(placed, start=old):
-            part = PartitionRegistration(topic, p, replicas, replicas, replicas[0], 0, 0)
-            records.append(part.to_record())
+        first = t.partitions.get(0)
+        # a partition being moved lists old and new replicas: its target is the factor
+        rf = len(first.target_replicas or first.replicas) if first is not None else 1
+        if assignments is not None:
+            problem = self._partitions_assignment_problem(topic, old, count, rf, assignments)
+            if problem:
+                return ControllerResult(
+                    [], ApiResult(ErrorCode.INVALID_REPLICA_ASSIGNMENT, problem)
+                )
+            if validate_only:
+                return ControllerResult([], OK)
+            placed = [tuple(r) for r in assignments]
+        else:
+            active = self._image.active_brokers()
+            if rf > len(active):
+                return ControllerResult(
+                    [],
+                    ApiResult(
+                        ErrorCode.INVALID_REPLICATION_FACTOR,
+                        f"replication factor {rf} is larger than the {len(active)} available "
+                        f"broker(s) {active}",
+                    ),
+                )
+            if validate_only:
+                return ControllerResult([], OK)
+            start = self._placement_cursor % len(active)
+            self._placement_cursor += count - old
+            placed = place_replicas(active, count - old, rf, start)
+        records: list[Record] = [
+            self._new_partition(topic, p, replicas).to_record()
+            for p, replicas in enumerate(placed, start=old)
+        ]
         return ControllerResult(self._commit(records), OK)
+
+    def _partitions_assignment_problem(
+        self,
+        topic: str,
+        old: int,
+        count: int,
+        rf: int,
+        assignments: Sequence[Sequence[int]],
+    ) -> str | None:
+        """What is wrong with CreatePartitions' replica lists, or None."""
+        added = count - old
+        if len(assignments) != added:
+            return (
+                f"{len(assignments)} replica list(s) given, but growing topic {topic!r} from "
+                f"{old} to {count} partitions adds {added}: one list per new partition"
+            )
+        image = self._image
+        for p, replicas in enumerate(assignments, start=old):
+            problem = assignment_problem(replicas, image.brokers, image.is_active, rf)
+            if problem:
+                return f"the assignment of new partition {p} has {problem}"
+        return None
 
     def delete_topics(self, names: Iterable[str]) -> ControllerResult[dict[str, ApiResult]]:
         results: dict[str, ApiResult] = {}

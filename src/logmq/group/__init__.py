@@ -41,7 +41,7 @@ from .model import (
     MemberState,
     SyncAnswer,
 )
-from .offsets import CommittedOffset, OffsetStore
+from .offsets import CommittedOffset, NewOffset, OffsetEntry, OffsetStore
 
 __all__ = [
     "JOIN_EPOCH",
@@ -66,6 +66,8 @@ __all__ = [
     "MemberDescription",
     "MemberOptions",
     "MemberState",
+    "NewOffset",
+    "OffsetEntry",
     "OffsetStore",
     "RangeAssignor",
     "RoundRobinAssignor",

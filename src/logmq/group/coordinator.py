@@ -40,7 +40,7 @@ from .model import (
     MemberOptions,
     SyncAnswer,
 )
-from .offsets import CommittedOffset, OpenTxnOffset
+from .offsets import CommittedOffset, OffsetEntry, OpenTxnOffset
 
 
 class GroupCoordinator:
@@ -262,7 +262,7 @@ class GroupCoordinator:
         group_id: str,
         member_id: str,
         member_epoch: int,
-        offsets: Mapping[TopicPartition, tuple[int, str]],
+        offsets: Mapping[TopicPartition, OffsetEntry],
         now_ms: int = 0,
     ) -> dict[TopicPartition, ErrorCode]:
         error = self.check_group_id(group_id)
@@ -306,7 +306,7 @@ class GroupCoordinator:
         group_id: str,
         producer_id: int,
         producer_epoch: int,
-        offsets: Mapping[TopicPartition, tuple[int, str]],
+        offsets: Mapping[TopicPartition, OffsetEntry],
         member_id: str = "",
         generation: int = -1,
         instance_id: str | None = None,
@@ -384,7 +384,7 @@ class GroupCoordinator:
         return failed
 
     def alter_offsets(
-        self, group_id: str, offsets: Mapping[TopicPartition, tuple[int, str]], now_ms: int = 0
+        self, group_id: str, offsets: Mapping[TopicPartition, OffsetEntry], now_ms: int = 0
     ) -> dict[TopicPartition, ErrorCode]:
         error = self.check_group_id(group_id)
         if error is not ErrorCode.NONE:

@@ -17,7 +17,7 @@ from ..errors import ErrorCode
 from .assignors import TopicPartition
 from .codec import GroupRecord
 from .model import GroupConfig, Member
-from .offsets import CommittedOffset, OffsetStore
+from .offsets import CommittedOffset, OffsetEntry, OffsetStore, new_offset
 
 
 class OffsetCommitsMixin:
@@ -34,10 +34,10 @@ class OffsetCommitsMixin:
         self,
         member_id: str,
         member_epoch: int,
-        offsets: Mapping[TopicPartition, tuple[int, str]],
+        offsets: Mapping[TopicPartition, OffsetEntry],
         now_ms: int = 0,
     ) -> dict[TopicPartition, ErrorCode]:
-        """Commit ``{tp: (offset, metadata)}``; returns an error code per partition.
+        """Commit ``{tp: (offset, metadata[, leader_epoch])}``; an error code per partition.
 
         Members must commit with their current epoch: a zombie (expired, replaced or
         behind) is rejected for every partition and nothing is written. Without a member
@@ -56,10 +56,11 @@ class OffsetCommitsMixin:
         member_id: str,
         generation: int,
         instance_id: str | None,
-        offsets: Mapping[TopicPartition, tuple[int, str]],
+        offsets: Mapping[TopicPartition, OffsetEntry],
         now_ms: int = 0,
     ) -> dict[TopicPartition, ErrorCode]:
-        """TxnOffsetCommit: hold ``{tp: (offset, metadata)}`` until the producer's marker.
+        """TxnOffsetCommit: hold ``{tp: (offset, metadata[, leader_epoch])}`` until the
+        producer's marker (which commits them as a plain commit would have).
 
         Without a member id and with generation -1 (always so before v3) nothing is
         checked: the transaction coordinator vouches for the producer. Otherwise the
@@ -77,7 +78,7 @@ class OffsetCommitsMixin:
         return self.offsets.fetch(partitions)
 
     def alter_offsets(
-        self, offsets: Mapping[TopicPartition, tuple[int, str]], now_ms: int = 0
+        self, offsets: Mapping[TopicPartition, OffsetEntry], now_ms: int = 0
     ) -> dict[TopicPartition, ErrorCode]:
         """Admin reset: only while nobody consumes (else NON_EMPTY_GROUP everywhere)."""
         if self._members:
@@ -124,7 +125,7 @@ class OffsetCommitsMixin:
 
     def _write_offsets(
         self,
-        offsets: Mapping[TopicPartition, tuple[int, str]],
+        offsets: Mapping[TopicPartition, OffsetEntry],
         now_ms: int,
         txn: tuple[int, int] | None = None,
     ) -> dict[TopicPartition, ErrorCode]:
@@ -132,7 +133,8 @@ class OffsetCommitsMixin:
         with ``txn`` (producer id, epoch) as that transaction's pending offsets."""
         errors: dict[TopicPartition, ErrorCode] = {}
         accepted: list[tuple[TopicPartition, CommittedOffset]] = []
-        for tp, (offset, metadata) in offsets.items():
+        for tp, entry in offsets.items():
+            offset, metadata, leader_epoch = new_offset(entry)
             topic, partition = tp
             if not 0 <= partition < self._topic_partitions.get(topic, 0):
                 errors[tp] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
@@ -141,7 +143,7 @@ class OffsetCommitsMixin:
             elif offset < 0:
                 errors[tp] = ErrorCode.INVALID_REQUEST
             else:
-                accepted.append((tp, CommittedOffset(offset, metadata, now_ms)))
+                accepted.append((tp, CommittedOffset(offset, metadata, now_ms, leader_epoch)))
                 errors[tp] = ErrorCode.NONE
         if txn is None:
             records = [self.offsets.record(tp, committed) for tp, committed in accepted]

@@ -39,6 +39,31 @@ class CommittedOffset:
     offset: int  # the next offset the group will read
     metadata: str = ""
     commit_timestamp_ms: int = -1
+    # the leader epoch of the last record consumed, as the client committed it (-1: not
+    # known); KIP-320 clients compare it with the leader's to detect a truncated log
+    leader_epoch: int = -1
+
+
+class NewOffset(NamedTuple):
+    """An offset a client asks to commit. Plain ``(offset, metadata)`` pairs are taken
+    too: their leader epoch is unknown (-1)."""
+
+    offset: int
+    metadata: str = ""
+    leader_epoch: int = -1
+
+
+# what the commit operations take for each partition
+OffsetEntry = NewOffset | tuple[int, str] | tuple[int, str, int]
+
+
+def new_offset(entry: OffsetEntry) -> NewOffset:
+    """``(offset, metadata)`` or ``(offset, metadata, leader_epoch)`` as a NewOffset; a
+    negative epoch means unknown, as Kafka's empty Optional."""
+    if len(entry) == 2:
+        return NewOffset(entry[0], entry[1])
+    offset, metadata, epoch = entry
+    return NewOffset(offset, metadata, epoch if epoch >= 0 else -1)
 
 
 @dataclass(slots=True)
@@ -98,6 +123,8 @@ class OffsetStore:
             "metadata": committed.metadata,
             "ts": committed.commit_timestamp_ms,
         }
+        if committed.leader_epoch >= 0:  # absent when unknown: older records read alike
+            value["leader_epoch"] = committed.leader_epoch
         return GroupRecord(self._key(tp), encode_value(value))
 
     def delete(self, partitions: Iterable[TopicPartition]) -> list[GroupRecord]:
@@ -221,7 +248,10 @@ class OffsetStore:
         fields = decode_value(value)
         try:
             return CommittedOffset(
-                int(fields["offset"]), str(fields.get("metadata", "")), int(fields.get("ts", -1))
+                int(fields["offset"]),
+                str(fields.get("metadata", "")),
+                int(fields.get("ts", -1)),
+                int(fields.get("leader_epoch", -1)),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise ValueError(f"corrupt offset commit record: {exc!r}") from exc

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from kio.schema.errors import ErrorCode as KioErrorCode
 
 from logmq.errors import ErrorCode, LogMQError
-from logmq.group import group_id_error
+from logmq.group import NewOffset, group_id_error
 from logmq.kafka.messages import NO_THROTTLE, build, kio_code, response_module
 from logmq.net.codec import Request
 from logmq.net.reply import Reply
@@ -154,9 +154,7 @@ class KafkaOffsetApis:
         member_id = getattr(body, "member_id", "") or None
         generation = getattr(body, "generation_id_or_member_epoch", -1)
         offsets = {
-            (t.name, p.partition_index): (p.committed_offset, p.committed_metadata or "")
-            for t in body.topics
-            for p in t.partitions
+            (t.name, p.partition_index): _new_offset(p) for t in body.topics for p in t.partitions
         }
         codes: dict[tuple[str, int], ErrorCode] = {}
         top = ErrorCode.NONE
@@ -207,7 +205,7 @@ class KafkaOffsetApis:
             t.name for t in body.topics if self._denied(req, Op.READ, ResourceType.TOPIC, t.name)
         }
         offsets = {
-            (t.name, p.partition_index): (p.committed_offset, p.committed_metadata or "")
+            (t.name, p.partition_index): _new_offset(p)
             for t in body.topics
             if t.name not in denied
             for p in t.partitions
@@ -342,7 +340,7 @@ class KafkaOffsetApis:
                         committed_offset=-1
                         if (c := _visible(name, p, found, hidden, unstable)) is None
                         else c.offset,
-                        committed_leader_epoch=-1,
+                        committed_leader_epoch=-1 if c is None else c.leader_epoch,
                         metadata=None if c is None else c.metadata,
                         error_code=kio_code(
                             ErrorCode.TOPIC_AUTHORIZATION_FAILED
@@ -358,6 +356,13 @@ class KafkaOffsetApis:
             for name, parts in wanted_pairs
         )
         return code, topics
+
+
+def _new_offset(p: Any) -> NewOffset:
+    """A partition of OffsetCommit or TxnOffsetCommit: its leader epoch from OffsetCommit
+    v6 and TxnOffsetCommit v2 on (KIP-320), unknown before."""
+    epoch = getattr(p, "committed_leader_epoch", -1)
+    return NewOffset(p.committed_offset, p.committed_metadata or "", epoch if epoch >= 0 else -1)
 
 
 def _visible(name: str, partition: int, found: dict, hidden: set, unstable: set) -> Any:

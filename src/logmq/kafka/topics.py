@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import dataclasses
 import uuid
+from collections import Counter
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from logmq.broker.config_view import topic_configs
-from logmq.broker.topic_admin import TopicAdmin, TopicOutcome, TopicSpec
+from logmq.broker.topic_admin import PartitionsSpec, TopicAdmin, TopicOutcome, TopicSpec
 from logmq.errors import ErrorCode
 from logmq.kafka.messages import NO_THROTTLE, build, kio_code, response_module, throttle_time
 from logmq.net.codec import Request
@@ -157,28 +158,41 @@ class KafkaTopicApis:
 
     # -- CreatePartitions --------------------------------------------------------------
     async def create_partitions(self, req: Request) -> Reply:
+        """Grow topics, placed by the controller or on the request's ``assignments``
+        (null: placed; a list: one replica list per new partition, checked by the
+        controller against the brokers and the topic's replication factor)."""
         body = req.body
         m = response_module(body)
-        refused = TopicOutcome(
-            "", ErrorCode.INVALID_REQUEST, "manual replica assignments are not supported"
-        )
-        denied = self._denied(req, Op.ALTER, [t.name for t in body.topics])
-        counts = [
-            (t.name, t.count) for t in body.topics if not t.assignments and t.name not in denied
+        names = [t.name for t in body.topics]
+        denied = self._denied(req, Op.ALTER, names)
+        # a topic named twice: neither entry is run, both are INVALID_REQUEST (Kafka's rule)
+        twice = {n for n, k in Counter(names).items() if k > 1} - denied
+        specs = [
+            PartitionsSpec(
+                t.name,
+                t.count,
+                None if t.assignments is None else [tuple(a.broker_ids) for a in t.assignments],
+            )
+            for t in body.topics
+            if t.name not in denied and t.name not in twice
         ]
         grown = await self.admin.create_partitions(
-            counts,
+            specs,
             validate_only=bool(body.validate_only),
             caller=quota_caller(req.context, req.client_id, req.api_version >= 3),
         )
         results = {r.name: r for r in grown}
         results.update({n: _refused(n, "ALTER") for n in denied})
+        results.update(
+            {
+                n: TopicOutcome(n, ErrorCode.INVALID_REQUEST, f"topic {n!r} named more than once")
+                for n in twice
+            }
+        )
         out = tuple(
             m.CreatePartitionsTopicResult(
                 name=t.name,
-                error_code=kio_code(
-                    (r := results.get(t.name, refused) if t.assignments else results[t.name]).error
-                ),
+                error_code=kio_code((r := results[t.name]).error),
                 error_message=r.message,
             )
             for t in body.topics

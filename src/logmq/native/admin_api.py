@@ -312,6 +312,7 @@ class AdminApi:
                 seen.add(name)
                 name = req_str(spec, "topic")
                 count = req_int(spec, "count")
+                lists = _new_partition_assignments(req_field(spec, "assignments", list, None))
                 if name not in self.quorum.image.topics:
                     problem = topic_name_error(name)
                     if problem:
@@ -335,8 +336,8 @@ class AdminApi:
                     out.append(_throttled(name, quota))
                     continue
                 result = await self.quorum.submit(
-                    lambda c, n=name, k=count: c.create_partitions(
-                        n, k, validate_only=validate_only
+                    lambda c, n=name, k=count, a=lists: c.create_partitions(
+                        n, k, assignments=a, validate_only=validate_only
                     )
                 )
                 if not result.ok:
@@ -515,6 +516,28 @@ def _assignments(entries: list) -> dict[int, tuple[int, ...]]:
                 f"partition {p} is assigned more than once", ErrorCode.INVALID_REPLICA_ASSIGNMENT
             )
         out[p] = tuple(replicas)
+    return out
+
+
+def _new_partition_assignments(entries: list | None) -> list[tuple[int, ...]] | None:
+    """CreatePartitions' manual assignment, ``[[broker, ...], ...]``: one replica list per
+    new partition in order (None: the controller places them). Only the shape is checked
+    here; the controller checks the lists against the brokers and the topic."""
+    if entries is None:
+        return None
+    if len(entries) > MAX_PARTITIONS_PER_TOPIC:
+        raise LogMQError(
+            f"a topic may have at most {MAX_PARTITIONS_PER_TOPIC} partitions, "
+            f"got {len(entries)} assignments",
+            ErrorCode.INVALID_PARTITIONS,
+        )
+    out = []
+    for replicas in entries:
+        if not isinstance(replicas, list) or not all(
+            isinstance(b, int) and not isinstance(b, bool) for b in replicas
+        ):
+            raise InvalidRequestError("'assignments' must be lists of broker ids")
+        out.append(tuple(replicas))
     return out
 
 

@@ -29,6 +29,7 @@ from logmq.group import (
     GroupDescription,
     GroupState,
     MemberOptions,
+    NewOffset,
     TopicPartition,
     group_id_error,
 )
@@ -106,6 +107,15 @@ def _message(code: ErrorCode, fallback: str | None = None) -> str | None:
     if code is ErrorCode.NONE:
         return None
     return _MESSAGES.get(code, fallback or code.name)
+
+
+def _new_offset(p: Any) -> NewOffset:
+    """A partition of OffsetCommit or TxnOffsetCommit: ``offset``, ``metadata`` and the
+    optional ``leader_epoch`` of the last record consumed (-1 or absent: unknown)."""
+    epoch = req_int(p, "leader_epoch", -1)
+    return NewOffset(
+        req_int(p, "offset"), req_field(p, "metadata", str, None) or "", max(epoch, -1)
+    )
 
 
 class GroupApi:
@@ -274,15 +284,16 @@ class GroupApi:
         group_id = req_str(body, "group_id")
         member_id = req_field(body, "member_id", str, None)
         epoch = req_int(body, "member_epoch", -1)
-        entries: list[tuple[str, list[tuple[int, int, str]]]] = []
+        entries: list[tuple[str, list[int]]] = []
+        offsets: dict[TopicPartition, NewOffset] = {}
         for t in req_list(body, "topics"):
             topic = req_str(t, "topic")
             parts = []
             for p in req_list(t, "partitions"):
-                metadata = req_field(p, "metadata", str, None)
-                parts.append((req_int(p, "partition"), req_int(p, "offset"), metadata or ""))
+                partition = req_int(p, "partition")
+                offsets[(topic, partition)] = _new_offset(p)
+                parts.append(partition)
             entries.append((topic, parts))
-        offsets = {(t, p): (o, m) for t, parts in entries for p, o, m in parts}
 
         def answer(codes: dict[TopicPartition, ErrorCode], top: ErrorCode, message: str | None):
             if top is not ErrorCode.NONE:
@@ -296,7 +307,7 @@ class GroupApi:
                             "topic": t,
                             "partitions": [
                                 {"partition": p, "error": int(codes.get((t, p), top))}
-                                for p, _, _ in parts
+                                for p in parts
                             ],
                         }
                         for t, parts in entries
@@ -343,16 +354,13 @@ class GroupApi:
         member_id = req_field(body, "member_id", str, "")
         instance_id = req_field(body, "group_instance_id", str, None)
         entries: list[tuple[str, list[int]]] = []
-        offsets: dict[TopicPartition, tuple[int, str]] = {}
+        offsets: dict[TopicPartition, NewOffset] = {}
         for t in req_list(body, "topics"):
             topic = req_str(t, "topic")
             parts = []
             for p in req_list(t, "partitions"):
                 partition = req_int(p, "partition")
-                offsets[(topic, partition)] = (
-                    req_int(p, "offset"),
-                    req_field(p, "metadata", str, None) or "",
-                )
+                offsets[(topic, partition)] = _new_offset(p)
                 parts.append(partition)
             entries.append((topic, parts))
         top, message = ErrorCode.NONE, None
@@ -415,6 +423,7 @@ class GroupApi:
                             "offset": -1 if c is None else c.offset,
                             "metadata": None if c is None else c.metadata,
                             "commit_timestamp": -1 if c is None else c.commit_timestamp_ms,
+                            "leader_epoch": -1 if c is None else c.leader_epoch,
                             "error": 0,
                         }
                     )
