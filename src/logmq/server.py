@@ -31,11 +31,7 @@ from logmq.broker.add_scram import apply_add_scram
 from logmq.broker.broker_clients import BrokerClients
 from logmq.broker.config import BrokerConfig
 from logmq.broker.consumer_reads import ConsumerReads
-from logmq.broker.controller_service import (
-    MetadataQuorum,
-    parse_node_addresses,
-    parse_voters,
-)
+from logmq.broker.controller_service import MetadataQuorum
 from logmq.broker.fetch_waiter import FetchWaiters
 from logmq.broker.follower_reads import FollowerReads
 from logmq.broker.group_coordinator import GroupCoordinatorService
@@ -60,6 +56,7 @@ from logmq.client.security import ClientSecurity
 from logmq.cluster.controller_api import ControllerConfig
 from logmq.cluster.meta_properties import check_node_id
 from logmq.cluster.metadata_image import MetadataImage
+from logmq.cluster.node_addresses import parse_node_addresses, parse_voters
 from logmq.errors import ErrorCode, InvalidConfigError
 from logmq.group import OFFSETS_TOPIC
 from logmq.kafka.apis import KafkaApis, kafka_error_reply, throttled_reply

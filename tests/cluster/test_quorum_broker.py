@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from logmq.broker.config import BrokerConfig
-from logmq.broker.controller_service import MetadataQuorum, parse_voters
+from logmq.broker.controller_service import MetadataQuorum
 from logmq.broker.metadata_publisher import MetadataPublisher
 from logmq.cluster.metadata_image import EMPTY_IMAGE, MetadataDelta
 from logmq.cluster.metadata_records import (
@@ -15,6 +15,7 @@ from logmq.cluster.metadata_records import (
     RegisterBroker,
     TopicRecord,
 )
+from logmq.cluster.node_addresses import parse_voters
 from logmq.errors import ErrorCode
 from logmq.net.codec import ApiKey
 from tests.harness import inprocess_broker

@@ -146,11 +146,11 @@ class BrokerConfig:
         if self.min_free_bytes is not None:
             checks["min_free_bytes"] = self.min_free_bytes >= 0
         if self.quorum_voters:
-            from logmq.broker.controller_service import parse_voters
+            from logmq.cluster.node_addresses import parse_voters
 
             parse_voters(self.quorum_voters)  # ValueError says what is wrong
         if self.peer_addresses:
-            from logmq.broker.controller_service import parse_node_addresses
+            from logmq.cluster.node_addresses import parse_node_addresses
 
             parse_node_addresses(self.peer_addresses, "peer address", "--peer-addresses")
         bad = [name for name, ok in checks.items() if not ok]

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
@@ -21,8 +21,14 @@ from logmq.net.codec import ApiKey
 from logmq.replication.throttle import ReassignmentQuota
 from logmq.storage.disk_space import DiskSpace
 
-if TYPE_CHECKING:
-    from logmq.broker.fetch_sessions import FetchSessionCache
+
+class SessionCounts(Protocol):
+    """What the metrics read of a door's fetch-session cache (broker/replica/)."""
+
+    @property
+    def partitions(self) -> int: ...
+
+    def __len__(self) -> int: ...
 
 log = logging.getLogger("logmq.metrics")
 
@@ -113,7 +119,7 @@ class _FetchSessionCollector:
     """Open fetch sessions and the partitions they hold, per front door (at scrape time)."""
 
     def __init__(self) -> None:
-        self.caches: dict[str, FetchSessionCache] = {}
+        self.caches: dict[str, SessionCounts] = {}
 
     def collect(self):
         sessions = GaugeMetricFamily(
@@ -286,7 +292,7 @@ class BrokerMetrics:
             ).set_function(parked_fetches)
 
     # -- fetch sessions -----------------------------------------------------------------
-    def register_fetch_sessions(self, door: str, cache: FetchSessionCache) -> None:
+    def register_fetch_sessions(self, door: str, cache: SessionCounts) -> None:
         """Gauges of a door's open fetch sessions and the partitions they hold (at scrape
         time), labelled ``door`` ("native", "kafka")."""
         if self._fetch_sessions is None:
