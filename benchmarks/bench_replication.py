@@ -54,7 +54,11 @@ TOPIC = "bench"
 async def run_node(args: argparse.Namespace) -> None:
     import logging
 
-    from logmq.broker.replica_manager import PartitionChange, ReplicaManager, ReplicationConfig
+    from logmq.broker.replica.replica_manager import (
+        PartitionChange,
+        ReplicaManager,
+        ReplicationConfig,
+    )
     from logmq.cluster.controller_api import AlterPartitionResponse
     from tests.replication.replica_cluster import MiniBroker
 

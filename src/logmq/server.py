@@ -3,9 +3,9 @@
 ``Broker`` owns every long-lived piece and their order of start and stop; it decides
 nothing about requests. Each door's registry (native/registry.py, kafka/registry.py)
 binds its handlers and tells the pipeline which steps apply. Topic metadata comes from
-the metadata image (broker/controller_service.py), in a cluster and on a single node
+the metadata image (broker/metadata/quorum_service.py), in a cluster and on a single node
 alike (a quorum of one); changes that concern this broker's partitions reach it through
-the MetadataPublisher (logs created and deleted by local_logs.py, then the group
+the MetadataPublisher (logs created and deleted by broker/replica/local_logs.py, then the group
 coordinator). Requests that
 change metadata run on the controller: a broker that is not the controller forwards them
 and answers once its own image has caught up (controller_forwarding.py).
@@ -27,31 +27,31 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from logmq.broker.add_scram import apply_add_scram
-from logmq.broker.broker_clients import BrokerClients
 from logmq.broker.config import BrokerConfig
-from logmq.broker.consumer_reads import ConsumerReads
-from logmq.broker.controller_service import MetadataQuorum
-from logmq.broker.fetch_waiter import FetchWaiters
-from logmq.broker.follower_reads import FollowerReads
-from logmq.broker.group_coordinator import GroupCoordinatorService
-from logmq.broker.leader_appends import LeaderAppends
-from logmq.broker.local_logs import LocalLogs, RemovedLogs
-from logmq.broker.metadata_publisher import MetadataPublisher
-from logmq.broker.metadata_store import ImageTopics
+from logmq.broker.coordinator.group_service import GroupCoordinatorService
+from logmq.broker.coordinator.peers import BrokerClients
+from logmq.broker.coordinator.txn_markers import MarkerSender, MarkerWriter
+from logmq.broker.coordinator.txn_service import TransactionCoordinatorService
+from logmq.broker.coordinator.txn_verification import TransactionalProduceCheck, TxnVerifier
+from logmq.broker.metadata.add_scram import apply_add_scram
+from logmq.broker.metadata.image_topics import ImageTopics
+from logmq.broker.metadata.producer_ids import ProducerIdManager
+from logmq.broker.metadata.publisher import MetadataPublisher
+from logmq.broker.metadata.quorum_service import MetadataQuorum
+from logmq.broker.metadata.security_admin import SecurityAdmin
+from logmq.broker.metadata.topic_admin import TopicAdmin
+from logmq.broker.metadata.topic_creation import TopicCreator
 from logmq.broker.metrics import BrokerMetrics, MetricsServer
-from logmq.broker.partition_views import PartitionViews
-from logmq.broker.produce_path import ProducePath
-from logmq.broker.producer_ids import ProducerIdManager
-from logmq.broker.record_deletion import RecordDeletion
-from logmq.broker.replica_fetcher import FetcherConfig
-from logmq.broker.replica_manager import ReplicaManager, ReplicationConfig
-from logmq.broker.security_admin import SecurityAdmin
-from logmq.broker.topic_admin import TopicAdmin
-from logmq.broker.topic_creation import TopicCreator
-from logmq.broker.txn_coordinator import TransactionCoordinatorService
-from logmq.broker.txn_markers import MarkerSender, MarkerWriter
-from logmq.broker.txn_verification import TransactionalProduceCheck, TxnVerifier
+from logmq.broker.replica.consumer_reads import ConsumerReads
+from logmq.broker.replica.fetch_waiter import FetchWaiters
+from logmq.broker.replica.fetcher import FetcherConfig
+from logmq.broker.replica.follower_reads import FollowerReads
+from logmq.broker.replica.leader_appends import LeaderAppends
+from logmq.broker.replica.local_logs import LocalLogs, RemovedLogs
+from logmq.broker.replica.partition_views import PartitionViews
+from logmq.broker.replica.produce_path import ProducePath
+from logmq.broker.replica.record_deletion import RecordDeletion
+from logmq.broker.replica.replica_manager import ReplicaManager, ReplicationConfig
 from logmq.client.security import ClientSecurity
 from logmq.cluster.controller_api import ControllerConfig
 from logmq.cluster.meta_properties import check_node_id
@@ -584,7 +584,7 @@ class Broker:
         self.quorum.storage_full = lambda: logs.disk.full  # carried by heartbeats
         self.local_logs = LocalLogs(cfg.node_id, logs, lambda: self.quorum.image, self.waiters)
         self.replicas = self._replica_manager()
-        # the data paths over the replicas, each one concept (broker/replica_manager.py)
+        # the data paths over the replicas, each one concept (broker/replica/replica_manager.py)
         self.appends = LeaderAppends(self.replicas)
         self.reads = ConsumerReads(self.replicas)
         self.follower_reads = FollowerReads(self.replicas)

@@ -14,7 +14,7 @@ def event_loop_policy():
 @pytest.fixture
 async def logs(tmp_path):
     """A LogManager holding ``__consumer_offsets-0``, for the group shard tests."""
-    from logmq.broker.group_coordinator import OFFSETS_TOPIC_CONFIGS
+    from logmq.broker.coordinator.group_service import OFFSETS_TOPIC_CONFIGS
     from logmq.group import OFFSETS_TOPIC
     from logmq.storage.log_manager import LogManager
 

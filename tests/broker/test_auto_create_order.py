@@ -48,7 +48,7 @@ async def test_pipelined_produces_to_an_auto_created_topic_append_in_arrival_ord
 async def test_pending_topics_release_waiters_in_order_and_skip_cancelled_ones():
     import asyncio
 
-    from logmq.broker.topic_creation import PendingTopics
+    from logmq.broker.metadata.topic_creation import PendingTopics
 
     created = asyncio.Event()
 

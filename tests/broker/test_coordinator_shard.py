@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from logmq.broker.coordinator_shard import CoordinatorError, CoordinatorShard, ShardState
+from logmq.broker.coordinator.shard_runtime import CoordinatorError, CoordinatorShard, ShardState
 from logmq.errors import ErrorCode, StorageError
 from logmq.storage.log_manager import LogManager
 from tests.broker.test_group_shard import SingleReplica

@@ -1,4 +1,4 @@
-"""Fetch sessions (broker/fetch_sessions.py): the sans-IO cache and session rules.
+"""Fetch sessions (broker/replica/fetch_sessions.py): the sans-IO cache and session rules.
 
 The replica manager's part (reading only ready partitions) and the clients' part are
 covered end to end in tests/client/test_consumer_fetch_sessions.py and
@@ -14,9 +14,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from logmq.broker.fetch_results import PartitionRead, TopicRead
-from logmq.broker.fetch_sessions import FetchSessionCache, FetchSessionError
-from logmq.broker.fetch_waiter import FetchWaiters
+from logmq.broker.replica.fetch_results import PartitionRead, TopicRead
+from logmq.broker.replica.fetch_sessions import FetchSessionCache, FetchSessionError
+from logmq.broker.replica.fetch_waiter import FetchWaiters
 from logmq.errors import ErrorCode
 
 

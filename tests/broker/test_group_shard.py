@@ -11,7 +11,7 @@ import asyncio
 
 import pytest
 
-from logmq.broker.group_shard import CoordinatorError, GroupShard, ShardState
+from logmq.broker.coordinator.group_shard import CoordinatorError, GroupShard, ShardState
 from logmq.errors import ErrorCode, StorageError
 from logmq.group import OFFSETS_TOPIC, GroupConfig, GroupCoordinator, GroupState
 from logmq.storage.log_manager import LogManager

@@ -12,7 +12,7 @@ import asyncio
 
 import pytest
 
-from logmq.broker.group_shard import CoordinatorError, GroupShard, ShardState
+from logmq.broker.coordinator.group_shard import CoordinatorError, GroupShard, ShardState
 from logmq.errors import ErrorCode
 from logmq.group import OFFSETS_TOPIC, GroupCoordinator
 from logmq.storage import batch as b
@@ -169,7 +169,7 @@ class FakeBroker:
         from types import SimpleNamespace
 
         from logmq.broker.config import BrokerConfig
-        from logmq.broker.fetch_waiter import FetchWaiters
+        from logmq.broker.replica.fetch_waiter import FetchWaiters
 
         self.config = BrokerConfig(node_id=1, data_dir=logs.data_dir)
         self.logs = logs
@@ -191,12 +191,12 @@ class FakeBroker:
 
     def service(self):
         """The service over this fake: it is the quorum (``image``) and the local logs."""
-        from logmq.broker.group_coordinator import GroupCoordinatorService
+        from logmq.broker.coordinator.group_service import GroupCoordinatorService
 
         async def no_controller(api_key: int, body: dict) -> dict:
             raise AssertionError("no controller in this test")
 
-        from logmq.broker.replica_manager import ReplicaManager
+        from logmq.broker.replica.replica_manager import ReplicaManager
 
         replicas = ReplicaManager(
             1,
@@ -232,7 +232,7 @@ def changes(leaders=(), followers=()):
 
 async def written_elsewhere(logs: LogManager, offset: int, epoch: int) -> None:
     """Records another leader wrote (and this replica fetched) while we did not lead."""
-    from logmq.broker.group_shard import _encode
+    from logmq.broker.coordinator.group_shard import _encode
 
     core = GroupCoordinator(0, 1, CONFIG, topic_partitions=TOPICS)
     core.commit_offsets("g", "", -1, {("t", 0): (offset, "")}, 0)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 from types import SimpleNamespace
 
-from logmq.broker.group_shard import GroupShard, ShardState
+from logmq.broker.coordinator.group_shard import GroupShard, ShardState
 from logmq.errors import ErrorCode
 from logmq.group import OFFSETS_TOPIC, GroupConfig, GroupCoordinator
 from logmq.kafka.offsets import KafkaOffsetApis

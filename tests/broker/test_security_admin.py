@@ -13,7 +13,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from logmq.broker.security_admin import SecurityAdmin
+from logmq.broker.metadata.security_admin import SecurityAdmin
 from logmq.cluster.controller_api import ClientQuotaAlteration
 from logmq.cluster.security_image import MATCH_EXACT, QuotaFilterComponent
 from logmq.errors import ErrorCode

@@ -14,9 +14,9 @@ from types import SimpleNamespace
 import pytest
 
 from logmq.broker.config import BrokerConfig
-from logmq.broker.coordinator_shard import CoordinatorError, ShardState
-from logmq.broker.group_coordinator import OFFSETS_TOPIC_CONFIGS
-from logmq.broker.txn_coordinator import TransactionCoordinatorService
+from logmq.broker.coordinator.group_service import OFFSETS_TOPIC_CONFIGS
+from logmq.broker.coordinator.shard_runtime import CoordinatorError, ShardState
+from logmq.broker.coordinator.txn_service import TransactionCoordinatorService
 from logmq.cluster.metadata_image import (
     BrokerRegistration,
     LocalReplicaChanges,
@@ -95,8 +95,8 @@ class Sender:
 
 class Fake:
     def __init__(self, logs: LogManager) -> None:
-        from logmq.broker.fetch_waiter import FetchWaiters
-        from logmq.broker.replica_manager import ReplicaManager
+        from logmq.broker.replica.fetch_waiter import FetchWaiters
+        from logmq.broker.replica.replica_manager import ReplicaManager
 
         self.logs = logs
         self.image = Image()

@@ -16,7 +16,7 @@ import asyncio
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from logmq.broker.txn_markers import MarkerWriter
+from logmq.broker.coordinator.txn_markers import MarkerWriter
 from logmq.errors import ErrorCode
 from logmq.storage import batch as b
 from logmq.storage.config import LogConfig

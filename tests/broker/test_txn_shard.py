@@ -12,9 +12,9 @@ import asyncio
 
 import pytest
 
-from logmq.broker.coordinator_shard import CoordinatorError, ShardState
-from logmq.broker.group_coordinator import OFFSETS_TOPIC_CONFIGS
-from logmq.broker.txn_shard import NEED_PRODUCER_ID, TxnShard
+from logmq.broker.coordinator.group_service import OFFSETS_TOPIC_CONFIGS
+from logmq.broker.coordinator.shard_runtime import CoordinatorError, ShardState
+from logmq.broker.coordinator.txn_shard import NEED_PRODUCER_ID, TxnShard
 from logmq.errors import ErrorCode, StorageError
 from logmq.storage.log_manager import LogManager
 from logmq.txn import TXN_STATE_TOPIC, MarkerJob, TxnConfig

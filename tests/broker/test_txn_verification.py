@@ -9,7 +9,7 @@ import asyncio
 
 import pytest
 
-from logmq.broker.txn_verification import TxnVerifier, append_guard
+from logmq.broker.coordinator.txn_verification import TxnVerifier, append_guard
 from logmq.errors import ErrorCode, LogMQError
 from logmq.storage import batch as b
 from logmq.storage.config import LogConfig

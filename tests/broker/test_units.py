@@ -7,8 +7,8 @@ import asyncio
 import pytest
 
 from logmq.broker.config import BrokerConfig
-from logmq.broker.fetch_waiter import FetchWaiters
-from logmq.broker.producer_ids import ProducerIdManager
+from logmq.broker.metadata.producer_ids import ProducerIdManager
+from logmq.broker.replica.fetch_waiter import FetchWaiters
 from logmq.cluster.meta_properties import (
     MetaProperties,
     NodeIdMismatchError,

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from logmq.broker.config import BrokerConfig
-from logmq.broker.controller_service import MetadataQuorum
-from logmq.broker.metadata_publisher import MetadataPublisher
+from logmq.broker.metadata.publisher import MetadataPublisher
+from logmq.broker.metadata.quorum_service import MetadataQuorum
 from logmq.cluster.metadata_image import EMPTY_IMAGE, MetadataDelta
 from logmq.cluster.metadata_records import (
     PartitionChange,

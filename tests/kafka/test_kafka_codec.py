@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from kio.index import load_request_schema, load_response_schema
 from kio.serial import entity_reader, entity_writer
 
-from logmq.broker.fetch_results import PartitionRead
+from logmq.broker.replica.fetch_results import PartitionRead
 from logmq.errors import ErrorCode, InvalidFrameError
 from logmq.kafka.codec import encode_error_response, response_class
 from logmq.kafka.fetch_response import encode_fetch_response

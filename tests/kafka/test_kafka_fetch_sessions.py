@@ -462,8 +462,8 @@ def test_versions_before_7_stay_sessionless(kbroker):
 
 # -- the gauges ------------------------------------------------------------------------
 def test_fetch_session_gauges_count_sessions_and_partitions_per_door():
-    from logmq.broker.fetch_sessions import FetchSessionCache
     from logmq.broker.metrics import BrokerMetrics
+    from logmq.broker.replica.fetch_sessions import FetchSessionCache
 
     metrics = BrokerMetrics()
     kafka_cache, native_cache = FetchSessionCache(), FetchSessionCache()

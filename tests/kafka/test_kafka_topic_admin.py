@@ -299,7 +299,7 @@ async def test_create_partitions_door_passes_assignments_and_refuses_a_topic_twi
 
     from kio.schema.create_partitions.v3 import request as cp
 
-    from logmq.broker.topic_admin import TopicOutcome, TopicOutcomes
+    from logmq.broker.metadata.topic_admin import TopicOutcome, TopicOutcomes
     from logmq.kafka.topics import KafkaTopicApis
 
     class Recording:

@@ -272,7 +272,7 @@ def test_fetch_by_topic_id_reads_what_the_newest_produce_wrote(vbroker):
 
 @pytest.mark.parametrize("version", range(13, 18))
 def test_fetch_responses_by_topic_id_match_kafkas_layout(version):
-    from logmq.broker.fetch_results import PartitionRead
+    from logmq.broker.replica.fetch_results import PartitionRead
     from logmq.kafka.fetch_response import encode_fetch_response
 
     known, unknown = uuid.uuid4(), uuid.uuid4()

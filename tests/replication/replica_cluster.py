@@ -17,15 +17,15 @@ from types import SimpleNamespace
 from typing import Any
 
 from logmq.broker.config import BrokerConfig
-from logmq.broker.consumer_reads import ConsumerReads
-from logmq.broker.fetch_waiter import FetchWaiters
-from logmq.broker.follower_reads import FollowerReads
-from logmq.broker.leader_appends import LeaderAppends
 from logmq.broker.metrics import BrokerMetrics
-from logmq.broker.produce_path import ProducePath
-from logmq.broker.record_deletion import RecordDeletion
-from logmq.broker.replica_fetcher import FetcherConfig
-from logmq.broker.replica_manager import PartitionChange, ReplicaManager, ReplicationConfig
+from logmq.broker.replica.consumer_reads import ConsumerReads
+from logmq.broker.replica.fetch_waiter import FetchWaiters
+from logmq.broker.replica.fetcher import FetcherConfig
+from logmq.broker.replica.follower_reads import FollowerReads
+from logmq.broker.replica.leader_appends import LeaderAppends
+from logmq.broker.replica.produce_path import ProducePath
+from logmq.broker.replica.record_deletion import RecordDeletion
+from logmq.broker.replica.replica_manager import PartitionChange, ReplicaManager, ReplicationConfig
 from logmq.client.connection import BrokerConnection
 from logmq.cluster.controller_api import AlterPartitionRequest, AlterPartitionResponse
 from logmq.errors import ErrorCode, LogMQError

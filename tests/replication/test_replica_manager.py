@@ -272,7 +272,7 @@ async def test_random_failovers_keep_every_acknowledged_record(make_cluster, see
 
 
 def test_metadata_publisher_changes_adapt_to_partition_changes():
-    from logmq.broker.replica_manager import changes_from_local
+    from logmq.broker.replica.replica_manager import changes_from_local
     from logmq.cluster.metadata_image import LocalReplicaChanges, PartitionRegistration
 
     reg = PartitionRegistration("t", 1, (1, 2), (1, 2), 2, 4, 9)

@@ -21,7 +21,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from logmq import AsyncAdmin, AsyncProducer
 from logmq.broker.metrics import BrokerMetrics
-from logmq.broker.replica_manager import PartitionChange
+from logmq.broker.replica.replica_manager import PartitionChange
 from logmq.cluster.metadata_image import (
     BROKER,
     CLUSTER_WIDE,

@@ -80,7 +80,8 @@ class BrokerConfig:
     # "2@host:port,...": where this broker dials a peer's client port (replica fetching,
     # the controller); a peer not listed is dialled at the address it registered
     peer_addresses: str | None = None
-    # replication (broker/replica_manager.py): a follower not caught up this long leaves the ISR
+    # replication (broker/replica/replica_manager.py): a follower not caught up this long
+    # leaves the ISR
     replica_lag_time_max_ms: int = 30_000
     # below this many free bytes in the data dir, produce is refused (storage/disk_space.py);
     # None = the smaller of 1 GiB and 5% of the disk
@@ -88,7 +89,7 @@ class BrokerConfig:
     # ``--add-scram`` values ("SCRAM-SHA-512=[name=admin,password=...]", as kafka-storage
     # format takes them): SCRAM credentials the cluster's first controller writes with the
     # cluster id; on a cluster that exists, the broker creates those it lacks once ready
-    # (broker/security_admin.py). Kept out of repr (passwords).
+    # (broker/metadata/security_admin.py). Kept out of repr (passwords).
     bootstrap_scram: tuple[str, ...] = field(default=(), repr=False, metadata={"sensitive": True})
 
     def __post_init__(self) -> None:

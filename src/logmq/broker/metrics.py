@@ -30,6 +30,7 @@ class SessionCounts(Protocol):
 
     def __len__(self) -> int: ...
 
+
 log = logging.getLogger("logmq.metrics")
 
 _LATENCY_BUCKETS = (

@@ -5,7 +5,7 @@ Each task keeps at most one Fetch in flight and at most one response buffered: w
 starting where the buffered data ends, so memory stays bounded without stalling the
 network. Responses are only split per partition here; decoding is left to ``poll()``.
 
-Each task keeps a fetch session with its broker (KIP-227, broker/fetch_sessions.py):
+Each task keeps a fetch session with its broker (KIP-227, broker/replica/fetch_sessions.py):
 the first fetch names every partition that broker leads, later ones only those whose
 fetch position changed (``Changes.fetch``) and those to forget, and the answers carry
 only partitions with something new. So the work per fetch follows the data, not the

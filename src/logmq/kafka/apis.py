@@ -2,10 +2,11 @@
 Kafka answers out (the role of Kafka's ``KafkaApis``).
 
 They hold no state and no logic of their own beyond translation: produce goes through
-the produce path the native protocol uses (produce_path.py), reads through the replica
-manager (leader and epoch checks, below the HW, long poll), metadata from the image.
+the produce path the native protocol uses (broker/replica/produce_path.py), reads
+through the replica manager's consumer reads (leader and epoch checks, below the HW,
+long poll), metadata from the image.
 The one state kept here is this door's cache of fetch sessions (KIP-227), whose rules
-(the same for both doors) live in broker/fetch_sessions.py.
+(the same for both doors) live in broker/replica/fetch_sessions.py.
 Record batches pass through untouched both ways: a produce's ``records`` bytes are the
 batches the storage validates and stamps, and a fetch answers with the segment file's
 regions, sent with sendfile (fetch_response.py).
@@ -23,10 +24,10 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode as KioErrorCode
 
-from logmq.broker.fetch_results import PartitionRead, TopicRead, failed
-from logmq.broker.fetch_sessions import FINAL_EPOCH, FetchSessionCache, FetchSessionError
-from logmq.broker.produce_path import produce_result, record_errors
-from logmq.broker.txn_verification import Guards, append_guard
+from logmq.broker.coordinator.txn_verification import Guards, append_guard
+from logmq.broker.replica.fetch_results import PartitionRead, TopicRead, failed
+from logmq.broker.replica.fetch_sessions import FINAL_EPOCH, FetchSessionCache, FetchSessionError
+from logmq.broker.replica.produce_path import produce_result, record_errors
 from logmq.cluster.topic_names import is_internal, topic_name_error
 from logmq.errors import ErrorCode, LogMQError
 from logmq.kafka.codec import error_entity, response_class
@@ -49,11 +50,11 @@ from logmq.security.quota_enforcer import QuotaEnforcer
 from logmq.storage.offset_search import EARLIEST, offset_for
 
 if TYPE_CHECKING:
-    from logmq.broker.consumer_reads import ConsumerReads
-    from logmq.broker.produce_path import ProducePath
-    from logmq.broker.producer_ids import ProducerIdManager
-    from logmq.broker.replica_manager import ReplicaManager
-    from logmq.broker.txn_verification import TransactionalProduceCheck
+    from logmq.broker.coordinator.txn_verification import TransactionalProduceCheck
+    from logmq.broker.metadata.producer_ids import ProducerIdManager
+    from logmq.broker.replica.consumer_reads import ConsumerReads
+    from logmq.broker.replica.produce_path import ProducePath
+    from logmq.broker.replica.replica_manager import ReplicaManager
     from logmq.cluster.metadata_image import MetadataImage
     from logmq.kafka.transactions import KafkaTransactionApis
 

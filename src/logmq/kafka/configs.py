@@ -17,7 +17,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from logmq.broker.config_view import ConfigView, broker_configs, topic_configs
-from logmq.broker.topic_admin import RunOnController
+from logmq.broker.metadata.topic_admin import RunOnController
 from logmq.errors import ErrorCode, LogMQError
 from logmq.kafka.messages import NO_THROTTLE, build, kio_code, response_module
 from logmq.net.codec import ApiKey, Request

@@ -36,7 +36,7 @@ from logmq.security.acl import AclOperation as Op
 from logmq.security.authorization import Authorization
 
 if TYPE_CHECKING:
-    from logmq.broker.group_coordinator import GroupCoordinatorService
+    from logmq.broker.coordinator.group_service import GroupCoordinatorService
     from logmq.cluster.metadata_image import MetadataImage
     from logmq.group import GroupCoordinator
 

@@ -18,7 +18,7 @@ import struct
 import uuid
 from collections.abc import Sequence
 
-from logmq.broker.fetch_results import PartitionRead
+from logmq.broker.replica.fetch_results import PartitionRead
 from logmq.net.reply import TailPart
 
 _I16 = struct.Struct(">h")

@@ -17,7 +17,7 @@ from logmq.net.codec import Request
 from logmq.net.reply import Reply
 
 if TYPE_CHECKING:
-    from logmq.broker.group_coordinator import GroupCoordinatorService
+    from logmq.broker.coordinator.group_service import GroupCoordinatorService
     from logmq.group import GroupCoordinator
 
 

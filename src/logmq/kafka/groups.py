@@ -27,7 +27,7 @@ from logmq.security.acl import ResourceType
 from logmq.security.authorization import CLUSTER, Authorization
 
 if TYPE_CHECKING:
-    from logmq.broker.group_coordinator import GroupCoordinatorService
+    from logmq.broker.coordinator.group_service import GroupCoordinatorService
     from logmq.group import GroupCoordinator
 
 # group states as Kafka names them (consumer-protocol groups, then classic ones)

@@ -27,8 +27,8 @@ from logmq.security.acl import ResourceType
 from logmq.security.authorization import Authorization
 
 if TYPE_CHECKING:
-    from logmq.broker.group_coordinator import GroupCoordinatorService
-    from logmq.broker.txn_coordinator import TransactionCoordinatorService
+    from logmq.broker.coordinator.group_service import GroupCoordinatorService
+    from logmq.broker.coordinator.txn_service import TransactionCoordinatorService
     from logmq.group import GroupCoordinator
 
 # Errors that concern the whole group rather than a partition (Kafka puts them

@@ -2,7 +2,7 @@
 AlterPartitionReassignments, ListPartitionReassignments.
 
 Calls on the services both doors share: the replica manager's ``delete_records``
-(leader, ISR low watermark), the partition views (broker/partition_views.py) for what
+(leader, ISR low watermark), the partition views (broker/replica/partition_views.py) for what
 this broker answers itself, and the controller (``run_on_controller``) for elections and
 moves, so both front doors share one set of rules and errors.
 """
@@ -20,9 +20,9 @@ from logmq.net.codec import ApiKey, Request
 from logmq.net.reply import Reply
 
 if TYPE_CHECKING:
-    from logmq.broker.partition_views import PartitionViews
-    from logmq.broker.record_deletion import RecordDeletion
-    from logmq.broker.topic_admin import RunOnController
+    from logmq.broker.metadata.topic_admin import RunOnController
+    from logmq.broker.replica.partition_views import PartitionViews
+    from logmq.broker.replica.record_deletion import RecordDeletion
     from logmq.cluster.metadata_image import MetadataImage
 
 TopicPartition = tuple[str, int]

@@ -30,7 +30,7 @@ from logmq.security.acl import ResourceType as RT
 from logmq.security.authorization import CLUSTER
 
 if TYPE_CHECKING:
-    from logmq.broker.txn_markers import MarkerWriter
+    from logmq.broker.coordinator.txn_markers import MarkerWriter
     from logmq.security.authorization import Authorization
     from logmq.storage.partition_log import PartitionLog
 

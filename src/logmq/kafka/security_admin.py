@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from logmq.broker.security_admin import SecurityAdmin
+from logmq.broker.metadata.security_admin import SecurityAdmin
 from logmq.cluster.controller_api import ClientQuotaAlteration
 from logmq.cluster.security_image import QuotaFilterComponent
 from logmq.errors import ErrorCode

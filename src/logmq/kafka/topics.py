@@ -1,6 +1,6 @@
 """Kafka's topic admin APIs: CreateTopics, DeleteTopics, CreatePartitions.
 
-Each maps Kafka's request onto the typed topic admin service (broker/topic_admin.py),
+Each maps Kafka's request onto the typed topic admin service (broker/metadata/topic_admin.py),
 which runs it on the controller, and its outcomes onto Kafka's answer, so topic rules,
 validation and internal-topic protection are the same for both front doors.
 """
@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from logmq.broker.config_view import topic_configs
-from logmq.broker.topic_admin import PartitionsSpec, TopicAdmin, TopicOutcome, TopicSpec
+from logmq.broker.metadata.topic_admin import PartitionsSpec, TopicAdmin, TopicOutcome, TopicSpec
 from logmq.errors import ErrorCode
 from logmq.kafka.messages import NO_THROTTLE, build, kio_code, response_module, throttle_time
 from logmq.net.codec import Request

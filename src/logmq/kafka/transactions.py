@@ -2,7 +2,7 @@
 AddPartitionsToTxn, AddOffsetsToTxn, EndTxn, DescribeTransactions, ListTransactions.
 
 Each maps Kafka's request onto the transaction coordinator service
-(broker/txn_coordinator.py), which answers NOT_COORDINATOR for ids another broker
+(broker/coordinator/txn_service.py), which answers NOT_COORDINATOR for ids another broker
 coordinates (the client then asks FindCoordinator with key type 1 again). ACLs as
 Kafka's: WRITE on the transactional id for the producer's requests (and WRITE on each
 topic it adds, READ on the group whose offsets it adds), DESCRIBE on it to describe,
@@ -27,7 +27,7 @@ from logmq.security.acl import ResourceType as RT
 from logmq.security.authorization import Authorization
 
 if TYPE_CHECKING:
-    from logmq.broker.txn_coordinator import TransactionCoordinatorService
+    from logmq.broker.coordinator.txn_service import TransactionCoordinatorService
 
 INIT_PRODUCER_ID, ADD_PARTITIONS, ADD_OFFSETS, END_TXN, TXN_OFFSET_COMMIT = 22, 24, 25, 26, 28
 # the first version of each API whose clients know PRODUCER_FENCED

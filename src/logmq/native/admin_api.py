@@ -16,8 +16,8 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from logmq.broker.config_view import ConfigView, broker_configs, topic_configs
-from logmq.broker.group_coordinator import PROTECTED_OFFSETS_CONFIGS
-from logmq.broker.metadata_store import TopicInfo
+from logmq.broker.coordinator.group_service import PROTECTED_OFFSETS_CONFIGS
+from logmq.broker.metadata.image_topics import TopicInfo
 from logmq.cluster.controller_api import NewTopic
 from logmq.cluster.topic_names import MAX_PARTITIONS_PER_TOPIC, is_internal, topic_name_error
 from logmq.errors import ErrorCode, InvalidConfigError, LogMQError
@@ -36,12 +36,12 @@ from logmq.storage.config import LogConfig
 
 if TYPE_CHECKING:
     from logmq.broker.config import BrokerConfig
-    from logmq.broker.controller_service import MetadataQuorum
-    from logmq.broker.metadata_store import ImageTopics
+    from logmq.broker.coordinator.txn_service import TransactionCoordinatorService
+    from logmq.broker.metadata.image_topics import ImageTopics
+    from logmq.broker.metadata.producer_ids import ProducerIdManager
+    from logmq.broker.metadata.quorum_service import MetadataQuorum
+    from logmq.broker.metadata.topic_creation import TopicCreator
     from logmq.broker.metrics import BrokerMetrics
-    from logmq.broker.producer_ids import ProducerIdManager
-    from logmq.broker.topic_creation import TopicCreator
-    from logmq.broker.txn_coordinator import TransactionCoordinatorService
     from logmq.cluster.metadata_image import MetadataImage
     from logmq.security.quota_enforcer import MutationQuota, QuotaEnforcer
 

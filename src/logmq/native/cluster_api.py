@@ -3,18 +3,18 @@ BrokerRegistration, BrokerHeartbeat, AllocateProducerIds and AlterPartition.
 
 DescribeCluster and DescribeQuorum answer from any broker (its metadata image and its
 view of the quorum) for ``logmq cluster describe``. Registration and heartbeats are what
-brokers send the controller over its client port (controller_service.py); a broker that
+brokers send the controller over its client port (broker/metadata/quorum_service.py); a broker that
 is not the controller answers NOT_CONTROLLER and the sender looks for the leader again.
 Body schemas are in docs/protocol.md; the broker side of these calls is in
 controller_forwarding.py (``allocate_producer_ids``, ``alter_partition``) and
-controller_service.py.
+broker/metadata/quorum_service.py.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from logmq.broker.controller_service import now_ms
+from logmq.broker.metadata.quorum_service import now_ms
 from logmq.cluster.controller_api import AlterPartitionRequest, AlterPartitionResponse
 from logmq.cluster.metadata_image import PartitionRegistration
 from logmq.errors import ErrorCode
@@ -30,7 +30,7 @@ from logmq.net.reply import Reply
 from logmq.replication.raft_service import NotLeaderError
 
 if TYPE_CHECKING:
-    from logmq.broker.controller_service import MetadataQuorum
+    from logmq.broker.metadata.quorum_service import MetadataQuorum
 
 
 class ClusterApi:

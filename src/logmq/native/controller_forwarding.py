@@ -14,7 +14,7 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-from logmq.broker.controller_service import MetadataQuorum
+from logmq.broker.metadata.quorum_service import MetadataQuorum
 from logmq.cluster.controller_api import AlterPartitionRequest, AlterPartitionResponse
 from logmq.errors import ErrorCode, LogMQError
 from logmq.native.cluster_api import alter_partition_response

@@ -3,7 +3,7 @@
 They translate requests into calls on the services and answers into replies. Everything
 is per batch or per partition, never per record: the produce tail is sliced into
 per-partition memoryviews and handed to the produce path both front doors share
-(produce_path.py, then ``ReplicaManager.append``: validation and stamping by the
+(broker/replica/produce_path.py, then ``ReplicaManager.append``: validation and stamping by the
 storage, min.insync.replicas, the HW, acks=all); a fetch
 answers with file regions that the server sends with ``os.sendfile``. Reads are the
 replica manager's too: consumers read below the HW from the leader, fenced by their
@@ -18,14 +18,14 @@ import asyncio
 import logging
 from typing import TYPE_CHECKING, Any
 
-from logmq.broker.fetch_sessions import (
+from logmq.broker.coordinator.txn_verification import Guards, append_guard
+from logmq.broker.replica.fetch_sessions import (
     FINAL_EPOCH,
     Entry,
     FetchSessionCache,
     FetchSessionError,
 )
-from logmq.broker.produce_path import produce_result
-from logmq.broker.txn_verification import Guards, append_guard
+from logmq.broker.replica.produce_path import produce_result
 from logmq.errors import ErrorCode, LogMQError
 from logmq.gcpause import gc_paused
 from logmq.native.request_fields import InvalidRequestError, req_int, req_list, req_str
@@ -34,14 +34,14 @@ from logmq.net.reply import Reply
 from logmq.storage.offset_search import offset_for
 
 if TYPE_CHECKING:
-    from logmq.broker.consumer_reads import ConsumerReads
-    from logmq.broker.fetch_results import TopicRead
-    from logmq.broker.follower_reads import FollowerReads
+    from logmq.broker.coordinator.txn_verification import TransactionalProduceCheck
     from logmq.broker.metrics import BrokerMetrics
-    from logmq.broker.produce_path import Outcome, ProducePath
-    from logmq.broker.record_deletion import RecordDeletion
-    from logmq.broker.replica_manager import ReplicaManager
-    from logmq.broker.txn_verification import TransactionalProduceCheck
+    from logmq.broker.replica.consumer_reads import ConsumerReads
+    from logmq.broker.replica.fetch_results import TopicRead
+    from logmq.broker.replica.follower_reads import FollowerReads
+    from logmq.broker.replica.produce_path import Outcome, ProducePath
+    from logmq.broker.replica.record_deletion import RecordDeletion
+    from logmq.broker.replica.replica_manager import ReplicaManager
     from logmq.net.reply import FileRegion
     from logmq.security.quota_enforcer import QuotaEnforcer
 
@@ -228,7 +228,7 @@ class DataApi:
 
     # -- Fetch ------------------------------------------------------------------------
     async def fetch(self, req: Request) -> Reply:
-        """Fetch, with or without a fetch session (broker/fetch_sessions.py).
+        """Fetch, with or without a fetch session (broker/replica/fetch_sessions.py).
 
         ``session_id``/``session_epoch`` follow Kafka (KIP-227); without them (epoch -1)
         the request names every partition and the answer carries every one, as before

@@ -2,8 +2,8 @@
 
 FindCoordinator (key type 0: a group; 1: a transactional id), ConsumerGroupHeartbeat,
 OffsetCommit, TxnOffsetCommit, OffsetFetch, ListGroups, ConsumerGroupDescribe,
-DeleteGroups and OffsetDelete. A handler checks the body, turns
-the request into an operation on the group's shard (group_shard.py) and shapes the
+DeleteGroups and OffsetDelete. A handler checks the body, turns the request into an
+operation on the group's shard (broker/coordinator/group_shard.py) and shapes the
 answer; the deterministic rules are the group core's (logmq.group). A body the broker
 cannot read gets the generic ``{"error": INVALID_REQUEST, "message"}``; a readable
 request that breaks a rule gets its API's response with the error code in it.
@@ -18,7 +18,7 @@ import asyncio
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from logmq.broker.group_shard import CoordinatorError
+from logmq.broker.coordinator.group_shard import CoordinatorError
 from logmq.cluster.topic_names import topic_name_error
 from logmq.errors import ErrorCode, LogMQError
 from logmq.group import (
@@ -45,9 +45,9 @@ from logmq.net.codec import Request
 from logmq.net.reply import Reply
 
 if TYPE_CHECKING:
-    from logmq.broker.group_coordinator import GroupCoordinatorService
+    from logmq.broker.coordinator.group_service import GroupCoordinatorService
+    from logmq.broker.coordinator.txn_service import TransactionCoordinatorService
     from logmq.broker.metrics import BrokerMetrics
-    from logmq.broker.txn_coordinator import TransactionCoordinatorService
 
 KEY_GROUP, KEY_TRANSACTION = 0, 1  # FindCoordinator's key types
 

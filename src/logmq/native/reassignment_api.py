@@ -29,9 +29,9 @@ from logmq.net.codec import Request
 from logmq.net.reply import Reply
 
 if TYPE_CHECKING:
-    from logmq.broker.controller_service import MetadataQuorum
+    from logmq.broker.metadata.quorum_service import MetadataQuorum
     from logmq.broker.metrics import BrokerMetrics
-    from logmq.broker.partition_views import LocalCopy, PartitionViews
+    from logmq.broker.replica.partition_views import LocalCopy, PartitionViews
 
 TopicPartition = tuple[str, int]
 PREFERRED, UNCLEAN = 0, 1  # ElectLeaders election types, as in Kafka

@@ -7,7 +7,7 @@ forwarding broker waits for. DescribeAcls, DescribeUserScramCredentials and
 DescribeClientQuotas are answered from this broker's own image: every broker holds the
 same committed set.
 
-Bodies (msgpack maps; ``binding`` and ``filter`` as broker/security_admin.py writes them:
+Bodies (msgpack maps; ``binding`` and ``filter`` as broker/metadata/security_admin.py writes them:
 resource_type, resource_name, pattern_type, principal, host, operation, permission_type,
 with Kafka's enum codes; a filter's name, principal and host may be nil):
 
@@ -35,7 +35,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from logmq.broker.security_admin import entity_body, parse_component, parse_quota_entry
+from logmq.broker.metadata.security_admin import entity_body, parse_component, parse_quota_entry
 from logmq.cluster.controller_api import ApiResult, ClientQuotaAlteration
 from logmq.cluster.security_image import scram_alteration_error
 from logmq.errors import ErrorCode
@@ -47,7 +47,7 @@ from logmq.security.bodies import SecurityBodyError, binding_body, parse_binding
 from logmq.security.scram import ScramCredential
 
 if TYPE_CHECKING:
-    from logmq.broker.controller_service import MetadataQuorum
+    from logmq.broker.metadata.quorum_service import MetadataQuorum
     from logmq.broker.metrics import BrokerMetrics
 
 

@@ -24,7 +24,7 @@ not coordinate the id now: the client finds the coordinator again.
 Between brokers (both need CLUSTER_ACTION):
 
 * WriteTxnMarkers (27): a coordinator's markers for partitions this broker leads
-  (broker/txn_markers.py). Request ``{"markers": [{"producer_id", "producer_epoch",
+  (broker/coordinator/txn_markers.py). Request ``{"markers": [{"producer_id", "producer_epoch",
   "coordinator_epoch", "commit", "job_id"?, "topics": [{"topic", "partitions":
   [int]}]}]}`` (``job_id``: the coordinator's job, so a copy is not written twice);
   answer ``{"markers": [{"producer_id", "topics": [{"topic", "partitions":
@@ -72,9 +72,9 @@ from logmq.security.acl import AclOperation as Op
 from logmq.security.acl import ResourceType as RT
 
 if TYPE_CHECKING:
-    from logmq.broker.replica_manager import ReplicaManager
-    from logmq.broker.txn_coordinator import TransactionCoordinatorService
-    from logmq.broker.txn_markers import MarkerWriter
+    from logmq.broker.coordinator.txn_markers import MarkerWriter
+    from logmq.broker.coordinator.txn_service import TransactionCoordinatorService
+    from logmq.broker.replica.replica_manager import ReplicaManager
     from logmq.security.authorization import Authorization
     from logmq.storage.partition_log import PartitionLog
 

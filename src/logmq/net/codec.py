@@ -54,7 +54,7 @@ class ApiKey(IntEnum):
     ADD_PARTITIONS_TO_TXN = 24  # a producer's, or verify_only from a partition leader: txn_api
     ADD_OFFSETS_TO_TXN = 25  # a transactional producer's (native/txn_api.py)
     END_TXN = 26  # a transactional producer's (native/txn_api.py)
-    WRITE_TXN_MARKERS = 27  # coordinator -> partition leader (broker/txn_markers.py)
+    WRITE_TXN_MARKERS = 27  # coordinator -> partition leader (broker/coordinator/txn_markers.py)
     TXN_OFFSET_COMMIT = 28  # to the group coordinator (native/group_api.py)
     OFFSET_FOR_LEADER_EPOCH = 23
     SASL_HANDSHAKE = 17  # native/sasl_api.py: the Kafka exchange in msgpack bodies

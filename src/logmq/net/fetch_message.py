@@ -1,6 +1,6 @@
 """The native protocol's Fetch message, both ends (sans-IO).
 
-Consumers (client/fetcher.py) and followers (broker/replica_fetcher.py) send the same
+Consumers (client/fetcher.py) and followers (broker/replica/fetcher.py) send the same
 request and read the same answer: a msgpack body listing each partition with its
 ``size``, and a tail holding those partitions' batches back to back, in body order
 (docs/protocol.md). Building the body and slicing the tail live here once, with the
@@ -28,7 +28,7 @@ def fetch_request(
 ) -> dict[str, Any]:
     """A Fetch body for ``{topic: [partition entries]}``; ``replica_id`` -1 is a consumer.
 
-    ``session_id``/``session_epoch`` as in broker/fetch_sessions.py (the defaults fetch
+    ``session_id``/``session_epoch`` as in broker/replica/fetch_sessions.py (the defaults fetch
     without a session); ``forgotten`` lists partitions an incremental fetch drops.
     """
     body = {

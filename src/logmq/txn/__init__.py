@@ -2,7 +2,7 @@
 
 :class:`TransactionCoordinator` runs the transactional ids of one ``__transaction_state``
 partition; its state persists as the records of :mod:`logmq.txn.codec` and is rebuilt by
-replaying them. It is a coordinator-shard core: the shard (broker/txn_shard.py) appends
+replaying them. It is a coordinator-shard core: the shard (broker/coordinator/txn_shard.py) appends
 the records it leaves, sends the marker jobs it hands out once durable, and reports back.
 """
 

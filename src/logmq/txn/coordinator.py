@@ -5,7 +5,7 @@ leads: it is rebuilt from the partition's records (:meth:`~TransactionCoordinato
 then :meth:`~TransactionCoordinator.load_complete`) and dropped when leadership goes.
 It is pure: no clock (every call takes ``now_ms``), no I/O, no tasks.
 
-It is a core of the coordinator shard (:class:`~logmq.broker.coordinator_shard.ShardCore`,
+It is a core of the coordinator shard (:class:`~logmq.broker.coordinator.shard_runtime.ShardCore`,
 as the group coordinator is): a request that changes state changes memory at once and
 leaves its record in an outbox (:meth:`~TransactionCoordinator.take_records`); commit and
 abort markers to send are :class:`MarkerJob` effects

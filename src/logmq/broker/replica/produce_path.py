@@ -15,14 +15,14 @@ import logging
 from collections.abc import Awaitable, Callable, Coroutine, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
-from logmq.broker.topic_creation import PendingTopics
+from logmq.broker.metadata.topic_creation import PendingTopics
 from logmq.cluster.topic_names import is_internal
 from logmq.errors import ErrorCode, LogMQError
 
 if TYPE_CHECKING:
-    from logmq.broker.leader_appends import LeaderAppends
-    from logmq.broker.metadata_store import TopicInfo
-    from logmq.broker.replica_manager import ReplicaManager
+    from logmq.broker.metadata.image_topics import TopicInfo
+    from logmq.broker.replica.leader_appends import LeaderAppends
+    from logmq.broker.replica.replica_manager import ReplicaManager
     from logmq.cluster.metadata_image import MetadataImage
     from logmq.storage.partition_log import PartitionLog
     from logmq.storage.stamping import AppendInfo

@@ -15,15 +15,15 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
-from logmq.broker.metadata_store import TopicInfo
+from logmq.broker.metadata.image_topics import TopicInfo
 from logmq.cluster.topic_names import topic_name_error
 from logmq.errors import ErrorCode, LogMQError
 from logmq.net.codec import ApiKey
 from logmq.storage.config import LogConfig
 
 if TYPE_CHECKING:
-    from logmq.broker.controller_service import MetadataQuorum
-    from logmq.broker.metadata_store import ImageTopics
+    from logmq.broker.metadata.image_topics import ImageTopics
+    from logmq.broker.metadata.quorum_service import MetadataQuorum
 
 log = logging.getLogger("logmq.broker")
 

@@ -65,7 +65,7 @@ from logmq.storage.partition_log import PartitionLog
 from logmq.storage.txn_state import CONTROL_COMMIT, control_record
 
 if TYPE_CHECKING:
-    from logmq.broker.replica_manager import ReplicaManager
+    from logmq.broker.replica.replica_manager import ReplicaManager
 
 log = logging.getLogger("logmq.coordinator")
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Sequence
 
-from logmq.broker.security_admin import SecurityAdmin
+from logmq.broker.metadata.security_admin import SecurityAdmin
 from logmq.cluster.metadata_image import MetadataImage
 from logmq.security.authorization import audit_change
 from logmq.security.scram import AddScramUser

@@ -1,8 +1,8 @@
 """Security admin for either door: ACLs, SCRAM credentials and client quotas.
 
 The changes run on the controller, which writes them to the metadata log; like
-TopicAdmin (topic_admin.py) this service speaks the inter-broker (native) requests on a
-door's behalf, takes typed requests and answers typed outcomes in request order. The
+TopicAdmin (topic_admin.py) this service speaks the inter-broker (native) requests on
+a door's behalf, takes typed requests and answers typed outcomes in request order. The
 describes are answered from this broker's own metadata image: every broker holds the
 same committed set, so no request travels for them.
 

@@ -4,7 +4,7 @@ A fetch that finds fewer than ``min_bytes`` registers one future on every partit
 reads; an append to any of them (``notify``) resolves the future and the fetch re-reads.
 ``wake_all`` releases everybody at shutdown so in-flight fetches answer promptly.
 
-Fetch sessions (fetch_sessions.py) are *watchers*: registered once per partition when
+Fetch sessions (broker/replica/fetch_sessions.py) are *watchers*: registered once per partition when
 they take it, they hear of every notify (``mark_ready``), so a session's fetch parks
 on one future of its own instead of registering on each of its partitions each time.
 """
@@ -16,7 +16,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from logmq.broker.fetch_sessions import FetchSession
+    from logmq.broker.replica.fetch_sessions import FetchSession
 
 TopicPartition = tuple[str, int]
 

@@ -1,7 +1,7 @@
 """One ``__consumer_offsets`` partition's group coordinator at run time (a *shard*).
 
 The deterministic :class:`~logmq.group.GroupCoordinator` decides; the generic shard
-machinery (:mod:`logmq.broker.coordinator_shard`: load, ordered rounds, one append per
+machinery (:mod:`logmq.broker.coordinator.shard_runtime`: load, ordered rounds, one append per
 round, answers once fsynced and replicated, reload on a failed append, the timer,
 parked requests) makes what it decides durable before anybody hears about it.
 
@@ -25,7 +25,7 @@ import logging
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TypeVar, Unpack
 
-from logmq.broker.coordinator_shard import (
+from logmq.broker.coordinator.shard_runtime import (
     APPEND_ERRORS,
     CoordinatorError,
     CoordinatorShard,

@@ -2,9 +2,9 @@
 
 Transactional ids live in the internal compacted topic ``__transaction_state``; an id's
 coordinator is the leader of partition ``xxh32(transactional_id) % N``. As for groups,
-:class:`~logmq.broker.coordinator_service.ShardedCoordinatorService` creates the topic
+:class:`~logmq.broker.coordinator.sharded_service.ShardedCoordinatorService` creates the topic
 on first use (through the TopicCreator, like ``__consumer_offsets``), runs one
-:class:`~logmq.broker.txn_shard.TxnShard` per partition this broker leads (one per
+:class:`~logmq.broker.coordinator.txn_shard.TxnShard` per partition this broker leads (one per
 leader epoch: leadership regained at a newer epoch loads a new shard from the log) and
 routes an id to its shard; this service answers the transaction APIs of both doors.
 
@@ -25,10 +25,10 @@ from dataclasses import replace
 from functools import partial
 from typing import TYPE_CHECKING, Protocol
 
-from logmq.broker.coordinator_service import ShardedCoordinatorService
-from logmq.broker.coordinator_shard import CoordinatorError
-from logmq.broker.group_coordinator import OFFSETS_TOPIC_CONFIGS
-from logmq.broker.txn_shard import TxnShard
+from logmq.broker.coordinator.group_service import OFFSETS_TOPIC_CONFIGS
+from logmq.broker.coordinator.shard_runtime import CoordinatorError
+from logmq.broker.coordinator.sharded_service import ShardedCoordinatorService
+from logmq.broker.coordinator.txn_shard import TxnShard
 from logmq.errors import ErrorCode
 from logmq.group import OFFSETS_TOPIC
 from logmq.group import coordinator_partition as group_partition
@@ -48,10 +48,10 @@ from logmq.txn.codec import MAX_ID_BYTES, NO_PRODUCER_EPOCH, NO_PRODUCER_ID
 
 if TYPE_CHECKING:
     from logmq.broker.config import BrokerConfig
-    from logmq.broker.controller_service import MetadataQuorum
-    from logmq.broker.local_logs import LocalLogs
-    from logmq.broker.replica_manager import ReplicaManager
-    from logmq.broker.topic_creation import TopicCreator
+    from logmq.broker.metadata.quorum_service import MetadataQuorum
+    from logmq.broker.metadata.topic_creation import TopicCreator
+    from logmq.broker.replica.local_logs import LocalLogs
+    from logmq.broker.replica.replica_manager import ReplicaManager
     from logmq.cluster.metadata_image import MetadataImage
     from logmq.storage.log_manager import LogManager
 

@@ -1,10 +1,10 @@
 """One ``__transaction_state`` partition's transaction coordinator at run time (a shard).
 
 The deterministic :class:`~logmq.txn.TransactionCoordinator` decides; the generic shard
-(:mod:`logmq.broker.coordinator_shard`) orders its operations, appends the records they
+(:mod:`logmq.broker.coordinator.shard_runtime`) orders its operations, appends the records they
 leave, answers each only once its round is fsynced and replicated, and reloads the core
 from the log when a round fails. The core speaks the shard's contract itself
-(:class:`~logmq.broker.coordinator_shard.ShardCore`), exactly as the group core does:
+(:class:`~logmq.broker.coordinator.shard_runtime.ShardCore`), exactly as the group core does:
 every request method here is one operation on it.
 
 Markers are the side effect: the :class:`MarkerJob` s the core decides go out through
@@ -30,7 +30,7 @@ import secrets
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, Unpack
 
-from logmq.broker.coordinator_shard import CoordinatorError, CoordinatorShard, ShardOptions
+from logmq.broker.coordinator.shard_runtime import CoordinatorError, CoordinatorShard, ShardOptions
 from logmq.errors import ErrorCode
 from logmq.storage.log_manager import LogManager
 from logmq.storage.partition_log import PartitionLog

@@ -14,7 +14,7 @@ in the latest metadata image) share the broker's inbound quota (replication/thro
 and are left out while it is in debt; the bytes that arrive for them are charged after
 the response. Other partitions keep fetching at full speed in the same requests.
 
-Fetch session (KIP-227, broker/fetch_sessions.py): outside a throttled reassignment the
+Fetch session (KIP-227, broker/replica/fetch_sessions.py): outside a throttled reassignment the
 fetcher keeps one session with its leader. The first Fetch names every partition; later
 ones only the partitions whose position, leader epoch or log start moved (``_changed``)
 and those to forget (removed, or backing off after an error), so an idle partition costs
@@ -37,7 +37,7 @@ from logmq.net.fetch_message import fetch_request, fetched_partitions
 from logmq.replication.throttle import configured_rate
 
 if TYPE_CHECKING:
-    from logmq.broker.replica_manager import ReplicaManager
+    from logmq.broker.replica.replica_manager import ReplicaManager
 
 log = logging.getLogger("logmq.replication")
 

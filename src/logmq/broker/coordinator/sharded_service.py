@@ -24,7 +24,7 @@ import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar, Unpack
 
-from logmq.broker.coordinator_shard import (
+from logmq.broker.coordinator.shard_runtime import (
     CoordinatorError,
     CoordinatorShard,
     LeaderReplication,
@@ -35,11 +35,11 @@ from logmq.storage.config import LogConfig
 
 if TYPE_CHECKING:
     from logmq.broker.config import BrokerConfig
-    from logmq.broker.controller_service import MetadataQuorum
-    from logmq.broker.local_logs import LocalLogs
-    from logmq.broker.metadata_publisher import PartitionChanges
-    from logmq.broker.replica_manager import ReplicaManager
-    from logmq.broker.topic_creation import TopicCreator
+    from logmq.broker.metadata.publisher import PartitionChanges
+    from logmq.broker.metadata.quorum_service import MetadataQuorum
+    from logmq.broker.metadata.topic_creation import TopicCreator
+    from logmq.broker.replica.local_logs import LocalLogs
+    from logmq.broker.replica.replica_manager import ReplicaManager
     from logmq.cluster.metadata_image import MetadataImage
     from logmq.storage.log_manager import LogManager
     from logmq.storage.partition_log import PartitionLog

@@ -40,9 +40,9 @@ from logmq.storage.txn_state import CONTROL_ABORT, CONTROL_COMMIT, encode_contro
 from logmq.txn import MarkerJob
 
 if TYPE_CHECKING:
-    from logmq.broker.broker_clients import BrokerClients
-    from logmq.broker.leader_appends import LeaderAppends
-    from logmq.broker.replica_manager import ReplicaManager
+    from logmq.broker.coordinator.peers import BrokerClients
+    from logmq.broker.replica.leader_appends import LeaderAppends
+    from logmq.broker.replica.replica_manager import ReplicaManager
     from logmq.cluster.metadata_image import MetadataImage
 
 log = logging.getLogger("logmq.txn")

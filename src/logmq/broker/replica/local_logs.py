@@ -14,8 +14,8 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Container
 
-from logmq.broker.fetch_waiter import FetchWaiters
-from logmq.broker.metadata_publisher import PartitionChanges
+from logmq.broker.metadata.publisher import PartitionChanges
+from logmq.broker.replica.fetch_waiter import FetchWaiters
 from logmq.cluster.metadata_image import MetadataImage, TopicPartition
 from logmq.errors import ErrorCode, LogMQError
 from logmq.storage.log_manager import LogManager

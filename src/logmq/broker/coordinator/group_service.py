@@ -3,8 +3,8 @@
 Groups live in the internal compacted topic ``__consumer_offsets``; a group's
 coordinator is the leader of partition ``xxh32(group_id) % N``. Leadership following,
 creating the topic on first use and routing are the shared
-:class:`~logmq.broker.coordinator_service.ShardedCoordinatorService`'s; this service
-runs one :class:`~logmq.broker.group_shard.GroupShard` per partition this broker leads
+:class:`~logmq.broker.coordinator.sharded_service.ShardedCoordinatorService`'s; this service
+runs one :class:`~logmq.broker.coordinator.group_shard.GroupShard` per partition this broker leads
 and tells every shard when topics come, go or grow.
 """
 
@@ -16,8 +16,8 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from logmq.broker.coordinator_service import ShardedCoordinatorService
-from logmq.broker.group_shard import GroupShard
+from logmq.broker.coordinator.group_shard import GroupShard
+from logmq.broker.coordinator.sharded_service import ShardedCoordinatorService
 from logmq.errors import ErrorCode, LogMQError
 from logmq.group import (
     OFFSETS_TOPIC,
@@ -30,10 +30,10 @@ from logmq.net.codec import ApiKey
 
 if TYPE_CHECKING:
     from logmq.broker.config import BrokerConfig
-    from logmq.broker.controller_service import MetadataQuorum
-    from logmq.broker.local_logs import LocalLogs
-    from logmq.broker.replica_manager import ReplicaManager
-    from logmq.broker.topic_creation import TopicCreator
+    from logmq.broker.metadata.quorum_service import MetadataQuorum
+    from logmq.broker.metadata.topic_creation import TopicCreator
+    from logmq.broker.replica.local_logs import LocalLogs
+    from logmq.broker.replica.replica_manager import ReplicaManager
     from logmq.cluster.metadata_image import MetadataImage
     from logmq.group import GroupCoordinator, TopicPartition
     from logmq.storage.log_manager import LogManager

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from logmq.errors import ErrorCode, LogMQError
 
 if TYPE_CHECKING:
-    from logmq.broker.replica_manager import ReplicaManager
+    from logmq.broker.replica.replica_manager import ReplicaManager
 
 TopicPartition = tuple[str, int]
 

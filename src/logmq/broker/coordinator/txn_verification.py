@@ -30,8 +30,8 @@ from logmq.security.acl import ResourceType as RT
 from logmq.storage import batch as b
 
 if TYPE_CHECKING:
-    from logmq.broker.broker_clients import BrokerClients
-    from logmq.broker.txn_coordinator import TransactionCoordinatorService
+    from logmq.broker.coordinator.peers import BrokerClients
+    from logmq.broker.coordinator.txn_service import TransactionCoordinatorService
     from logmq.net.pipeline import ConnectionContext
     from logmq.security.authorization import Authorization
     from logmq.storage.partition_log import PartitionLog

@@ -4,7 +4,7 @@ Reads go below each partition's high watermark (read_committed: below its last s
 offset, with the aborted transactions of what was read), from the leader only, fenced by
 the leader epoch the consumer knows (``ReplicaManager.leader_log``), and long-poll on
 appends until enough bytes are there. A fetch session's reads take only its ready
-partitions (fetch_sessions.py). The answer's record bytes are file regions, never
+partitions (broker/replica/fetch_sessions.py). The answer's record bytes are file regions, never
 decoded here.
 """
 
@@ -13,13 +13,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from logmq.broker.fetch_results import PartitionRead, TopicRead, failed
+from logmq.broker.replica.fetch_results import PartitionRead, TopicRead, failed
 from logmq.errors import ErrorCode, LogMQError
 from logmq.gcpause import gc_paused
 
 if TYPE_CHECKING:
-    from logmq.broker.fetch_sessions import FetchSession, SessionPartition
-    from logmq.broker.replica_manager import ReplicaManager
+    from logmq.broker.replica.fetch_sessions import FetchSession, SessionPartition
+    from logmq.broker.replica.replica_manager import ReplicaManager
 
 NO_ERROR = ErrorCode.NONE
 TopicPartition = tuple[str, int]

@@ -34,8 +34,8 @@ from logmq.errors import ErrorCode, LogMQError
 from logmq.gcpause import gc_paused
 
 if TYPE_CHECKING:
-    from logmq.broker.fetch_results import TopicRead
-    from logmq.broker.fetch_waiter import FetchWaiters
+    from logmq.broker.replica.fetch_results import TopicRead
+    from logmq.broker.replica.fetch_waiter import FetchWaiters
 
 TopicPartition = tuple[str, int]
 INITIAL_EPOCH = 0  # with session id 0: open a session

@@ -9,12 +9,12 @@ and owns the tick task and the follower fetchers, which hand it the leader's bat
 (``on_fetched``). It never decodes records.
 
 The data paths over it are classes of their own, each one concept, built by the
-composition root with this manager as their collaborator: ``LeaderAppends``
-(leader_appends.py: produce and marker appends, acks=all), ``ConsumerReads``
-(consumer_reads.py), ``FollowerReads`` (follower_reads.py: a follower's fetch records
-its LEO here through ``follower_fetch``), ``RecordDeletion`` (record_deletion.py, told of
-partition changes through ``watch``); ISR changes go out batched through
-``IsrChangeQueue`` (isr_changes.py).
+composition root with this manager as their collaborator, beside it in broker/replica/:
+``LeaderAppends`` (leader_appends.py: produce and marker appends, acks=all),
+``ConsumerReads`` (consumer_reads.py), ``FollowerReads`` (follower_reads.py: a
+follower's fetch records its LEO here through ``follower_fetch``), ``RecordDeletion``
+(record_deletion.py, told of partition changes through ``watch``); ISR changes go out
+batched through ``IsrChangeQueue`` (isr_changes.py).
 
 Wiring into a broker: create it after the LogManager with ``alter_partition`` (sends an
 ``AlterPartitionRequest`` to the controller and returns its ``AlterPartitionResponse``),
@@ -37,8 +37,8 @@ from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal, Protocol
 
-from logmq.broker.isr_changes import AlterPartitions, IsrChangeQueue
-from logmq.broker.replica_fetcher import FetcherConfig, ReplicaFetcher
+from logmq.broker.replica.fetcher import FetcherConfig, ReplicaFetcher
+from logmq.broker.replica.isr_changes import AlterPartitions, IsrChangeQueue
 from logmq.errors import DiskFullError, ErrorCode, LogMQError
 from logmq.replication.partition_replica import (
     AlterIsr,
@@ -55,7 +55,7 @@ from logmq.replication.throttle import ReassignmentQuota
 from logmq.storage import batch as b
 
 if TYPE_CHECKING:
-    from logmq.broker.fetch_waiter import FetchWaiters
+    from logmq.broker.replica.fetch_waiter import FetchWaiters
     from logmq.cluster.metadata_image import LocalReplicaChanges, MetadataImage
     from logmq.storage.log_manager import LogManager
     from logmq.storage.partition_log import PartitionLog
@@ -193,7 +193,7 @@ class ReplicaManager:
             broker_id, broker_epoch, alter_partitions, self._isr_change_answered
         )
         self._acks: dict[int, asyncio.Future[ErrorCode]] = {}
-        # told when a partition's followers, ISR or role change (record_deletion.py)
+        # told when a partition's followers, ISR or role change (broker/replica/record_deletion.py)
         self._watchers: list[PartitionWatcher] = []
         self._ack_keys = itertools.count()
         self._tasks: set[asyncio.Task] = set()
@@ -287,7 +287,7 @@ class ReplicaManager:
                 log.exception("applying %s to %s-%d failed", change.role, *change.key)
 
     def on_partitions_changed(self, image: object, changes: LocalReplicaChanges) -> None:
-        """The MetadataPublisher listener (broker/metadata_publisher.py); after the logs'."""
+        """The MetadataPublisher listener (broker/metadata/publisher.py); after the logs'."""
         self.image = image  # type: ignore[assignment]
         if not self.replicated:
             for key, part in changes.leaders.items():

@@ -11,11 +11,11 @@ from __future__ import annotations
 from collections.abc import Coroutine
 from typing import TYPE_CHECKING, Any
 
-from logmq.broker.replica_manager import LEADER_EPOCH
+from logmq.broker.replica.replica_manager import LEADER_EPOCH
 from logmq.errors import ErrorCode, LogMQError
 
 if TYPE_CHECKING:
-    from logmq.broker.replica_manager import ReplicaManager
+    from logmq.broker.replica.replica_manager import ReplicaManager
     from logmq.storage.partition_log import PartitionLog
     from logmq.storage.stamping import AppendInfo
 
@@ -42,7 +42,7 @@ class LeaderAppends:
     ) -> AppendInfo:
         """Append produce data as the partition's leader; acks=all waits for the HW
         (``append_now``, then what it leaves to wait for). ``control``: transaction
-        markers (txn_markers.py), which clients may not write."""
+        markers (broker/coordinator/txn_markers.py), which clients may not write."""
         info, rest = self.append_now(key, plog, data, acks, timeout_ms, control=control)
         if rest is not None:
             await rest

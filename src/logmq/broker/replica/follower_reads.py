@@ -10,13 +10,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from logmq.broker.fetch_results import PartitionRead, TopicRead, failed
+from logmq.broker.replica.fetch_results import PartitionRead, TopicRead, failed
 from logmq.errors import ErrorCode
 from logmq.replication.throttle import configured_rate
 
 if TYPE_CHECKING:
-    from logmq.broker.fetch_sessions import FetchSession, SessionPartition
-    from logmq.broker.replica_manager import ReplicaManager
+    from logmq.broker.replica.fetch_sessions import FetchSession, SessionPartition
+    from logmq.broker.replica.replica_manager import ReplicaManager
 
 NO_ERROR = ErrorCode.NONE
 TopicPartition = tuple[str, int]
