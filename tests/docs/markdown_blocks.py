@@ -6,6 +6,9 @@ the block ends at a line of the same character, at least as long, and nothing el
 the end of the file). Indented code blocks are not fences: the docs keep those for
 layouts and listings, never for commands.
 
+``heading_anchors(path)`` gives the anchors GitHub makes of the file's headings, so links
+to sections can be checked.
+
 Each block also carries the ``<!-- doc-test: ... -->`` comments written on the lines just
 above it (blank lines may separate them) and its caption: the nearest non-blank line
 above those, which for a file shown in full is "`path/to/file`:".
@@ -87,3 +90,27 @@ def _above(lines: list[str], fence_index: int) -> tuple[tuple[str, ...], str]:
         k -= 1
     caption = lines[k].strip() if k >= 0 else ""
     return tuple(reversed(directives)), caption
+
+
+def heading_anchors(path: str | Path) -> set[str]:
+    """The anchors GitHub gives the headings of the file (outside fences): lower case,
+    punctuation dropped, spaces to hyphens, a repeated one suffixed -1, -2, ..."""
+    lines = Path(path).read_text(encoding="utf-8").splitlines()
+    fenced = {line for block in fenced_blocks(path) for line in _fence_span(block, lines)}
+    anchors: set[str] = set()
+    for number, line in enumerate(lines, 1):
+        heading = re.match(r"^ {0,3}#{1,6}\s+(.*?)\s*#*\s*$", line)
+        if not heading or number in fenced:
+            continue
+        slug = re.sub(r"[^\w\- ]", "", heading[1].strip().lower()).replace(" ", "-")
+        anchor, n = slug, 0
+        while anchor in anchors:
+            n += 1
+            anchor = f"{slug}-{n}"
+        anchors.add(anchor)
+    return anchors
+
+
+def _fence_span(block: Block, lines: list[str]) -> range:
+    """Line numbers (1-based) from a block's opening fence to its closing one."""
+    return range(block.line, block.line + block.text.count("\n") + 2)

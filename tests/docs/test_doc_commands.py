@@ -8,6 +8,7 @@ docs/testing.md ("Docs whose commands run").
 
 from __future__ import annotations
 
+import re
 import time
 from pathlib import Path
 
@@ -20,7 +21,7 @@ from tests.docs.doc_runner import (
     plan_document,
     shift_ports,
 )
-from tests.docs.markdown_blocks import Block, fenced_blocks
+from tests.docs.markdown_blocks import Block, fenced_blocks, heading_anchors
 
 ROOT = Path(__file__).resolve().parents[2]
 EXCLUDED = {
@@ -58,6 +59,26 @@ def test_every_directive_is_understood_and_every_skip_has_a_reason() -> None:
     for doc in DOCUMENTS:
         for plan in plan_document(ROOT / doc):  # raises on a malformed directive
             assert plan.action != "skip" or plan.reason
+
+
+LINK = re.compile(r"\]\((?P<target>[^)\s]*)#(?P<anchor>[^)\s]+)\)")
+
+
+def test_links_to_sections_name_headings_that_exist() -> None:
+    """A link to `page.md#section` (or `#section`) names a heading of that page: renamed or
+    moved sections (benchmarks.md's, for one) must not leave links dangling."""
+    broken = []
+    for doc in [*DOCUMENTS, *EXCLUDED]:
+        path = ROOT / doc
+        text = path.read_text(encoding="utf-8")
+        for match in LINK.finditer(text):
+            target = (path.parent / match["target"]) if match["target"] else path
+            if target.suffix != ".md" or not target.is_file():
+                continue
+            if match["anchor"] not in heading_anchors(target):
+                line = text.count("\n", 0, match.start()) + 1
+                broken.append(f"{doc}:{line}: {match[0]}")
+    assert not broken, "links to missing sections:\n" + "\n".join(broken)
 
 
 # -- the extractor and the runner's rules, on small inputs ------------------------------
@@ -99,6 +120,23 @@ def test_fenced_blocks_give_info_line_text_directives_and_caption(tmp_path: Path
     assert blocks[1].caption == "Run this:"
     assert blocks[1].language == "python"
     assert blocks[0].directives == ()
+    assert heading_anchors(doc) == {"title"}  # "# not a heading" lines inside fences
+
+
+def test_heading_anchors_follow_github(tmp_path: Path) -> None:
+    doc = tmp_path / "doc.md"
+    doc.write_text(
+        "# logmq.testing start-up (issue 15)\n"
+        "## Benchmarks: `logmq bench produce|consume|latency`\n"
+        "## Again\n## Again\n"
+        "```sh\n# a comment\n```\n"
+    )
+    assert heading_anchors(doc) == {
+        "logmqtesting-start-up-issue-15",
+        "benchmarks-logmq-bench-produceconsumelatency",
+        "again",
+        "again-1",
+    }
 
 
 def test_directives_are_read_and_a_bad_one_is_refused(tmp_path: Path) -> None:
