@@ -22,6 +22,8 @@ The convention the docs follow (docs/testing.md, "Docs whose commands run"):
   9000-9999 written as ``:PORT``, ``--...port PORT`` or ``--...port=PORT`` becomes
   PORT + D; defaults get the same shift through ``LOGMQ_BOOTSTRAP``, ``LOGMQ_PORT`` and
   ``LOGMQ_KAFKA_PORT`` and, for a ``logmq dev cluster`` line without one, ``--base-port``.
+- ``PATH`` starts with the test interpreter's directory, as after ``source
+  .venv/bin/activate``.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ import shlex
 import signal
 import socket
 import subprocess
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -195,7 +198,11 @@ class DocumentRun:
             ports.update(int(p) for p in EXAMPLE_PORT.findall(plan.block.text))
         self.offset = self.offset or pick_port_offset(ports)
         env = {k: v for k, v in os.environ.items() if not k.startswith(("LOGMQ_", "PYTEST_"))}
+        # as after `source .venv/bin/activate`: the test's interpreter, logmq and
+        # logmq-server come first on PATH (CI runs .venv/bin/python without activating)
+        bin_dir = str(Path(sys.executable).parent)
         env.update(
+            PATH=os.pathsep.join([bin_dir, env.get("PATH", "")]),
             PYTHONUNBUFFERED="1",
             LOGMQ_BOOTSTRAP=f"127.0.0.1:{9192 + self.offset}",
             LOGMQ_PORT=str(9192 + self.offset),
