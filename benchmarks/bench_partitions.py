@@ -437,7 +437,7 @@ def cluster_table(rows: list[dict[str, Any]]) -> str:
 
 
 # The "before" curves of the chart: the run of 2026-11-25 01:00 UTC, before issue 16
-# (docs/benchmarks.md, "Ten thousand partitions (issue 16): before"), records per second.
+# (docs/benchmarks-history.md, "Ten thousand partitions (issue 16): before"), records/s.
 BEFORE = {
     "consume": {1: 1_556_000, 100: 851_000, 1000: 74_000, 10000: 1_100},
     "produce, spread": {1: 584_000, 100: 394_000, 1000: 70_000, 10000: 7_000},

@@ -116,7 +116,11 @@ def session():
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--bootstrap", default="127.0.0.1:9092")
+    parser.add_argument(
+        "--bootstrap",
+        default=os.environ.get("LOGMQ_BOOTSTRAP", "127.0.0.1:9192"),
+        help="native port(s), as for the logmq CLI (default: $LOGMQ_BOOTSTRAP or 127.0.0.1:9192)",
+    )
     parser.add_argument("--source", default="clicks", help="topic of click events")
     parser.add_argument("--sink-topic", default="page-counts")
     parser.add_argument("--sink-partitions", type=int, default=4, help="when creating it")

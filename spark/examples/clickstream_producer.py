@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import time
 from collections.abc import Iterator
@@ -79,7 +80,11 @@ def produce(bootstrap: str, topic: str, events: Iterator[dict], rate: float = 0)
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--bootstrap", default="127.0.0.1:9092")
+    parser.add_argument(
+        "--bootstrap",
+        default=os.environ.get("LOGMQ_BOOTSTRAP", "127.0.0.1:9192"),
+        help="native port(s), as for the logmq CLI (default: $LOGMQ_BOOTSTRAP or 127.0.0.1:9192)",
+    )
     parser.add_argument("--topic", default="clicks")
     parser.add_argument("--partitions", type=int, default=4, help="when creating the topic")
     parser.add_argument("--events", type=int, default=100_000)
