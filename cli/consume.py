@@ -148,7 +148,9 @@ def consume(
         raise click.UsageError("--offset and --from-beginning are exclusive")
     if group_id is not None and (offset is not None or partition is not None):
         raise click.UsageError("--group assigns partitions itself: no --partition or --offset")
-    with Admin(ctx.bootstrap, request_timeout_ms=ctx.request_timeout_ms) as admin:
+    with Admin(
+        ctx.bootstrap, request_timeout_ms=ctx.request_timeout_ms, security=ctx.security()
+    ) as admin:
         partitions = topic_partitions(admin, topic, "consume from")
     if partition is not None:
         if partition not in partitions:
@@ -168,6 +170,7 @@ def consume(
         with Consumer(
             ctx.bootstrap,
             request_timeout_ms=ctx.request_timeout_ms,
+            security=ctx.security(),
             fetch_max_wait_ms=200,
             **group_options,
         ) as consumer:
