@@ -635,8 +635,9 @@ class Broker:
             self.metrics,
             quotas=quotas,
             txns=self.txns,
+            authz=self.authorization,
         )
-        self.group_api = GroupApi(self.groups, self.metrics, self.txns)
+        self.group_api = GroupApi(self.groups, self.metrics, self.txns, self.authorization)
         views = PartitionViews(cfg.node_id, lambda: self.quorum.image, logs)
         self.reassignment_api = ReassignmentApi(self.quorum, views, self.metrics)
         self.kafka = KafkaApis(
@@ -663,7 +664,10 @@ class Broker:
                 self.groups, lambda: self.quorum.image, self.authorization
             ),
             configs=KafkaConfigApis(
-                cfg, lambda: self.quorum.image, self.forwarder.run_on_controller
+                cfg,
+                lambda: self.quorum.image,
+                self.forwarder.run_on_controller,
+                self.authorization,
             ),
             partitions=KafkaPartitionAdminApis(
                 self.replicas,

@@ -92,12 +92,13 @@ def _topics(op: Op, field: str = "name") -> Callable[[Request], Needed]:
 
 
 # api key -> the resources a request names (all must be allowed; one denial answers the
-# request, every entry with its code: clients send one resource per request for these)
+# request, every entry with its code: clients send one resource per request for these).
+# DescribeConfigs, which clients send for many topics at once, answers each resource in
+# its own entry (kafka/configs.py), as Kafka does.
 RESOURCE_APIS: dict[int, Callable[[Request], Needed]] = {
     8: _topics(Op.READ),  # OffsetCommit: READ on each topic too
     21: _topics(Op.DELETE),  # DeleteRecords
     23: _topics(Op.DESCRIBE, "topic"),  # OffsetForLeaderEpoch
-    32: _config_resources(Op.DESCRIBE_CONFIGS),  # DescribeConfigs
     33: _config_resources(Op.ALTER_CONFIGS),  # AlterConfigs
     44: _config_resources(Op.ALTER_CONFIGS),  # IncrementalAlterConfigs
 }

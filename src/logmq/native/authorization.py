@@ -2,12 +2,18 @@
 
 One pipeline step (``guard``) for the whole native door: every resource a request names
 must be allowed, else the request is answered with the resource type's
-*_AUTHORIZATION_FAILED (native clients take errors per request). The inter-broker APIs
-(a follower's fetch, ISR changes, registration and heartbeats, producer id blocks,
-transaction markers, AddPartitionsToTxn with ``verify_only``, a request another broker
-forwards to the controller) need CLUSTER_ACTION on the cluster: brokers' principals,
-never a client's. A transactional producer's requests need WRITE on its transactional
-id (its transactional produce is checked by the produce handler, as on the Kafka door).
+*_AUTHORIZATION_FAILED (native clients take errors per request). The listings and the
+requests that name many resources at once (Metadata, DescribeConfigs, ListGroups,
+ConsumerGroupDescribe, OffsetFetch's topics, ListTransactions, DescribeTransactions'
+partitions) are decided per entry by their handlers, with the Kafka door's rules
+(security/authorization.py): what the principal may not describe is left out of a
+listing, and a named one it may not see answers alone, alike whether it exists or not.
+The inter-broker APIs (a follower's fetch, ISR changes, registration and heartbeats,
+producer id blocks, transaction markers, AddPartitionsToTxn with ``verify_only``, a
+request another broker forwards to the controller) need CLUSTER_ACTION on the cluster:
+brokers' principals, never a client's. A transactional producer's requests need WRITE on
+its transactional id (its transactional produce is checked by the produce handler, as on
+the Kafka door).
 Bodies are untrusted: an entry of the wrong shape names nothing here, and its handler
 refuses it.
 """
@@ -120,18 +126,22 @@ NEEDS: dict[int, Callable[[Any], list[Need]]] = {
     ApiKey.LIST_OFFSETS: _topics(Op.DESCRIBE),
     ApiKey.OFFSET_FOR_LEADER_EPOCH: _topics(Op.DESCRIBE),
     ApiKey.DELETE_RECORDS: _topics(Op.DELETE),
-    ApiKey.METADATA: lambda b: [(Op.DESCRIBE, RT.TOPIC, n) for n in _names(b, "topics", "")],
+    # per entry in the handlers, as Kafka answers them (native/admin_api.py,
+    # native/group_api.py): a listing shows what the principal may DESCRIBE
+    # (security/authorization.py's ``describable``), a named resource it may not is
+    # answered *_AUTHORIZATION_FAILED in its own entry, the others normally
+    ApiKey.METADATA: lambda b: [],
     ApiKey.CREATE_TOPICS: _topics(Op.CREATE),
     ApiKey.CREATE_PARTITIONS: _topics(Op.ALTER),
     ApiKey.DELETE_TOPICS: lambda b: [(Op.DELETE, RT.TOPIC, n) for n in _names(b, "topics", "")],
-    ApiKey.DESCRIBE_CONFIGS: _configs(Op.DESCRIBE_CONFIGS),
+    ApiKey.DESCRIBE_CONFIGS: lambda b: [],  # per resource (native/admin_api.py)
     ApiKey.ALTER_CONFIGS: _configs(Op.ALTER_CONFIGS),
     ApiKey.FIND_COORDINATOR: _find_coordinator,
     ApiKey.CONSUMER_GROUP_HEARTBEAT: _group(Op.READ),
     ApiKey.OFFSET_COMMIT: _offset_commit,
     ApiKey.OFFSET_FETCH: _group(Op.DESCRIBE),
-    ApiKey.LIST_GROUPS: _cluster(Op.DESCRIBE),
-    ApiKey.CONSUMER_GROUP_DESCRIBE: _group(Op.DESCRIBE),
+    ApiKey.LIST_GROUPS: lambda b: [],  # the groups it may DESCRIBE (native/group_api.py)
+    ApiKey.CONSUMER_GROUP_DESCRIBE: lambda b: [],  # per group (native/group_api.py)
     ApiKey.DELETE_GROUPS: _group(Op.DELETE),
     ApiKey.OFFSET_DELETE: _group(Op.DELETE),
     ApiKey.DESCRIBE_CLUSTER: lambda b: [],
