@@ -393,7 +393,12 @@ class Broker:
         """Where clients (and other brokers) reach us; None until we listen."""
         if not self.server.port:
             return None
-        return (self.config.advertised, self.server.port)
+        native = self.security.native
+        advertised = self.security.advertised.get(native.name)
+        if advertised is not None and advertised[0]:  # advertised.listeners=NATIVE://...
+            return (advertised[0], advertised[1] or self.server.port)
+        bound = native.host if native.host not in ("", "0.0.0.0", "::") else None
+        return (self.config.advertised_host or bound or self.config.host, self.server.port)
 
     @property
     def kafka_port(self) -> int | None:
