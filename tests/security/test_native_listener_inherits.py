@@ -154,3 +154,23 @@ def test_a_tls_cli_at_a_plaintext_native_port_says_it_is_not_tls(broker, tmp_pat
         "-X", "security.protocol=SASL_PLAINTEXT", "-X", "sasl.username=a",
     )  # fmt: skip
     assert proc.returncode == 1 and f"{broker.bootstrap} takes no SASL login" in proc.stderr
+
+
+async def test_the_native_listener_advertises_its_advertised_listeners_entry(tmp_path):
+    """advertised.listeners=NATIVE://... is what native Metadata names (it was --host)."""
+    from logmq.client.cluster import ClusterClient
+    from logmq.net.codec import ApiKey
+
+    broker = BrokerProcess(tmp_path / "data")
+    advertised = f"NATIVE://localhost:{broker.port}"
+    broker.extra_args += ["--override", f"advertised.listeners={advertised}"]
+    broker.start()
+    try:
+        cluster = ClusterClient(broker.bootstrap)
+        try:
+            answer = (await cluster.request_any(ApiKey.METADATA, {"topics": []})).body
+        finally:
+            await cluster.close()
+        assert [(b["host"], b["port"]) for b in answer["brokers"]] == [("localhost", broker.port)]
+    finally:
+        broker.stop()
