@@ -25,6 +25,7 @@ import click
 import uvloop
 
 from logmq.client import AsyncAdmin, AsyncConsumer, AsyncProducer, BufferFullError
+from logmq.client.security import ClientSecurity
 from logmq.errors import ErrorCode, LogMQError
 from logmq_cli.common import CliContext, client_errors
 from logmq_cli.perf import Progress, TokenBucket, summarize_latencies, throughput
@@ -51,6 +52,7 @@ class BenchConfig:
     partition: int | None
     linger_ms: float | None
     progress: bool
+    security: ClientSecurity | None = None  # -X, --command-config, LOGMQ_*
 
 
 class ProgressLine:
@@ -83,7 +85,9 @@ class ProgressLine:
 # -- shared helpers ------------------------------------------------------------------
 async def ensure_topic(cfg: BenchConfig) -> dict[int, tuple[int, int]]:
     """Create the topic if missing; returns ``{partition: (log start, log end)}``."""
-    async with AsyncAdmin(cfg.bootstrap, request_timeout_ms=cfg.request_timeout_ms) as admin:
+    async with AsyncAdmin(
+        cfg.bootstrap, request_timeout_ms=cfg.request_timeout_ms, security=cfg.security
+    ) as admin:
         if cfg.topic not in await admin.list_topics():
             try:
                 await admin.create_topic(cfg.topic, cfg.partitions)
@@ -115,6 +119,7 @@ async def run_produce(cfg: BenchConfig, per_record: bool, show: bool = True) -> 
         "acks": acks_value(cfg.acks),
         "linger_ms": 5 if cfg.linger_ms is None else cfg.linger_ms,
         "request_timeout_ms": cfg.request_timeout_ms,
+        "security": cfg.security,
     }
     if cfg.batch_size is not None:
         settings["batch_size" if per_record else "bulk_batch_bytes"] = cfg.batch_size
@@ -187,7 +192,9 @@ async def _send_records(producer: AsyncProducer, cfg: BenchConfig, value: bytes,
 
 async def _verify_landed(cfg: BenchConfig, before: dict[int, tuple[int, int]], n: int) -> None:
     """Acknowledged records must show up as log end offset growth; say so if not."""
-    async with AsyncAdmin(cfg.bootstrap, request_timeout_ms=cfg.request_timeout_ms) as admin:
+    async with AsyncAdmin(
+        cfg.bootstrap, request_timeout_ms=cfg.request_timeout_ms, security=cfg.security
+    ) as admin:
         after = await log_offsets(admin, cfg.topic)
     grown = sum(after[p][1] - before.get(p, (0, 0))[1] for p in after)
     if grown < n:
@@ -213,6 +220,7 @@ async def run_consume(cfg: BenchConfig, batches: bool, fetch_bytes: int) -> dict
     async with AsyncConsumer(
         cfg.bootstrap,
         request_timeout_ms=cfg.request_timeout_ms,
+        security=cfg.security,
         max_partition_fetch_bytes=fetch_bytes,
         fetch_max_bytes=max(fetch_bytes * len(parts), 50 << 20),
         max_poll_records=cfg.records,
@@ -269,10 +277,12 @@ async def run_latency(cfg: BenchConfig, warmup: int) -> dict[str, Any]:
             acks=acks_value(cfg.acks),
             linger_ms=0 if cfg.linger_ms is None else cfg.linger_ms,
             request_timeout_ms=cfg.request_timeout_ms,
+            security=cfg.security,
         ) as producer,
         AsyncConsumer(
             cfg.bootstrap,
             request_timeout_ms=cfg.request_timeout_ms,
+            security=cfg.security,
             fetch_max_wait_ms=100,
             max_poll_records=10_000,
         ) as consumer,
@@ -410,7 +420,10 @@ def bench_options(default_records: int) -> Callable[[F], F]:
 def _config(ctx: CliContext, kw: dict[str, Any]) -> tuple[BenchConfig, bool]:
     as_json = kw.pop("as_json")
     progress = not kw.pop("no_progress")
-    return BenchConfig(ctx.bootstrap, ctx.request_timeout_ms, progress=progress, **kw), as_json
+    config = BenchConfig(
+        ctx.bootstrap, ctx.request_timeout_ms, progress=progress, security=ctx.security(), **kw
+    )
+    return config, as_json
 
 
 def _run(coro: Coroutine[Any, Any, dict[str, Any]], as_json: bool, label: str) -> None:

@@ -43,7 +43,9 @@ from logmq_cli.reassign_progress import (
 
 async def fetch_description(ctx: CliContext) -> dict[str, Any]:
     """DescribeCluster and DescribeQuorum, as one document (the ``--json`` output)."""
-    async with AsyncAdmin(ctx.bootstrap, request_timeout_ms=ctx.request_timeout_ms) as admin:
+    async with AsyncAdmin(
+        ctx.bootstrap, request_timeout_ms=ctx.request_timeout_ms, security=ctx.security()
+    ) as admin:
         cluster = await admin.describe_cluster()
         quorum = await admin.describe_quorum()
     for key in ("error", "message", "image_offset"):
@@ -152,7 +154,9 @@ def decommission_cmd(
 
 
 async def _decommission(ctx: CliContext, broker: int, run: RunOptions) -> int:
-    async with AsyncAdmin(ctx.bootstrap, request_timeout_ms=ctx.request_timeout_ms) as admin:
+    async with AsyncAdmin(
+        ctx.bootstrap, request_timeout_ms=ctx.request_timeout_ms, security=ctx.security()
+    ) as admin:
         registered = await brokers_of(admin)
         if broker not in registered:
             raise click.ClickException(
@@ -193,7 +197,9 @@ def rebalance_cmd(
 
 
 async def _rebalance(ctx: CliContext, run: RunOptions) -> int:
-    async with AsyncAdmin(ctx.bootstrap, request_timeout_ms=ctx.request_timeout_ms) as admin:
+    async with AsyncAdmin(
+        ctx.bootstrap, request_timeout_ms=ctx.request_timeout_ms, security=ctx.security()
+    ) as admin:
         registered = await brokers_of(admin)
         moving = sorted((await admin.list_partition_reassignments()).partitions)
         if moving:

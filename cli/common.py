@@ -16,8 +16,10 @@ from typing import Any, TypeVar
 import click
 
 from logmq.client import Admin
-from logmq.client.kafka_probe import KafkaListenerError
+from logmq.client.kafka_probe import ListenerMismatchError
+from logmq.client.security import ClientSecurity
 from logmq.errors import BootstrapError, LogMQError, UnknownTopicOrPartitionError
+from logmq_cli.client_security import ENV_VARS, client_security, parse_property
 
 DEFAULT_BOOTSTRAP = "127.0.0.1:9192"
 F = TypeVar("F", bound=Callable[..., Any])
@@ -29,6 +31,41 @@ class CliContext:
 
     bootstrap: str
     request_timeout_ms: int
+    properties: tuple[tuple[str, str], ...] = ()  # -X, in the order given
+    command_config: str | None = None
+
+    def security(self) -> ClientSecurity | None:
+        """TLS and SASL: -X over --command-config over LOGMQ_* (client_security.py)."""
+        return client_security(self.properties, self.command_config)
+
+
+SECURITY_HELP = (
+    "TLS and SASL for a secured native listener (docs/security.md): -X key=value "
+    "(repeatable) or --command-config FILE with Kafka's client property names, else the "
+    "environment: " + ", ".join(ENV_VARS) + ". -X wins over the file, the file over the "
+    "environment."
+)
+X_HELP = (
+    "A client security property by its Kafka name (repeatable): security.protocol, "
+    "ssl.ca.location, sasl.mechanism, sasl.username, sasl.password, ..."
+)
+COMMAND_CONFIG_HELP = (
+    "A Kafka client properties file, as kafka-*.sh --command-config takes (security.protocol, "
+    "sasl.mechanism, sasl.jaas.config, ssl.truststore.location, ...)."
+)
+
+
+def parse_properties(
+    _ctx: click.Context, _param: click.Parameter, values: tuple[str, ...]
+) -> tuple[tuple[str, str], ...]:
+    return tuple(parse_property(v) for v in values)
+
+
+def _add_properties(ctx: click.Context, _param: click.Parameter, values: tuple[str, ...]) -> None:
+    """A subcommand's -X: after (so over) the group's."""
+    if values and isinstance(ctx.obj, CliContext):
+        extra = tuple(parse_property(v) for v in values)
+        ctx.obj = dataclasses.replace(ctx.obj, properties=ctx.obj.properties + extra)
 
 
 def _override(field: str, convert: Callable[[Any], Any]) -> Callable[..., Any]:
@@ -44,8 +81,9 @@ def _override(field: str, convert: Callable[[Any], Any]) -> Callable[..., Any]:
 
 
 def add_connection_options(command: click.Command) -> None:
-    """``--bootstrap/-b`` and ``--request-timeout`` on ``command`` and every command
-    under it, as rpk and kcat users type them (``logmq topic list -b HOST:PORT``).
+    """``--bootstrap/-b``, ``--request-timeout``, ``-X`` and ``--command-config`` on
+    ``command`` and every command under it, as rpk and kcat users type them (``logmq
+    topic list -b HOST:PORT``).
 
     The group-level options (before the subcommand) keep their environment variable and
     default; these have neither, so they only count when given, and then win."""
@@ -66,6 +104,22 @@ def add_connection_options(command: click.Command) -> None:
                 expose_value=False,
                 callback=_override("request_timeout_ms", lambda s: int(s * 1000)),
                 help="Seconds to wait for the cluster before giving up on a request.",
+            ),
+            click.Option(
+                ["-X", "properties"],
+                multiple=True,
+                metavar="KEY=VALUE",
+                expose_value=False,
+                callback=_add_properties,
+                help=X_HELP + " Env: LOGMQ_SECURITY_PROTOCOL, LOGMQ_SASL_USERNAME, ...",
+            ),
+            click.Option(
+                ["--command-config"],
+                type=click.Path(exists=True, dir_okay=False),
+                default=None,
+                expose_value=False,
+                callback=_override("command_config", str),
+                help=COMMAND_CONFIG_HELP,
             ),
         ]
     )
@@ -89,7 +143,7 @@ def client_errors(fn: F) -> F:
             return fn(*args, **kwargs)
         except LogMQError as e:
             msg = error_text(e)
-            if isinstance(e, BootstrapError) and not isinstance(e, KafkaListenerError):
+            if isinstance(e, BootstrapError) and not isinstance(e, ListenerMismatchError):
                 msg += ". Is a broker running there? (--bootstrap or LOGMQ_BOOTSTRAP name it)"
             raise click.ClickException(msg) from None
         except (ValueError, TimeoutError, OSError) as e:

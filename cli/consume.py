@@ -212,7 +212,9 @@ def consume(
             "--partition, --offset, --from-timestamp or --last"
         )
     since = parse_time(from_timestamp) if from_timestamp is not None else None
-    with Admin(ctx.bootstrap, request_timeout_ms=ctx.request_timeout_ms) as admin:
+    with Admin(
+        ctx.bootstrap, request_timeout_ms=ctx.request_timeout_ms, security=ctx.security()
+    ) as admin:
         partitions = topic_partitions(admin, topic, "consume from")
     if partition is not None:
         if partition not in partitions:
@@ -232,6 +234,7 @@ def consume(
         with Consumer(
             ctx.bootstrap,
             request_timeout_ms=ctx.request_timeout_ms,
+            security=ctx.security(),
             fetch_max_wait_ms=200,
             **group_options,
         ) as consumer:

@@ -25,7 +25,7 @@ EARLIEST, LATEST = -2, -1
 
 
 def open_admin(ctx: CliContext) -> Admin:
-    return Admin(ctx.bootstrap, request_timeout_ms=ctx.request_timeout_ms)
+    return Admin(ctx.bootstrap, request_timeout_ms=ctx.request_timeout_ms, security=ctx.security())
 
 
 def describe_to_json(d: GroupDescription) -> dict[str, Any]:

@@ -2,7 +2,8 @@
 benchmarks.
 
 Every subcommand reaches the cluster through ``--bootstrap`` (or ``LOGMQ_BOOTSTRAP``),
-given before the subcommand or after it (``logmq topic list -b HOST:PORT``; there it wins).
+given before the subcommand or after it (``logmq topic list -b HOST:PORT``; there it wins),
+with the TLS and SASL settings of ``-X``, ``--command-config`` or the environment.
 """
 
 from __future__ import annotations
@@ -11,7 +12,15 @@ import click
 
 from logmq_cli.bench import bench
 from logmq_cli.cluster import cluster
-from logmq_cli.common import DEFAULT_BOOTSTRAP, CliContext, add_connection_options
+from logmq_cli.common import (
+    COMMAND_CONFIG_HELP,
+    DEFAULT_BOOTSTRAP,
+    SECURITY_HELP,
+    X_HELP,
+    CliContext,
+    add_connection_options,
+    parse_properties,
+)
 from logmq_cli.consume import consume
 from logmq_cli.dev import dev
 from logmq_cli.group import group
@@ -22,7 +31,7 @@ from logmq_cli.topic import topic
 from logmq_cli.txn import txn
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(context_settings={"help_option_names": ["-h", "--help"]}, epilog=SECURITY_HELP)
 @click.option(
     "--bootstrap",
     "-b",
@@ -39,12 +48,37 @@ from logmq_cli.txn import txn
     show_default=True,
     help="Seconds to wait for the cluster before giving up on a request.",
 )
+@click.option(
+    "-X",
+    "properties",
+    multiple=True,
+    metavar="KEY=VALUE",
+    callback=parse_properties,
+    help=X_HELP + " Also accepted after the subcommand.",
+)
+@click.option(
+    "--command-config",
+    type=click.Path(exists=True, dir_okay=False),
+    default=None,
+    help=COMMAND_CONFIG_HELP,
+)
 @click.version_option(package_name="logmq", prog_name="logmq")
 @click.pass_context
-def cli(ctx: click.Context, bootstrap: str, request_timeout: float) -> None:
+def cli(
+    ctx: click.Context,
+    bootstrap: str,
+    request_timeout: float,
+    properties: tuple[tuple[str, str], ...],
+    command_config: str | None,
+) -> None:
     """logmq: manage topics and consumer groups, produce and consume from the console, run
     benchmarks."""
-    ctx.obj = CliContext(bootstrap=bootstrap, request_timeout_ms=int(request_timeout * 1000))
+    ctx.obj = CliContext(
+        bootstrap=bootstrap,
+        request_timeout_ms=int(request_timeout * 1000),
+        properties=properties,
+        command_config=command_config,
+    )
 
 
 _COMMANDS = (topic, group, produce, consume, bench, cluster, reassign, acl, user, quota, txn, dev)

@@ -143,12 +143,15 @@ def produce(
     tracker = AckTracker()
     sent = 0
     input_error: Exception | None = None
-    with Admin(ctx.bootstrap, request_timeout_ms=ctx.request_timeout_ms) as admin:
+    with Admin(
+        ctx.bootstrap, request_timeout_ms=ctx.request_timeout_ms, security=ctx.security()
+    ) as admin:
         partitions = len(topic_partitions(admin, topic, "produce to"))  # fails fast if missing
     if partition is not None and partition >= partitions:
         raise click.ClickException(f"topic {topic} has no partition {partition}")
     with Producer(
         ctx.bootstrap,
+        security=ctx.security(),
         acks=acks_value(acks),
         linger_ms=linger_ms,
         compression=compression,

@@ -117,7 +117,9 @@ class OneLineErrors(click.Command):
 
 
 def open_admin(ctx: CliContext) -> AsyncAdmin:
-    return AsyncAdmin(ctx.bootstrap, request_timeout_ms=ctx.request_timeout_ms)
+    return AsyncAdmin(
+        ctx.bootstrap, request_timeout_ms=ctx.request_timeout_ms, security=ctx.security()
+    )
 
 
 async def brokers_of(admin: AsyncAdmin) -> dict[int, bool]:

@@ -361,7 +361,9 @@ def _on_stdin(fd: int, stop: asyncio.Event) -> None:
     metavar="KEY=VALUE",
     help="A Kafka broker property by its Kafka name, as kafka-server-start.sh --override "
     "(repeatable): listeners, listener.security.protocol.map, ssl.*, sasl.*, super.users, "
-    "authorizer.class.name... (docs/security.md).",
+    "authorizer.class.name... (docs/security.md). The native listener (--port) takes the "
+    "protocol and settings of the first secured Kafka listener unless "
+    "listener.security.protocol.map names it (NATIVE:SASL_SSL).",
 )
 def main(
     log_level: str,

@@ -16,7 +16,7 @@ json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON f
 
 
 def open_admin(ctx: CliContext) -> Admin:
-    return Admin(ctx.bootstrap, request_timeout_ms=ctx.request_timeout_ms)
+    return Admin(ctx.bootstrap, request_timeout_ms=ctx.request_timeout_ms, security=ctx.security())
 
 
 def describe_to_json(desc: TopicDescription, configs: dict[str, Any] | None) -> dict[str, Any]:

@@ -96,7 +96,12 @@ from logmq.security.authentication import Authenticator
 from logmq.security.authorization import Authorization
 from logmq.security.listeners import listener_setting, registered_endpoints
 from logmq.security.quota_enforcer import QuotaEnforcer, RequestTimeQuota
-from logmq.security.settings import SecuritySettings, jaas_options, raft_tls
+from logmq.security.settings import (
+    CLIENT_MECHANISMS,
+    SecuritySettings,
+    jaas_options,
+    raft_tls,
+)
 from logmq.storage.config import LogConfig
 from logmq.storage.dir_lock import DataDirLock
 from logmq.storage.log_manager import LogManager
@@ -125,21 +130,38 @@ def native_error_reply(api_list: Callable[[], Any]) -> Callable[[Request, ErrorC
 
 
 def inter_broker_security(
-    settings: SecuritySettings, props: dict[str, str]
+    settings: SecuritySettings, props: dict[str, str], *, replicated: bool = True
 ) -> ClientSecurity | None:
     """What this broker presents on the inter-broker listener, as Kafka configures it: the
     listener's truststore to check the others, its own keystore as a client certificate,
     and for SASL ``sasl.mechanism.inter.broker.protocol`` with the ``username`` and
-    ``password`` options of that mechanism's JAAS config on that listener."""
+    ``password`` options of that mechanism's JAAS config on that listener.
+
+    A broker alone (no ``--quorum-voters``) dials no other: without a login of its own
+    it needs none. In a cluster a login or truststore that cannot work stops the start
+    with the setting to give, instead of brokers that never reach each other."""
     sec = settings.of(settings.inter_broker_listener)
     listener = sec.listener
     if listener.protocol == "PLAINTEXT":
         return None
+    source = (
+        f" (its {listener.protocol} and settings are Kafka listener "
+        f"{listener.inherited_from}'s; listener.name.{listener.inherited_from.lower()}.* "
+        "settings count for it too)"
+        if listener.inherited_from
+        else ""
+    )
     client: dict[str, str] = {"security.protocol": listener.protocol}
     if listener.tls and sec.tls is not None:
         tls = sec.tls.settings
         if tls.truststore_location:
             client["ssl.ca.location"] = tls.truststore_location
+        elif replicated and not tls.truststore_certificates:
+            raise InvalidConfigError(
+                f"brokers connect to each other on listener {listener}{source} and check "
+                "each other's certificates against ssl.truststore.location: set it to the "
+                "CA that signed the brokers' certificates"
+            )
         if tls.keystore_location:
             client["ssl.certificate.location"] = tls.keystore_location
             client["ssl.key.location"] = tls.keystore_location
@@ -151,10 +173,32 @@ def inter_broker_security(
             listener_setting(props, listener, "sasl.mechanism.inter.broker.protocol") or "PLAIN"
         ).upper()
         options = jaas_options(props, listener, mechanism)
+        if not options.get("username") and not replicated:
+            return None
+        if replicated and (mechanism not in sec.mechanisms or not options.get("username")):
+            usable = [m for m in sec.mechanisms if m in CLIENT_MECHANISMS]
+            mech = mechanism if mechanism in sec.mechanisms or not usable else usable[0]
+            prefix = (
+                f"listener.name.{listener.inherited_from.lower()}."
+                if listener.inherited_from
+                else listener.prefix
+            )
+            problem = (
+                f"sasl.mechanism.inter.broker.protocol {mechanism} is not enabled there "
+                f"(it offers {', '.join(sec.mechanisms) or 'none'})"
+                if mechanism not in sec.mechanisms
+                else f"no username is set for {mechanism}"
+            )
+            raise InvalidConfigError(
+                f"brokers log in to each other on listener {listener}{source}, and "
+                f"{problem}: set sasl.mechanism.inter.broker.protocol={mech} and the "
+                f"broker's username and password in {prefix}{mech.lower()}.sasl.jaas.config "
+                '(... required username="broker" password="...";)'
+            )
         client.update(
             {
                 "sasl.mechanism": mechanism,
-                "sasl.username": options.get("username", ""),
+                "sasl.username": options["username"],
                 "sasl.password": options.get("password", ""),
             }
         )
@@ -199,7 +243,9 @@ class Broker:
             ),
         )
         # how this broker reaches the others' native listener (replication, the controller)
-        self.inter_broker_security = inter_broker_security(self.security, config.properties)
+        self.inter_broker_security = inter_broker_security(
+            self.security, self.security.properties, replicated=self.replicated
+        )
         # --add-scram: written at format by the first controller, created later if missing
         self._add_scram = config.bootstrap_scram_users()
         self.quorum = MetadataQuorum(
@@ -218,7 +264,7 @@ class Broker:
             heartbeat_ms=config.broker_heartbeat_interval_ms,
             bootstrap_scram=[(u.name, u.credential) for u in self._add_scram],
             client_security=self.inter_broker_security,
-            raft_tls=raft_tls(config.properties, self.security),
+            raft_tls=raft_tls(self.security.properties, self.security),
             observer_host=config.host,
             peer_addresses=(
                 parse_node_addresses(config.peer_addresses, "peer address", "--peer-addresses")
@@ -357,7 +403,12 @@ class Broker:
         """Where clients (and other brokers) reach us; None until we listen."""
         if not self.server.port:
             return None
-        return (self.config.advertised, self.server.port)
+        native = self.security.native
+        advertised = self.security.advertised.get(native.name)
+        if advertised is not None and advertised[0]:  # advertised.listeners=NATIVE://...
+            return (advertised[0], advertised[1] or self.server.port)
+        bound = native.host if native.host not in ("", "0.0.0.0", "::") else None
+        return (self.config.advertised_host or bound or self.config.host, self.server.port)
 
     @property
     def kafka_port(self) -> int | None:
@@ -528,6 +579,7 @@ class Broker:
                 await _listen(server.start, self._planned(listener.name))
             for warning in self.security.warnings():
                 log.warning("%s", warning)
+            log.info("%s", self.security.native_summary())
             self._may_discard_dir = self._may_discard_dir and not self.replicated
             await self.quorum.start()
             await _listen(self.server.start, self._planned(self.security.native.name))
@@ -676,8 +728,9 @@ class Broker:
             advertised=NATIVE_APIS.versions(),
             quotas=quotas,
             txns=self.txns,
+            authz=self.authorization,
         )
-        self.group_api = GroupApi(self.groups, self.metrics, self.txns)
+        self.group_api = GroupApi(self.groups, self.metrics, self.txns, self.authorization)
         self.reassignment_api = ReassignmentApi(self.quorum, views, self.metrics)
         door = self.native_pipeline.door
         door.handlers.update(
@@ -741,7 +794,7 @@ class Broker:
                 KafkaGroupApis(self.groups, self.authorization),
                 KafkaGroupMembershipApis(self.groups),
                 KafkaConsumerGroupApis(self.groups, image, self.authorization),
-                KafkaConfigApis(cfg, image, run_on_controller),
+                KafkaConfigApis(cfg, image, run_on_controller, self.authorization),
                 KafkaPartitionAdminApis(self.deletions, views, run_on_controller, image),
                 KafkaProducerApis(self.replicas.leader_log, self.authorization, self.marker_writer),
                 KafkaSecurityAdminApis(self.security_admin),

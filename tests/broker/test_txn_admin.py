@@ -62,6 +62,9 @@ class Authz:
         self.checked.append((op, rtype, name))
         return name not in self.denied
 
+    def describable(self, context, rtype, names) -> list[str]:
+        return [n for n in names if self.allowed(context, None, rtype, n)]
+
 
 def plog(producers: dict[int, tuple[int, int, int]], ongoing: dict[int, int]) -> Any:
     """A partition log with producers ``{pid: (epoch, last_seq, last_ts)}``."""
@@ -132,7 +135,15 @@ async def test_describe_transactions_checks_describe_per_id():
     assert txns.described == [["a", "other"]]  # the denied id never reached the service
     assert {(r, n) for _, r, n in authz.checked} == {
         (ResourceType.TRANSACTIONAL_ID, n) for n in ("a", "secret", "other")
-    }
+    } | {(ResourceType.TOPIC, "t")}  # the partitions' topics too, as Kafka
+
+
+async def test_describe_transactions_leaves_out_topics_the_principal_may_not_describe():
+    api = TxnApi(None, Txns(), authz=Authz("t"))  # type: ignore[arg-type]
+    body = {"transactional_ids": ["a"]}
+    answer = (await api.describe_transactions(request(ApiKey.DESCRIBE_TRANSACTIONS, body))).body
+    (described,) = answer["transactions"]
+    assert described["error"] == 0 and described["partitions"] == []
 
 
 async def test_list_transactions_leaves_out_ids_the_principal_may_not_describe():

@@ -29,7 +29,7 @@ def admins(monkeypatch) -> list[tuple[str, int]]:
     opened: list[tuple[str, int]] = []
 
     class RecordingAdmin:
-        def __init__(self, bootstrap: str, *, request_timeout_ms: int) -> None:
+        def __init__(self, bootstrap: str, *, request_timeout_ms: int, security=None) -> None:
             opened.append((bootstrap, request_timeout_ms))
 
         def __enter__(self) -> RecordingAdmin:

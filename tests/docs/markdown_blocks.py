@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 FENCE = re.compile(r"^(?P<indent> *)(?P<fence>`{3,}|~{3,})(?P<info>.*)$")
+HEADING = re.compile(r"^ {0,3}#{1,6}[ \t]+(?P<title>.*?)[ \t]*#*[ \t]*$")
 DIRECTIVE = re.compile(r"^\s*<!--\s*doc-test:\s*(?P<text>.*?)\s*-->\s*$")
 
 
@@ -31,6 +32,7 @@ class Block:
     text: str  # the content, the fence's indentation removed, ending in a newline
     directives: tuple[str, ...] = ()  # the doc-test comments above it, in order
     caption: str = ""  # the nearest prose line above the block (and its directives)
+    section: str = ""  # the title of the heading it sits under
 
     @property
     def language(self) -> str:
@@ -42,11 +44,15 @@ def fenced_blocks(path: str | Path) -> list[Block]:
     """Every fenced block of the markdown file at ``path``, in order."""
     lines = Path(path).read_text(encoding="utf-8").splitlines()
     blocks: list[Block] = []
+    section = ""
     i = 0
     while i < len(lines):
         opening = FENCE.match(lines[i])
         # a backtick fence's info string may not contain a backtick (that is inline code)
         if not opening or (opening["fence"][0] == "`" and "`" in opening["info"]):
+            heading = HEADING.match(lines[i])
+            if heading:
+                section = heading["title"]
             i += 1
             continue
         fence, indent = opening["fence"], len(opening["indent"])
@@ -64,6 +70,7 @@ def fenced_blocks(path: str | Path) -> list[Block]:
                 text="".join(f"{line}\n" for line in body),
                 directives=directives,
                 caption=caption,
+                section=section,
             )
         )
         i = j + 1

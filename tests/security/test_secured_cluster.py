@@ -15,7 +15,13 @@ from tests.harness import BrokerCluster, free_port
 confluent_kafka = pytest.importorskip("confluent_kafka")
 from confluent_kafka import admin as kadmin  # noqa: E402
 
-JAAS = 'org.apache.kafka.common.security.plain.PlainLoginModule required user_app="app-secret";'
+# the brokers log in to each other as "broker" on the native listener, which takes the
+# SASL_SSL listener's protocol and settings (docs/security.md)
+JAAS = (
+    "org.apache.kafka.common.security.plain.PlainLoginModule required "
+    'username="broker" password="broker-secret" '
+    'user_broker="broker-secret" user_app="app-secret";'
+)
 
 
 def test_a_sasl_ssl_cluster_keeps_acknowledged_records_across_a_leader_kill(tmp_path):
@@ -30,6 +36,7 @@ def test_a_sasl_ssl_cluster_keeps_acknowledged_records_across_a_leader_kill(tmp_
     common = {
         "ssl.keystore.type": "PEM",
         "ssl.keystore.location": str(cert.keystore_path),
+        "ssl.truststore.location": str(ca.cert_path),
         "sasl.enabled.mechanisms": "PLAIN",
         "listener.name.sasl_ssl.plain.sasl.jaas.config": JAAS,
     }

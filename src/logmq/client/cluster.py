@@ -21,9 +21,9 @@ from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from logmq.client.connection import BrokerConnection
+from logmq.client.connection import BrokerConnection, HandshakeError
 from logmq.client.fetcher import first_at_or_after, parse_fetch_response
-from logmq.client.kafka_probe import KafkaListenerError, speaks_kafka
+from logmq.client.kafka_probe import ListenerMismatchError, diagnose
 from logmq.client.security import ClientSecurity
 from logmq.errors import (
     BootstrapError,
@@ -192,6 +192,15 @@ def parse_bootstrap(bootstrap: str | Iterable[str]) -> list[tuple[str, int]]:
     return out
 
 
+class _NoConnection(ConnectionError_):
+    """No address accepted; ``answered`` are those that connected and then failed TLS or
+    the login (another kind of listener, maybe)."""
+
+    def __init__(self, message: str, answered: list[Address]) -> None:
+        super().__init__(message)
+        self.answered = answered
+
+
 class ClusterClient:
     """Connections per broker, metadata and leader routing shared by one client object."""
 
@@ -269,9 +278,17 @@ class ClusterClient:
             return self._bootstrap_conn
         try:
             self._bootstrap_conn = await self._open_first(addrs, self.bootstrap_timeout)
-        except ConnectionError_ as e:
+        except _NoConnection as e:
+            # an address that answered, then failed TLS or the login: of another kind?
+            for found in await asyncio.gather(*(self._diagnose(*a) for a in e.answered)):
+                if found is not None:
+                    raise found from None
             raise BootstrapError(f"no broker reachable ({e})") from None
         return self._bootstrap_conn
+
+    async def _diagnose(self, host: str, port: int) -> ListenerMismatchError | None:
+        protocol = self.security.protocol if self.security is not None else "PLAINTEXT"
+        return await diagnose(host, port, protocol)
 
     async def _open_first(self, addrs: list[Address], timeout: float) -> BrokerConnection:
         """Connect to the first of ``addrs`` that accepts within ``timeout`` seconds.
@@ -285,6 +302,7 @@ class ClusterClient:
         todo = collections.deque(addrs)
         attempts: dict[asyncio.Future[BrokerConnection], Address] = {}
         failures: list[str] = []
+        answered: list[Address] = []  # connected, then TLS or the login failed
         winner: BrokerConnection | None = None
         try:
             while winner is None and (todo or attempts):
@@ -300,11 +318,13 @@ class ClusterClient:
                     return_when=asyncio.FIRST_COMPLETED,
                 )
                 for attempt in done:
-                    del attempts[attempt]
+                    address = attempts.pop(attempt)
                     try:
                         conn = attempt.result()
                     except ConnectionError_ as e:
                         failures.append(str(e))
+                        if isinstance(e, HandshakeError):
+                            answered.append(address)
                         continue
                     if winner is None:
                         winner = conn
@@ -320,7 +340,7 @@ class ClusterClient:
             return winner
         failures += [f"cannot connect to {h}:{p}: timed out" for h, p in attempts.values()]
         failures += [f"{h}:{p} not tried in time" for h, p in todo]
-        raise ConnectionError_("; ".join(failures) or "no broker address to try")
+        raise _NoConnection("; ".join(failures) or "no broker address to try", answered)
 
     async def connection(self, node_id: int) -> BrokerConnection:
         """The connection to broker ``node_id``, opened on first use and after a loss."""
@@ -461,7 +481,8 @@ class ClusterClient:
         timeout = self.request_timeout if timeout is None else timeout
         deadline = loop.time() + timeout
         failed: set[Address] = set()
-        kafka: list[Address] = []  # bootstrap addresses that turned out to be Kafka ports
+        # bootstrap addresses that turned out to be other kinds of listener (Kafka, TLS)
+        mismatched: list[ListenerMismatchError] = []
         while True:
             conn = None
             try:
@@ -474,14 +495,16 @@ class ClusterClient:
                 addrs.update(self.bootstrap)
                 if conn is not None and (conn.host, conn.port) not in failed:
                     failed.add((conn.host, conn.port))
-                    # accepted, never answered natively: a Kafka port given by mistake?
-                    if not self._reached and await speaks_kafka(conn.host, conn.port):
-                        kafka.append((conn.host, conn.port))
+                    # accepted, never answered natively: a Kafka or TLS port by mistake?
+                    if not self._reached:
+                        found = await self._diagnose(conn.host, conn.port)
+                        if found is not None:
+                            mismatched.append(found)
                     if not failed >= addrs:
                         continue  # another broker may answer
                 if not self._reached:
-                    if kafka:
-                        raise KafkaListenerError(*kafka[0]) from None
+                    if mismatched:
+                        raise mismatched[0] from None
                     raise BootstrapError(f"no broker answered ({e})") from None
                 failed.clear()
                 if loop.time() + self.retry_backoff >= deadline:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import socket
+import ssl
 from collections.abc import Iterable
 from typing import Any
 
@@ -24,6 +25,11 @@ from logmq.net.codec import DEFAULT_MAX_FRAME_SIZE, Response, decode_response
 from logmq.net.codec import encode_request as _encode_request
 
 SOCKET_BUFFER = 4 * 1024 * 1024
+
+
+class HandshakeError(ConnectionError_):
+    """The address accepted the connection, then TLS or the SASL login failed on the
+    wire: it may be another kind of listener (client/kafka_probe.py looks)."""
 
 
 class BrokerConnection(asyncio.BufferedProtocol):
@@ -86,9 +92,18 @@ class BrokerConnection(asyncio.BufferedProtocol):
                     except BaseException:
                         proto.close()
                         raise
+        except (ssl.SSLError, ConnectionResetError, BrokenPipeError) as e:
+            # connected, then the TLS handshake failed: the peer may be another kind
+            reason = getattr(e, "strerror", None) or str(e) or type(e).__name__
+            raise HandshakeError(f"cannot connect to {host}:{port}: {reason}") from None
         except (OSError, TimeoutError) as e:
             reason = getattr(e, "strerror", None) or str(e) or "timed out"
             raise ConnectionError_(f"cannot connect to {host}:{port}: {reason}") from None
+        except ConnectionError_ as e:
+            if isinstance(e, HandshakeError):
+                raise
+            # the login's answers could not be read: not a native SASL listener?
+            raise HandshakeError(str(e)) from None
         return proto
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:

@@ -4,7 +4,10 @@ Settings take librdkafka's property names (``security.protocol``, ``ssl.ca.locat
 ``ssl.certificate.location``, ``ssl.key.location``, ``ssl.key.password``,
 ``ssl.endpoint.identification.algorithm``, ``sasl.mechanism``, ``sasl.username``,
 ``sasl.password``), so one dict configures a confluent-kafka client and a logmq one; the
-CLI reads them from ``LOGMQ_SECURITY_PROTOCOL``-style environment variables too.
+Java client's names for the same things (PEM ``ssl.truststore.location``,
+``ssl.keystore.location``, ``sasl.jaas.config``) too, so a kafka-*.sh ``--command-config``
+file works unchanged. The CLI reads them from ``LOGMQ_SECURITY_PROTOCOL``-style
+environment variables too.
 The login is the Kafka exchange over the native door's SaslHandshake and
 SaslAuthenticate (native/sasl_api.py): PLAIN and SCRAM-SHA-256/512.
 """
@@ -19,6 +22,7 @@ from typing import Any
 
 from logmq.errors import ErrorCode, LogMQError
 from logmq.net.codec import ApiKey
+from logmq.security.sasl import parse_jaas_config
 from logmq.security.scram import SCRAM_MECHANISMS, ScramClient
 
 PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
@@ -32,6 +36,14 @@ PROPERTIES = (
     "sasl.mechanism",
     "sasl.username",
     "sasl.password",
+)
+# Kafka's Java client names, read as the librdkafka ones above (java_names)
+JAVA_PROPERTIES = (
+    "ssl.truststore.location",
+    "ssl.truststore.type",
+    "ssl.keystore.location",
+    "ssl.keystore.type",
+    "sasl.jaas.config",
 )
 
 
@@ -58,7 +70,9 @@ class ClientSecurity:
 
     @classmethod
     def from_properties(cls, props: Mapping[str, Any]) -> ClientSecurity:
-        """From librdkafka's property names; ValueError names a wrong one."""
+        """From librdkafka's property names (or the Java client's, ``java_names``);
+        ValueError names a wrong one."""
+        props = java_names(props)
         protocol = str(props.get("security.protocol", "PLAINTEXT")).upper()
         if protocol not in PROTOCOLS:
             raise ValueError(f"security.protocol: {protocol!r} is not one of {PROTOCOLS}")
@@ -100,14 +114,50 @@ class ClientSecurity:
         return cls.from_properties(props) if props else None
 
 
+def java_names(props: Mapping[str, Any]) -> dict[str, Any]:
+    """``props`` with the Java client's names read as librdkafka's: a PEM truststore is
+    ``ssl.ca.location``, a PEM keystore (key and chain in one file) the client
+    certificate, and the ``username``/``password`` options of ``sasl.jaas.config`` the
+    SASL login. librdkafka's own names win when both are given."""
+    out = {k: v for k, v in props.items() if k not in JAVA_PROPERTIES}
+    for kind in ("truststore", "keystore"):
+        store_type = str(props.get(f"ssl.{kind}.type") or "PEM").upper()
+        if props.get(f"ssl.{kind}.location") and store_type != "PEM":
+            raise ValueError(
+                f"ssl.{kind}.type {store_type}: logmq's clients read PEM files; convert the "
+                f"{kind} to PEM (openssl pkcs12 -in FILE -nodes, or keytool -exportcert -rfc)"
+            )
+    if props.get("ssl.truststore.location"):
+        out.setdefault("ssl.ca.location", props["ssl.truststore.location"])
+    if props.get("ssl.keystore.location"):
+        out.setdefault("ssl.certificate.location", props["ssl.keystore.location"])
+        out.setdefault("ssl.key.location", props["ssl.keystore.location"])
+    jaas = props.get("sasl.jaas.config")
+    if jaas:
+        try:
+            options = parse_jaas_config(str(jaas)).options
+        except ValueError as e:
+            raise ValueError(f"sasl.jaas.config: {e}") from None
+        for option in ("username", "password"):
+            if option in options:
+                out.setdefault(f"sasl.{option}", options[option])
+    return out
+
+
 async def login(conn: Any, security: ClientSecurity) -> None:
     """The SASL exchange on a fresh connection (``conn.request``); raises on failure."""
     mechanism = security.sasl_mechanism
     resp = await _call(conn, ApiKey.SASL_HANDSHAKE, {"mechanism": mechanism})
     if resp.get("error"):
-        offered = ", ".join(resp.get("mechanisms") or []) or "none"
+        offered = ", ".join(resp.get("mechanisms") or [])
+        where = f"{getattr(conn, 'host', '?')}:{getattr(conn, 'port', '?')}"
+        if not offered:
+            raise AuthenticationError(
+                f"{where} takes no SASL login (a PLAINTEXT or SSL listener): set "
+                "security.protocol to PLAINTEXT or SSL for it, or give the broker's SASL port"
+            )
         raise AuthenticationError(
-            f"the broker does not offer SASL {mechanism} (it offers {offered})"
+            f"the broker at {where} does not offer SASL {mechanism} (it offers {offered})"
         )
     user, password = security.sasl_username or "", security.sasl_password or ""
     if mechanism == "PLAIN":

@@ -169,7 +169,7 @@ class KafkaApis:
         if wanted is None or (req.api_version == 0 and not wanted):
             names = sorted(n for n in image.topics)
             if authz is not None:  # a topic it may not describe is not there
-                names = [n for n in names if authz.may_describe(context, n)]
+                names = authz.describable(context, ResourceType.TOPIC, names)
         elif req.api_version < 12 and any(t.name is None for t in wanted):
             # As Kafka: v10 and v11 carry a topic id field but answer names only.
             raise LogMQError(
@@ -313,11 +313,7 @@ class KafkaApis:
     def _may_create(self, context: Any, name: str) -> bool:
         """Kafka's rule for a new topic: CREATE on the cluster, or on the topic."""
         authz = self.authz
-        if authz is None or not authz.enabled:
-            return True
-        return authz.allowed(
-            context, Op.CREATE, ResourceType.CLUSTER, CLUSTER, log_denial=False
-        ) or authz.allowed(context, Op.CREATE, ResourceType.TOPIC, name)
+        return authz is None or authz.may_create_topic(context, name)
 
     # -- DescribeCluster ---------------------------------------------------------------
     async def describe_cluster(self, req: Request) -> Reply:

@@ -22,6 +22,9 @@ from logmq.errors import ErrorCode, LogMQError
 from logmq.kafka.messages import NO_THROTTLE, build, kio_code, response_module
 from logmq.net.codec import ApiKey, Request
 from logmq.net.reply import Reply
+from logmq.security.acl import AclOperation as Op
+from logmq.security.acl import ResourceType
+from logmq.security.authorization import CLUSTER, Authorization
 from logmq.storage.config import is_list_config
 
 if TYPE_CHECKING:
@@ -40,10 +43,13 @@ class KafkaConfigApis:
         config: BrokerConfig,
         image: Callable[[], MetadataImage],
         run_on_controller: RunOnController,
+        authz: Authorization | None = None,
     ) -> None:
         self.config = config
         self.image = image
         self.run_on_controller = run_on_controller
+        # DescribeConfigs answers a denied resource in its own entry, as Kafka
+        self.authz = authz
 
     # -- DescribeConfigs ---------------------------------------------------------------
     async def describe_configs(self, req: Request) -> Reply:
@@ -51,7 +57,11 @@ class KafkaConfigApis:
         m = response_module(body)
         results = []
         for res in body.resources:
-            code, message, views, source = self._describe(res.resource_type, res.resource_name)
+            denied = self._denied(req, res.resource_type, res.resource_name)
+            if denied is not None:
+                code, message, views, source = denied, "not authorized to DESCRIBE_CONFIGS", [], 0
+            else:
+                code, message, views, source = self._describe(res.resource_type, res.resource_name)
             keys = res.configuration_keys
             configs = tuple(
                 build(
@@ -79,6 +89,16 @@ class KafkaConfigApis:
                 )
             )
         return Reply(m.DescribeConfigsResponse(throttle_time=NO_THROTTLE, results=tuple(results)))
+
+    def _denied(self, req: Request, rtype: int, name: str) -> ErrorCode | None:
+        """DESCRIBE_CONFIGS on the topic, or on the cluster for the broker (and any
+        other resource type), answered per resource before anything is looked up: a
+        denied topic answers alike whether it exists or not."""
+        if self.authz is None:
+            return None
+        if rtype == TOPIC:
+            return self.authz.denial(req.context, Op.DESCRIBE_CONFIGS, ResourceType.TOPIC, name)
+        return self.authz.denial(req.context, Op.DESCRIBE_CONFIGS, ResourceType.CLUSTER, CLUSTER)
 
     def _describe(
         self, rtype: int, name: str

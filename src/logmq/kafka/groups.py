@@ -24,7 +24,7 @@ from logmq.net.codec import Request
 from logmq.net.reply import Reply
 from logmq.security.acl import AclOperation as Op
 from logmq.security.acl import ResourceType
-from logmq.security.authorization import CLUSTER, Authorization
+from logmq.security.authorization import Authorization
 
 if TYPE_CHECKING:
     from logmq.broker.coordinator.group_service import GroupCoordinatorService
@@ -78,17 +78,6 @@ class KafkaGroupApis:
         self.groups = groups
         self.authz = authz  # ListGroups lists what the principal may describe
 
-    def _may_describe(self, req: Request, group: str) -> bool:
-        """Kafka's ListGroups: every group with DESCRIBE on the cluster, else those the
-        principal may DESCRIBE (no audit line for the ones left out)."""
-        authz = self.authz
-        if authz is None or not authz.enabled:
-            return True
-        context = req.context
-        return authz.allowed(
-            context, Op.DESCRIBE, ResourceType.CLUSTER, CLUSTER, log_denial=False
-        ) or authz.allowed(context, Op.DESCRIBE, ResourceType.GROUP, group, log_denial=False)
-
     # -- ListGroups --------------------------------------------------------------------
     async def list_groups(self, req: Request) -> Reply:
         body = req.body
@@ -112,6 +101,13 @@ class KafkaGroupApis:
                 raise result
             else:
                 listings += result
+        if self.authz is not None:  # Kafka's ListGroups: what the principal may describe
+            shown = set(
+                self.authz.describable(
+                    req.context, ResourceType.GROUP, (g.group_id for g in listings)
+                )
+            )
+            listings = [g for g in listings if g.group_id in shown]
         groups = tuple(
             build(
                 m.ListedGroup,
@@ -123,7 +119,6 @@ class KafkaGroupApis:
             for g in listings
             if (not wanted or _STATES.get(g.state.value, "").lower() in wanted)
             and (not types or g.type in types)
-            and self._may_describe(req, g.group_id)
         )
         return Reply(
             build(

@@ -51,6 +51,10 @@ class KafkaTransactionApis:
         self.txns = txns
         self.authz = authz
 
+    def _describable(self, req: Request, rtype: RT, names: Iterable[str]) -> list[str]:
+        authz = self.authz
+        return list(names) if authz is None else authz.describable(req.context, rtype, names)
+
     def _allowed(self, req: Request, op: Op, rtype: RT, name: str) -> bool:
         authz = self.authz
         return authz is None or not authz.enabled or authz.allowed(req.context, op, rtype, name)
@@ -226,6 +230,9 @@ class KafkaTransactionApis:
             by_topic: dict[str, list[int]] = {}
             for topic, partition in d.partitions:
                 by_topic.setdefault(topic, []).append(partition)
+            # as Kafka: only the partitions of topics the principal may describe
+            shown = set(self._describable(req, RT.TOPIC, by_topic))
+            by_topic = {t: ps for t, ps in by_topic.items() if t in shown}
             states.append(
                 m.TransactionState(
                     error_code=kio_code(ErrorCode.NONE),
@@ -266,6 +273,11 @@ class KafkaTransactionApis:
                     transaction_states=(),
                 )
             )
+        shown = set(
+            self._describable(
+                req, RT.TRANSACTIONAL_ID, (t.transactional_id for t in result.transactions)
+            )
+        )
         listed = tuple(
             m.TransactionState(
                 transactional_id=t.transactional_id,
@@ -273,7 +285,7 @@ class KafkaTransactionApis:
                 transaction_state=t.state,
             )
             for t in result.transactions
-            if self._allowed(req, Op.DESCRIBE, RT.TRANSACTIONAL_ID, t.transactional_id)
+            if t.transactional_id in shown
         )
         return Reply(
             build(

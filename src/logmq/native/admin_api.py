@@ -32,6 +32,9 @@ from logmq.native.request_fields import (
 )
 from logmq.net.codec import Request
 from logmq.net.reply import Reply
+from logmq.security.acl import AclOperation as Op
+from logmq.security.acl import ResourceType
+from logmq.security.authorization import CLUSTER
 from logmq.storage.config import LogConfig
 
 if TYPE_CHECKING:
@@ -43,6 +46,7 @@ if TYPE_CHECKING:
     from logmq.broker.metadata.topic_creation import TopicCreator
     from logmq.broker.metrics import BrokerMetrics
     from logmq.cluster.metadata_image import MetadataImage
+    from logmq.security.authorization import Authorization
     from logmq.security.quota_enforcer import MutationQuota, QuotaEnforcer
 
 MAX_PRODUCER_EPOCH = 32767
@@ -78,11 +82,15 @@ class AdminApi:
         advertised: Mapping[int, tuple[int, int]],
         quotas: QuotaEnforcer | None = None,
         txns: TransactionCoordinatorService | None = None,
+        authz: Authorization | None = None,
     ) -> None:
         """``txns`` serves InitProducerId with a transactional id (None: refused);
-        ``advertised`` is what ApiVersions lists (native/registry.py)."""
+        ``advertised`` is what ApiVersions lists (native/registry.py); ``authz`` the
+        per-entry rules of Metadata and DescribeConfigs (a listing shows what the
+        principal may describe, a denied entry answers alone, as on the Kafka door)."""
         self.config = config
         self.advertised = advertised
+        self.authz = authz
         self.txns = txns
         self.quotas = quotas  # controller_mutation_rate, metered here on the controller
         self.quorum = quorum
@@ -145,13 +153,32 @@ class AdminApi:
     async def metadata(self, req: Request) -> Reply:
         names = req_field(req.body, "topics", list, None)
         auto = req_field(req.body, "allow_auto_create", bool, False)
+        authz = self.authz if self.authz is not None and self.authz.enabled else None
+        context = req.context
         topics = []
         if names is None:
-            topics = [self._topic_metadata(n) for n in sorted(self.quorum.image.topics)]
+            listed = sorted(self.quorum.image.topics)
+            if authz is not None:  # a topic it may not describe is not there
+                listed = authz.describable(context, ResourceType.TOPIC, listed)
+            topics = [self._topic_metadata(n) for n in listed]
         else:
+            if not all(isinstance(name, str) for name in names):
+                raise InvalidRequestError("topic names must be strings")
             for name in names:
-                if not isinstance(name, str):
-                    raise InvalidRequestError("topic names must be strings")
+                if authz is not None and (
+                    not authz.allowed(context, Op.DESCRIBE, ResourceType.TOPIC, name)
+                    or (
+                        auto
+                        and name not in self.quorum.image.topics
+                        and not authz.may_create_topic(context, name)
+                    )
+                ):
+                    # alike whether it exists or not: the name tells nothing
+                    code = int(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
+                    topics.append(
+                        {"topic": name, "error": code, "internal": False, "partitions": []}
+                    )
+                    continue
                 if name not in self.quorum.image.topics and auto:
                     await self.topic_creator.auto_create(name)
                 if name not in self.quorum.image.topics:
@@ -385,6 +412,16 @@ class AdminApi:
     def _broker_configs(self) -> list[dict]:
         return [_config_entry(v) for v in broker_configs(self.config)]
 
+    def _config_denial(self, req: Request, rtype: str, name: str) -> ErrorCode | None:
+        """DESCRIBE_CONFIGS on the topic, or on the cluster for the broker, decided per
+        resource before anything is looked up (a denied topic answers alike whether it
+        exists or not)."""
+        if self.authz is None:
+            return None
+        if rtype == "topic":
+            return self.authz.denial(req.context, Op.DESCRIBE_CONFIGS, ResourceType.TOPIC, name)
+        return self.authz.denial(req.context, Op.DESCRIBE_CONFIGS, ResourceType.CLUSTER, CLUSTER)
+
     async def describe_configs(self, req: Request) -> Reply:
         resources = req_list(req.body, "resources")
         store = self.topics
@@ -399,7 +436,11 @@ class AdminApi:
                 "message": None,
                 "configs": [],
             }
-            if rtype == "topic":
+            denied = self._config_denial(req, rtype, name)
+            if denied is not None:
+                entry["error"] = int(denied)
+                entry["message"] = f"not authorized to DESCRIBE_CONFIGS {rtype} {name!r}"
+            elif rtype == "topic":
                 info = store.get(name)
                 if info is None:
                     entry["error"] = int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)

@@ -3,12 +3,18 @@
 Each API's registry entry (native/registry.py) names one of the rules below. One
 pipeline step (``guard``) for the whole native door: every resource a request names
 must be allowed, else the request is answered with the resource type's
-*_AUTHORIZATION_FAILED (native clients take errors per request). The inter-broker APIs
-(a follower's fetch, ISR changes, registration and heartbeats, producer id blocks,
-transaction markers, AddPartitionsToTxn with ``verify_only``, a request another broker
-forwards to the controller) need CLUSTER_ACTION on the cluster: brokers' principals,
-never a client's. A transactional producer's requests need WRITE on its transactional
-id (its transactional produce is checked by the produce handler, as on the Kafka door).
+*_AUTHORIZATION_FAILED (native clients take errors per request). The listings and the
+requests that name many resources at once (Metadata, DescribeConfigs, ListGroups,
+ConsumerGroupDescribe, OffsetFetch's topics, ListTransactions, DescribeTransactions'
+partitions) are decided per entry by their handlers (``InHandler``), with the Kafka
+door's rules (security/authorization.py): what the principal may not describe is left
+out of a listing, and a named one it may not see answers alone, alike whether it exists
+or not. The inter-broker APIs (a follower's fetch, ISR changes, registration and
+heartbeats, producer id blocks, transaction markers, AddPartitionsToTxn with
+``verify_only``, a request another broker forwards to the controller) need
+CLUSTER_ACTION on the cluster: brokers' principals, never a client's. A transactional
+producer's requests need WRITE on its transactional id (its transactional produce is
+checked by the produce handler, as on the Kafka door).
 Bodies are untrusted: an entry of the wrong shape names nothing here, and its handler
 refuses it.
 """
@@ -180,10 +186,6 @@ ADD_OFFSETS = Needs(_add_offsets, "WRITE on the transactional id, READ on the gr
 END_TXN = Needs(_txn_id, "WRITE on the transactional id")
 TXN_OFFSET_COMMIT = Needs(
     _txn_offset_commit, "WRITE on the transactional id, READ on the group and each topic"
-)
-METADATA = Needs(
-    lambda b: [(Op.DESCRIBE, RT.TOPIC, n) for n in _names(b, "topics", "")],
-    "DESCRIBE on each topic named",
 )
 DELETE_TOPICS = Needs(
     lambda b: [(Op.DELETE, RT.TOPIC, n) for n in _names(b, "topics", "")], "DELETE on each topic"

@@ -43,11 +43,14 @@ from logmq.native.request_fields import (
 )
 from logmq.net.codec import Request
 from logmq.net.reply import Reply
+from logmq.security.acl import AclOperation as Op
+from logmq.security.acl import ResourceType
 
 if TYPE_CHECKING:
     from logmq.broker.coordinator.group_service import GroupCoordinatorService
     from logmq.broker.coordinator.txn_service import TransactionCoordinatorService
     from logmq.broker.metrics import BrokerMetrics
+    from logmq.security.authorization import Authorization
 
 KEY_GROUP, KEY_TRANSACTION = 0, 1  # FindCoordinator's key types
 
@@ -126,11 +129,19 @@ class GroupApi:
         groups: GroupCoordinatorService,
         metrics: BrokerMetrics,
         txns: TransactionCoordinatorService | None = None,
+        authz: Authorization | None = None,
     ) -> None:
-        """``txns`` answers FindCoordinator for transactional ids (key type 1)."""
+        """``txns`` answers FindCoordinator for transactional ids (key type 1);
+        ``authz`` the per-entry rules of the listings (ListGroups, OffsetFetch of every
+        topic) and of ConsumerGroupDescribe, as on the Kafka door."""
         self.groups = groups
         self.metrics = metrics
         self.txns = txns
+        self.authz = authz
+
+    def _describable(self, req: Request, rtype: ResourceType, names: Iterable[str]) -> list[str]:
+        authz = self.authz
+        return list(names) if authz is None else authz.describable(req.context, rtype, names)
 
     # -- FindCoordinator ----------------------------------------------------------------
     async def find_coordinator(self, req: Request) -> Reply:
@@ -405,18 +416,23 @@ class GroupApi:
             return Reply({"error": int(top), "message": message, "topics": topics})
 
         def entries(found: dict) -> list:
+            named = {t for t, _ in found} if wanted is None else {t for t, _ in wanted}
+            # topics it may not describe: left out of an all-topics answer, else denied
+            hidden = named - set(self._describable(req, ResourceType.TOPIC, sorted(named)))
             if wanted is None:
                 order: dict[str, list[int]] = {}
                 for t, p in found:
-                    order.setdefault(t, []).append(p)
+                    if t not in hidden:
+                        order.setdefault(t, []).append(p)
                 shape = list(order.items())
             else:
                 shape = wanted
+            denied = int(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
             out = []
             for topic, partitions in shape:
                 rows = []
                 for p in partitions:
-                    c = found.get((topic, p))
+                    c = None if topic in hidden else found.get((topic, p))
                     rows.append(
                         {
                             "partition": p,
@@ -424,7 +440,7 @@ class GroupApi:
                             "metadata": None if c is None else c.metadata,
                             "commit_timestamp": -1 if c is None else c.commit_timestamp_ms,
                             "leader_epoch": -1 if c is None else c.leader_epoch,
-                            "error": 0,
+                            "error": denied if topic in hidden else 0,
                         }
                     )
                 out.append({"topic": topic, "partitions": rows})
@@ -473,6 +489,8 @@ class GroupApi:
                     raise result
                 error = error or result
                 continue
+            # as Kafka's ListGroups: the groups the principal may describe
+            shown = set(self._describable(req, ResourceType.GROUP, (g.group_id for g in result)))
             groups += [
                 {
                     "group_id": g.group_id,
@@ -482,7 +500,7 @@ class GroupApi:
                     "protocol_type": g.protocol_type,
                 }
                 for g in result
-                if wanted is None or g.state.value in wanted
+                if (wanted is None or g.state.value in wanted) and g.group_id in shown
             ]
         code = ErrorCode.NONE if error is None else error.code
         return Reply(
@@ -492,15 +510,24 @@ class GroupApi:
     # -- ConsumerGroupDescribe ----------------------------------------------------------
     async def consumer_group_describe(self, req: Request) -> Reply:
         group_ids = self._group_ids(req.body)
+        denied = self._denied_groups(req, Op.DESCRIBE, group_ids)
         pending = []
         for group_id in group_ids:
+            if group_id in denied:
+                continue
 
             def describe(core: GroupCoordinator, now_ms: int, group_id: str = group_id):
                 return core.describe(group_id)
 
             pending.append(self._submit(group_id, describe))
         out = []
-        for group_id, result in zip(group_ids, await _gather(pending), strict=True):
+        results = iter(await _gather(pending))
+        for group_id in group_ids:
+            if group_id in denied:
+                code = ErrorCode.GROUP_AUTHORIZATION_FAILED
+                out.append(_described(group_id, code, "not authorized to DESCRIBE", None))
+                continue
+            result = next(results)
             if isinstance(result, LogMQError):
                 out.append(_described(group_id, result.code, str(result), None))
             else:
@@ -559,6 +586,13 @@ class GroupApi:
         if not all(isinstance(g, str) for g in group_ids):
             raise InvalidRequestError("'group_ids' must be strings")
         return group_ids
+
+    def _denied_groups(self, req: Request, op: Op, group_ids: list[str]) -> set[str]:
+        """The groups a many-group request may not ``op``: each answers in its own entry."""
+        authz = self.authz
+        if authz is None or not authz.enabled:
+            return set()
+        return {g for g in group_ids if not authz.allowed(req.context, op, ResourceType.GROUP, g)}
 
     def _submit(self, group_id: str, fn: Any) -> asyncio.Future[Any]:
         return self.groups.submit(group_id, fn)

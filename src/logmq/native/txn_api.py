@@ -153,6 +153,10 @@ class TxnApi:
             return True
         return authz.allowed(req.context, Op.DESCRIBE, RT.TRANSACTIONAL_ID, txn_id)
 
+    def _describable(self, req: Request, rtype: RT, names: Iterable[str]) -> list[str]:
+        authz = self.authz
+        return list(names) if authz is None else authz.describable(req.context, rtype, names)
+
     async def write_txn_markers(self, req: Request) -> Reply:
         out = []
         for marker in req_list(req.body, "markers"):
@@ -259,6 +263,8 @@ class TxnApi:
                     }
                 )
                 continue
+            # as Kafka: only the partitions of topics the principal may describe
+            shown = set(self._describable(req, RT.TOPIC, sorted({t for t, _ in d.partitions})))
             out.append(
                 {
                     "transactional_id": txn_id,
@@ -268,7 +274,9 @@ class TxnApi:
                     "producer_epoch": d.producer_epoch,
                     "timeout_ms": d.timeout_ms,
                     "start_ms": d.txn_start_ms,
-                    "partitions": [{"topic": t, "partition": p} for t, p in sorted(d.partitions)],
+                    "partitions": [
+                        {"topic": t, "partition": p} for t, p in sorted(d.partitions) if t in shown
+                    ],
                 }
             )
         return Reply({"transactions": out})
@@ -289,10 +297,12 @@ class TxnApi:
                     "transactions": [],
                 }
             )
+        ids = (t.transactional_id for t in result.transactions)
+        shown = set(self._describable(req, RT.TRANSACTIONAL_ID, ids))
         listed = [
             {"transactional_id": t.transactional_id, "producer_id": t.producer_id, "state": t.state}
             for t in result.transactions
-            if self._may_describe(req, t.transactional_id)
+            if t.transactional_id in shown
         ]
         return Reply(
             {

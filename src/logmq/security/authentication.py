@@ -117,7 +117,15 @@ class Authenticator:
         """None if the connection may send this request now, else why not (then it is
         closed): unauthenticated on a SASL listener, or its session has ended."""
         if not context.authenticated:
-            return None if handshake_api else "authentication is required first"
+            if handshake_api:
+                return None
+            sec = self.settings.of(context.listener)
+            return (
+                f"authentication is required first: listener {sec.name} is "
+                f"{sec.listener.protocol} and takes a SASL login "
+                f"({', '.join(sec.mechanisms) or 'no mechanism'}; client: security.protocol="
+                f"{sec.listener.protocol}, sasl.mechanism, sasl.username, sasl.password)"
+            )
         state = context.auth
         if (
             state is not None

@@ -167,6 +167,45 @@ class Authorization:
             context, AclOperation.DESCRIBE, ResourceType.TOPIC, name, log_denial=False
         )
 
+    def describable(
+        self, context: ConnectionContext | None, resource_type: ResourceType, names: Iterable[str]
+    ) -> list[str]:
+        """What a listing shows this connection, on either door, as Kafka's listings
+        (Metadata of all topics, ListGroups, ListTransactions, OffsetFetch of all
+        topics): the names it may DESCRIBE, in their order, the others left out without
+        an audit line. DESCRIBE on the cluster lists every group (Kafka's ListGroups)."""
+        names = list(names)
+        if not self.enabled or context is None:
+            return names
+        if resource_type is ResourceType.GROUP and self.allowed(
+            context, AclOperation.DESCRIBE, ResourceType.CLUSTER, CLUSTER, log_denial=False
+        ):
+            return names
+        return [
+            n
+            for n in names
+            if self.allowed(context, AclOperation.DESCRIBE, resource_type, n, log_denial=False)
+        ]
+
+    def may_create_topic(self, context: ConnectionContext | None, name: str) -> bool:
+        """Auto-creation's rule (Metadata, either door): CREATE on the cluster or the topic."""
+        return self.allowed(
+            context, AclOperation.CREATE, ResourceType.CLUSTER, CLUSTER, log_denial=False
+        ) or self.allowed(context, AclOperation.CREATE, ResourceType.TOPIC, name)
+
+    def denial(
+        self,
+        context: ConnectionContext | None,
+        operation: AclOperation,
+        resource_type: ResourceType,
+        name: str,
+    ) -> ErrorCode | None:
+        """The code an entry of a many-resource request answers when denied (Kafka
+        answers each resource in its own entry), else None."""
+        if self.allowed(context, operation, resource_type, name):
+            return None
+        return DENIED_CODES.get(resource_type, ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
+
 
 def audit_change(context: ConnectionContext | None, what: str) -> None:
     """Who changed ACLs, users, quotas or configs, from where."""

@@ -8,6 +8,13 @@ protocols: listeners named in ``native.listener.names`` (default ``NATIVE``) spe
 native one (logmq's clients, the CLI, replication), every other one speaks Kafka's.
 Per-listener settings take Kafka's prefix ``listener.name.<name lowercased>.`` before the
 property (``listener.name.sasl_ssl.ssl.keystore.location``), falling back to the bare one.
+
+Kafka has one door, so a Kafka user secures the Kafka listeners and thinks of no other:
+a native listener whose protocol nothing names (no ``listener.security.protocol.map``
+entry) takes the protocol of the first Kafka listener that authenticates (SASL, or TLS
+with client certificates), else of the first TLS one, and that listener's prefixed
+settings (``inherited_settings``). Only with every Kafka listener PLAINTEXT is it
+PLAINTEXT by default.
 """
 
 from __future__ import annotations
@@ -30,6 +37,8 @@ class Listener:
     port: int
     protocol: str  # one of PROTOCOLS
     native: bool  # the native protocol; else Kafka's
+    # the Kafka listener whose protocol and settings this (native) one took
+    inherited_from: str | None = None
 
     @property
     def tls(self) -> bool:
@@ -82,10 +91,9 @@ def parse_endpoints(value: str, key: str) -> list[tuple[str, str, int]]:
     return out
 
 
-def protocol_map(props: Mapping[str, str]) -> dict[str, str]:
-    """``listener.security.protocol.map`` (NAME:PROTOCOL,...) over Kafka's defaults."""
-    out = dict(DEFAULT_PROTOCOL_MAP)
-    out[NATIVE_DEFAULT] = "PLAINTEXT"
+def mapped_protocols(props: Mapping[str, str]) -> dict[str, str]:
+    """The entries ``listener.security.protocol.map`` gives (NAME:PROTOCOL,...)."""
+    out: dict[str, str] = {}
     raw = props.get("listener.security.protocol.map")
     if raw:
         for item in (part.strip() for part in raw.split(",")):
@@ -102,6 +110,45 @@ def protocol_map(props: Mapping[str, str]) -> dict[str, str]:
     return out
 
 
+def protocol_map(props: Mapping[str, str]) -> dict[str, str]:
+    """``listener.security.protocol.map`` (NAME:PROTOCOL,...) over Kafka's defaults."""
+    out = dict(DEFAULT_PROTOCOL_MAP)
+    out[NATIVE_DEFAULT] = "PLAINTEXT"
+    out.update(mapped_protocols(props))
+    return out
+
+
+def authenticates(props: Mapping[str, str], listener: Listener) -> bool:
+    """Does this listener know who its clients are (SASL, or TLS asking for a client
+    certificate)?"""
+    if listener.sasl:
+        return True
+    auth = (listener_setting(props, listener, "ssl.client.auth") or "none").strip().lower()
+    return listener.tls and auth in ("required", "requested")
+
+
+def _native_model(props: Mapping[str, str], kafka: list[Listener]) -> Listener | None:
+    """The Kafka listener a native listener of unnamed protocol takes after."""
+    for listener in kafka:
+        if authenticates(props, listener):
+            return listener
+    return next((listener for listener in kafka if listener.tls), None)
+
+
+def inherited_settings(props: Mapping[str, str], native: Listener) -> dict[str, str]:
+    """``props`` with the native listener's settings taken from the Kafka listener it
+    inherits from: each ``listener.name.<kafka>.X`` is also ``listener.name.<native>.X``
+    unless that is set. Bare properties are every listener's already."""
+    out = dict(props)
+    if native.inherited_from is None:
+        return out
+    source = f"listener.name.{native.inherited_from.lower()}."
+    for key, value in props.items():
+        if key.startswith(source):
+            out.setdefault(native.prefix + key[len(source) :], value)
+    return out
+
+
 def parse_listeners(
     props: Mapping[str, str],
     *,
@@ -112,10 +159,12 @@ def parse_listeners(
 
     Without ``listeners`` there is one native listener at ``native`` and, unless
     ``kafka`` is None, one Kafka listener named PLAINTEXT there (logmq's flags). With it,
-    a native listener missing from it is still opened at ``native`` (PLAINTEXT unless
-    the protocol map says otherwise for NATIVE): every broker has exactly one.
+    a native listener missing from it is still opened at ``native``: every broker has
+    exactly one. Its protocol is the protocol map's for its name, else the one of the
+    Kafka listener ``_native_model`` picks, else PLAINTEXT.
     """
     protocols = protocol_map(props)
+    mapped = mapped_protocols(props)
     native_names = {
         n.strip().upper()
         for n in props.get("native.listener.names", NATIVE_DEFAULT).split(",")
@@ -128,21 +177,32 @@ def parse_listeners(
     out = []
     for name, host, port in endpoints:
         protocol = protocols.get(name)
-        if protocol is None:
+        if name in native_names and name not in mapped and name not in PROTOCOLS:
+            protocol = None  # decided below, once the Kafka listeners are known
+        elif protocol is None:
             raise InvalidConfigError(
                 f"listeners: {name} has no security protocol: name one of "
                 f"{', '.join(PROTOCOLS)} or map it in listener.security.protocol.map"
             )
-        out.append(Listener(name, host, port, protocol, name in native_names))
+        out.append(Listener(name, host, port, protocol or "", name in native_names))
     natives = [listener for listener in out if listener.native]
     if len(natives) > 1:
         raise InvalidConfigError(
             "listeners: one native listener per broker, got " + ", ".join(str(n) for n in natives)
         )
-    if not natives:
+    if natives:
+        out.remove(natives[0])
+        name, host, port = natives[0].name, natives[0].host, natives[0].port
+    else:
         name = sorted(native_names)[0] if native_names else NATIVE_DEFAULT
-        protocol = protocols.get(name, "PLAINTEXT")
-        out.insert(0, Listener(name, native[0], native[1], protocol, True))
+        host, port = native
+    protocol = mapped.get(name) or (name if name in PROTOCOLS else None)
+    model = None
+    if protocol is None:
+        model = _native_model(props, out)
+        protocol = model.protocol if model is not None else "PLAINTEXT"
+    inherited = model.name if model is not None else None
+    out.insert(0, Listener(name, host, port, protocol, True, inherited))
     return out
 
 

@@ -18,7 +18,9 @@ from logmq.errors import InvalidConfigError
 from logmq.security.listeners import (
     Listener,
     advertised_endpoints,
+    inherited_settings,
     listener_setting,
+    mapped_protocols,
     parse_listeners,
     protocol_map,
 )
@@ -44,7 +46,10 @@ AUTHORIZERS = frozenset(
         "logmq",
     }
 )
-DEFAULT_FAILED_AUTH_DELAY_MS = 100  # Kafka's connection.failed.authentication.delay.ms
+DEFAULT_FAILED_AUTH_DELAY_MS = 100
+CLIENT_MECHANISMS = frozenset(
+    {"PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"}
+)  # logmq's clients  # Kafka's connection.failed.authentication.delay.ms
 
 
 @dataclass(slots=True)
@@ -80,6 +85,9 @@ class SecuritySettings:
     quota_window_seconds: int = 1  # Kafka's quota.window.size.seconds
     # how often keystore and truststore files are looked at (logmq's own property)
     tls_reload_check_s: float = 10.0
+    # the broker's properties as the listeners read them: with the native listener's
+    # settings taken from the Kafka listener it inherits from (listeners.py)
+    properties: dict[str, str] = field(default_factory=dict)
 
     @property
     def native(self) -> Listener:
@@ -101,7 +109,11 @@ class SecuritySettings:
         kafka: tuple[str, int] | None,
     ) -> SecuritySettings:
         listeners = parse_listeners(props, native=native, kafka=kafka)
-        per = {listener.name: _listener_security(props, listener) for listener in listeners}
+        props = inherited_settings(props, next(n for n in listeners if n.native))
+        # the Kafka listeners first: a setting missing from one the native listener
+        # inherits from is reported under the listener the user configured
+        ordered = sorted(listeners, key=lambda listener: listener.native)
+        per = {listener.name: _listener_security(props, listener) for listener in ordered}
         authorizer = props.get("authorizer.class.name", "").strip()
         if authorizer and authorizer not in AUTHORIZERS:
             raise InvalidConfigError(
@@ -141,7 +153,26 @@ class SecuritySettings:
             quota_window_num=max(2, _int(props, "quota.window.num", 11)),
             quota_window_seconds=max(1, _int(props, "quota.window.size.seconds", 1)),
             tls_reload_check_s=max(0.1, _int(props, "ssl.reload.check.interval.ms", 10_000) / 1000),
+            properties=props,
         )
+
+    def native_summary(self) -> str:
+        """What the native listener demands, and why: said once at start."""
+        native = self.native
+        sec = self.of(native.name)
+        what = native.protocol
+        if sec.mechanisms:
+            what += " (" + ", ".join(sec.mechanisms) + ")"
+        if native.inherited_from is not None:
+            why = (
+                f"as Kafka listener {native.inherited_from}, with its settings; "
+                f"listener.security.protocol.map={native.name}:<protocol> chooses another"
+            )
+        elif native.name in mapped_protocols(self.properties):
+            why = "as listener.security.protocol.map names it"
+        else:
+            why = "as no Kafka listener is secured"
+        return f"native listener {native} (logmq clients, the logmq CLI, brokers): {what}, {why}"
 
     def warnings(self) -> list[str]:
         """What an operator must hear at start (an open broker on a network)."""
@@ -154,6 +185,15 @@ class SecuritySettings:
                     f"listener {listener} accepts anyone on {where} in clear text with no "
                     "authorizer: anyone who reaches it can read, write and delete everything"
                 )
+        native = self.of(self.native.name)
+        if native.listener.sasl and not set(native.mechanisms) & CLIENT_MECHANISMS:
+            out.append(
+                f"native listener {native.listener} offers SASL {', '.join(native.mechanisms)}"
+                " only, which logmq's clients and the logmq CLI cannot use (they log in with "
+                f"PLAIN or SCRAM): enable one ({native.listener.prefix}sasl.enabled.mechanisms)"
+                f" or give it its own protocol (listener.security.protocol.map="
+                f"{native.listener.name}:<protocol>)"
+            )
         return out
 
 

@@ -426,7 +426,12 @@ class LogmqBroker:
         self.ca_path = None
         if self.security is None:
             return []
-        props = {"listeners": f"PLAINTEXT://{HOST}:0,{self.security}://{HOST}:0"}
+        # the native listener stays PLAINTEXT, said explicitly (a secured Kafka listener
+        # would otherwise lend it its protocol), for native_bootstrap's clients
+        props = {
+            "listeners": f"PLAINTEXT://{HOST}:0,{self.security}://{HOST}:0",
+            "listener.security.protocol.map": "NATIVE:PLAINTEXT",
+        }
         if self.tls:
             from logmq.testing.certs import make_ca, make_cert  # needs cryptography
 
