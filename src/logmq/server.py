@@ -23,7 +23,7 @@ import asyncio
 import logging
 import resource
 import shutil
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +34,7 @@ from logmq.broker.coordinator.txn_markers import MarkerSender, MarkerWriter
 from logmq.broker.coordinator.txn_service import TransactionCoordinatorService
 from logmq.broker.coordinator.txn_verification import TransactionalProduceCheck, TxnVerifier
 from logmq.broker.metadata.add_scram import apply_add_scram
+from logmq.broker.metadata.endpoints import Endpoints, listen_plan, planned
 from logmq.broker.metadata.image_topics import ImageTopics
 from logmq.broker.metadata.producer_ids import ProducerIdManager
 from logmq.broker.metadata.publisher import MetadataPublisher
@@ -79,6 +80,7 @@ from logmq.native.authorization import NativeAuthorization
 from logmq.native.cluster_api import ClusterApi
 from logmq.native.controller_forwarding import ControllerForwarder
 from logmq.native.data_api import DataApi
+from logmq.native.errors import native_api_name, native_error_reply
 from logmq.native.group_api import GroupApi
 from logmq.native.reassignment_api import ReassignmentApi
 from logmq.native.registry import NATIVE_APIS
@@ -88,18 +90,16 @@ from logmq.native.throttling import throttled
 from logmq.native.txn_api import TxnApi
 from logmq.net.api_registry import ApiRegistry
 from logmq.net.bind_check import PlannedListener, check_listeners, unavailable
-from logmq.net.codec import ApiKey, Request
+from logmq.net.codec import Request
 from logmq.net.pipeline import FrontDoor, RequestPipeline
 from logmq.net.reply import Reply
 from logmq.net.server import ServerOptions, TcpServer
 from logmq.security.authentication import Authenticator
 from logmq.security.authorization import Authorization
-from logmq.security.listeners import listener_setting, registered_endpoints
+from logmq.security.inter_broker import inter_broker_client_properties
 from logmq.security.quota_enforcer import QuotaEnforcer, RequestTimeQuota
 from logmq.security.settings import (
-    CLIENT_MECHANISMS,
     SecuritySettings,
-    jaas_options,
     raft_tls,
 )
 from logmq.storage.config import LogConfig
@@ -110,102 +110,17 @@ from logmq.txn import TxnConfig
 log = logging.getLogger("logmq.broker")
 
 
-def native_api_name(api_key: int) -> str:
-    try:
-        return ApiKey(api_key).name.lower()
-    except ValueError:
-        return str(api_key)
-
-
-def native_error_reply(api_list: Callable[[], Any]) -> Callable[[Request, ErrorCode, str], Reply]:
-    """The native door's error answer; an unserved ApiVersions also lists what is served."""
-
-    def reply(request: Request, code: ErrorCode, message: str) -> Reply:
-        body: dict[str, Any] = {"error": int(code), "message": message}
-        if request.api_key == ApiKey.API_VERSIONS and code == ErrorCode.UNSUPPORTED_VERSION:
-            body["apis"] = api_list()
-        return Reply(body)
-
-    return reply
-
-
-def inter_broker_security(
-    settings: SecuritySettings, props: dict[str, str], *, replicated: bool = True
-) -> ClientSecurity | None:
-    """What this broker presents on the inter-broker listener, as Kafka configures it: the
-    listener's truststore to check the others, its own keystore as a client certificate,
-    and for SASL ``sasl.mechanism.inter.broker.protocol`` with the ``username`` and
-    ``password`` options of that mechanism's JAAS config on that listener.
-
-    A broker alone (no ``--quorum-voters``) dials no other: without a login of its own
-    it needs none. In a cluster a login or truststore that cannot work stops the start
-    with the setting to give, instead of brokers that never reach each other."""
-    sec = settings.of(settings.inter_broker_listener)
-    listener = sec.listener
-    if listener.protocol == "PLAINTEXT":
+def _inter_broker_security(security: SecuritySettings, replicated: bool) -> ClientSecurity | None:
+    """How this broker reaches the others' native listener (replication, the controller)."""
+    props = inter_broker_client_properties(security, security.properties, replicated=replicated)
+    if props is None:
         return None
-    source = (
-        f" (its {listener.protocol} and settings are Kafka listener "
-        f"{listener.inherited_from}'s; listener.name.{listener.inherited_from.lower()}.* "
-        "settings count for it too)"
-        if listener.inherited_from
-        else ""
-    )
-    client: dict[str, str] = {"security.protocol": listener.protocol}
-    if listener.tls and sec.tls is not None:
-        tls = sec.tls.settings
-        if tls.truststore_location:
-            client["ssl.ca.location"] = tls.truststore_location
-        elif replicated and not tls.truststore_certificates:
-            raise InvalidConfigError(
-                f"brokers connect to each other on listener {listener}{source} and check "
-                "each other's certificates against ssl.truststore.location: set it to the "
-                "CA that signed the brokers' certificates"
-            )
-        if tls.keystore_location:
-            client["ssl.certificate.location"] = tls.keystore_location
-            client["ssl.key.location"] = tls.keystore_location
-        if tls.key_password:
-            client["ssl.key.password"] = tls.key_password
-        client["ssl.endpoint.identification.algorithm"] = tls.endpoint_identification_algorithm
-    if listener.sasl:
-        mechanism = (
-            listener_setting(props, listener, "sasl.mechanism.inter.broker.protocol") or "PLAIN"
-        ).upper()
-        options = jaas_options(props, listener, mechanism)
-        if not options.get("username") and not replicated:
-            return None
-        if replicated and (mechanism not in sec.mechanisms or not options.get("username")):
-            usable = [m for m in sec.mechanisms if m in CLIENT_MECHANISMS]
-            mech = mechanism if mechanism in sec.mechanisms or not usable else usable[0]
-            prefix = (
-                f"listener.name.{listener.inherited_from.lower()}."
-                if listener.inherited_from
-                else listener.prefix
-            )
-            problem = (
-                f"sasl.mechanism.inter.broker.protocol {mechanism} is not enabled there "
-                f"(it offers {', '.join(sec.mechanisms) or 'none'})"
-                if mechanism not in sec.mechanisms
-                else f"no username is set for {mechanism}"
-            )
-            raise InvalidConfigError(
-                f"brokers log in to each other on listener {listener}{source}, and "
-                f"{problem}: set sasl.mechanism.inter.broker.protocol={mech} and the "
-                f"broker's username and password in {prefix}{mech.lower()}.sasl.jaas.config "
-                '(... required username="broker" password="...";)'
-            )
-        client.update(
-            {
-                "sasl.mechanism": mechanism,
-                "sasl.username": options["username"],
-                "sasl.password": options.get("password", ""),
-            }
-        )
     try:
-        return ClientSecurity.from_properties(client)
+        return ClientSecurity.from_properties(props)
     except (ValueError, OSError) as e:
-        raise InvalidConfigError(f"inter-broker listener {listener.name}: {e}") from None
+        raise InvalidConfigError(
+            f"inter-broker listener {security.inter_broker_listener}: {e}"
+        ) from None
 
 
 class Broker:
@@ -243,18 +158,16 @@ class Broker:
             ),
         )
         # how this broker reaches the others' native listener (replication, the controller)
-        self.inter_broker_security = inter_broker_security(
-            self.security, self.security.properties, replicated=self.replicated
-        )
+        self.inter_broker_security = _inter_broker_security(self.security, self.replicated)
         # --add-scram: written at format by the first controller, created later if missing
         self._add_scram = config.bootstrap_scram_users()
         self.quorum = MetadataQuorum(
             config.node_id,
             self.data_dir,
             parse_voters(config.quorum_voters) if config.quorum_voters else None,
-            self._advertised_address,
-            kafka_advertised=self._kafka_advertised_address,
-            kafka_listeners=self._kafka_listeners,
+            lambda: self.endpoints.native(),
+            kafka_advertised=lambda listener=None: self.endpoints.kafka(listener),
+            kafka_listeners=lambda: self.endpoints.kafka_listeners(),
             controller_config=ControllerConfig(
                 session_timeout_ms=config.broker_session_timeout_ms,
                 default_partitions=config.default_partitions,
@@ -274,7 +187,7 @@ class Broker:
         )
         self.publisher = MetadataPublisher(config.node_id)
         self.waiters = FetchWaiters()
-        self.metrics = BrokerMetrics(self._partition_stats, lambda: self.waiters.parked)
+        self.metrics = BrokerMetrics(lambda: self.waiters.parked)
         self._tls_reload_task: asyncio.Task | None = None
         self.authenticator = Authenticator(self.security, self._scram_credential, self.metrics)
         options = ServerOptions(
@@ -322,6 +235,9 @@ class Broker:
             for listener in self.security.kafka
         ]
         self.kafka_server: TcpServer | None = self.kafka_servers[0] if self.kafka_servers else None
+        self.endpoints = Endpoints(
+            config, self.security, self.server, self.kafka_servers, lambda: self.quorum.image
+        )
         # The steps before the handlers, in order. Authentication first: nothing else
         # runs for a connection that has not logged in.
         self.native_sasl = NativeSaslApi(self.authenticator, NATIVE_APIS.keys("before_auth"))
@@ -338,11 +254,8 @@ class Broker:
         # then the offsets topic before the first group request (either door), and
         # metadata changes run on the controller (the native door; the Kafka door's
         # handlers ask the controller through the forwarder themselves)
-        self.native_pipeline.add_guard(
-            self._ensure_offsets_topic, NATIVE_APIS.keys("offsets_topic")
-        )
-        self.kafka_pipeline.add_guard(self._ensure_offsets_topic, KAFKA_APIS.keys("offsets_topic"))
-        self.native_pipeline.add_guard(self._forward_to_controller, NATIVE_APIS.keys("controller"))
+        self.native_pipeline.add_guard(self._offsets_topic_guard, NATIVE_APIS.keys("offsets_topic"))
+        self.kafka_pipeline.add_guard(self._offsets_topic_guard, KAFKA_APIS.keys("offsets_topic"))
         self.metrics.register_listener("native", native_api_name)
         self.metrics.register_listener("kafka", kafka_api_name)
         self.kafka: KafkaApis | None = None
@@ -352,6 +265,7 @@ class Broker:
         self.forwarder = ControllerForwarder(
             config.node_id, self.quorum, self.native_pipeline.door.handlers
         )
+        self.native_pipeline.add_guard(self.forwarder.forward_guard, NATIVE_APIS.keys("controller"))
         self.topics = ImageTopics(lambda: self.quorum.image)
         self.producer_ids = ProducerIdManager(
             self.forwarder.allocate_producer_ids,
@@ -399,17 +313,6 @@ class Broker:
         assert cid is not None
         return cid
 
-    def _advertised_address(self) -> tuple[str, int] | None:
-        """Where clients (and other brokers) reach us; None until we listen."""
-        if not self.server.port:
-            return None
-        native = self.security.native
-        advertised = self.security.advertised.get(native.name)
-        if advertised is not None and advertised[0]:  # advertised.listeners=NATIVE://...
-            return (advertised[0], advertised[1] or self.server.port)
-        bound = native.host if native.host not in ("", "0.0.0.0", "::") else None
-        return (self.config.advertised_host or bound or self.config.host, self.server.port)
-
     @property
     def kafka_port(self) -> int | None:
         """The first Kafka listener's port; None without one (or before it listens)."""
@@ -435,63 +338,14 @@ class Broker:
             return None
         return security.scram_credential(name, mechanism)
 
-    def _kafka_advertised_address(self, listener: str | None = None) -> tuple[str, int] | None:
-        """Where Kafka clients of ``listener`` (default: the first) reach us; the first
-        is registered with the controller for the other brokers' Metadata."""
-        servers = [s for s in self.kafka_servers if listener is None or s.listener == listener]
-        if not servers or not servers[0].port:
-            return None
-        server = servers[0]
-        advertised = self.security.advertised.get(server.listener)
-        if advertised is not None and advertised[0]:
-            return (advertised[0], advertised[1] or server.port)
-        cfg = self.config
-        if server is self.kafka_servers[0]:
-            host = cfg.advertised_kafka_host or cfg.kafka_host or cfg.advertised
-            return (host, cfg.advertised_kafka_port or server.port)
-        listener_host = self.security.of(server.listener).listener.host
-        return (listener_host or cfg.advertised, server.port)
-
-    def _kafka_listeners(self) -> str | None:
-        """Every Kafka listener as clients reach it (registered: see _kafka_endpoint)."""
-        out = []
-        for server in self.kafka_servers:
-            address = self._kafka_advertised_address(server.listener)
-            if address is None:
-                return None  # not all listening yet
-            host = f"[{address[0]}]" if ":" in address[0] else address[0]
-            out.append(f"{server.listener}://{host}:{address[1]}")
-        return ",".join(out) or None
-
-    def _kafka_endpoint(self, node_id: int, listener: str | None = None) -> tuple[str, int] | None:
-        """A broker's Kafka address on ``listener`` (others: as they registered it)."""
-        if node_id == self.config.node_id:
-            return self._kafka_advertised_address(listener)
-        reg = self.quorum.image.brokers.get(node_id)
-        if reg is not None and listener is not None and reg.kafka_listeners:
-            endpoint = registered_endpoints(reg.kafka_listeners).get(listener)
-            if endpoint is not None:
-                return endpoint
-            return None  # that broker has no such listener: clients there cannot reach it
-        if reg is None or reg.kafka_host is None:
-            return None
-        return (reg.kafka_host, reg.kafka_port)
-
-    async def _ensure_offsets_topic(self, request: Request) -> None:
-        """__consumer_offsets is made by the first group request that needs it."""
-        if not self.groups.partition_count:
-            await self.groups.create_offsets_topic()
-
-    async def _forward_to_controller(self, request: Request) -> Reply | None:
-        """Metadata changes run on the controller: another broker forwards them."""
-        if self.quorum.is_controller:
-            return None
-        return await self.forwarder.controller_request(request)
+    async def _offsets_topic_guard(self, request: Request) -> None:
+        """The group service's step (it exists once storage has started)."""
+        await self.groups.offsets_topic_guard(request)
 
     async def start(self) -> None:
         # every fixed port first: one taken is a one-line error naming its option, with
         # nothing written anywhere yet (net/bind_check.py)
-        check_listeners(self._listen_plan())
+        check_listeners(listen_plan(self.config, self.security, self.quorum.voters))
         created = _first_missing(self.data_dir)
         self.data_dir.mkdir(parents=True, exist_ok=True)
         # before anything else reads or writes the data dir: a second process on it
@@ -508,44 +362,8 @@ class Broker:
                 shutil.rmtree(created, ignore_errors=True)
             raise
 
-    def _listen_plan(self) -> list[PlannedListener]:
-        """Every address this broker will listen on, with the option that moves it."""
-        cfg = self.config
-        named = set(registered_endpoints(cfg.properties.get("listeners", "")))
-        plan = []
-        for listener in self.security.listeners:
-            if listener.name in named:
-                option = "the listeners property (--override listeners=...)"
-            else:
-                option = "--port" if listener.native else "--kafka-port"
-            kind = "native" if listener.native else "Kafka"
-            plan.append(
-                PlannedListener(
-                    f"the {kind} listener {listener.name}", listener.host, listener.port, option
-                )
-            )
-        voters = self.quorum.voters or {}
-        if cfg.node_id in voters:
-            host, port = voters[cfg.node_id]
-            plan.append(
-                PlannedListener(
-                    f"the Raft listener of node {cfg.node_id}",
-                    host,
-                    port,
-                    f"--quorum-voters (node {cfg.node_id}'s entry)",
-                    any_port=False,
-                )
-            )
-        if cfg.metrics_port is not None:
-            plan.append(
-                PlannedListener(
-                    "the metrics endpoint", cfg.metrics_host, cfg.metrics_port, "--metrics-port"
-                )
-            )
-        return plan
-
-    def _planned(self, name: str) -> PlannedListener:
-        return next(p for p in self._listen_plan() if p.what.endswith(f" listener {name}"))
+    def _planned(self, listener: str) -> PlannedListener:
+        return planned(listen_plan(self.config, self.security, self.quorum.voters), listener)
 
     async def _start_locked(self) -> None:
         cfg = self.config
@@ -651,8 +469,10 @@ class Broker:
             self.forwarder.run_on_controller,
         )
         self.metrics.register_group_stats(self.groups.stats)
-        self.metrics.register_group_lag(self.groups.committed_offsets, self._high_watermark)
-        self.metrics.register_replication(self._led_partitions)
+        views = self.views = PartitionViews(cfg.node_id, lambda: self.quorum.image, logs)
+        self.metrics.register_partition_stats(views.partition_stats)
+        self.metrics.register_group_lag(self.groups.committed_offsets, views.high_watermark)
+        self.metrics.register_replication(views.led_partitions)
         # transactions: the coordinator of the __transaction_state partitions led here,
         # the markers it sends (to this broker's partitions directly, to others' over
         # their native ports) and KIP-890's check of transactional produces
@@ -698,9 +518,8 @@ class Broker:
             window_num=self.security.quota_window_num,
             window_seconds=self.security.quota_window_seconds,
         )
-        views = PartitionViews(cfg.node_id, lambda: self.quorum.image, logs)
-        self._bind_native_door(quotas, txn_produce, views)
-        self._bind_kafka_door(quotas, txn_produce, views)
+        self._bind_native_door(quotas, txn_produce, self.views)
+        self._bind_kafka_door(quotas, txn_produce, self.views)
 
     def _bind_native_door(
         self, quotas: QuotaEnforcer, txn_produce: TransactionalProduceCheck, views: PartitionViews
@@ -767,7 +586,7 @@ class Broker:
             node_id=cfg.node_id,
             image=image,
             controller_id=lambda: self.quorum.controller_id,
-            kafka_endpoint=self._kafka_endpoint,
+            kafka_endpoint=self.endpoints.kafka_of,
             replicas=self.replicas,
             reads=self.reads,
             produce_path=self.produce_path,
@@ -786,7 +605,7 @@ class Broker:
             KAFKA_APIS.bind(
                 self.kafka,
                 KafkaOffsetApis(
-                    self.groups, self._kafka_endpoint, self.authorization, txns=self.txns
+                    self.groups, self.endpoints.kafka_of, self.authorization, txns=self.txns
                 ),
                 KafkaTopicApis(
                     TopicAdmin(run_on_controller), image, cfg.topic_defaults, self.authorization
@@ -878,32 +697,6 @@ class Broker:
         if self.replicated:
             self.metrics.register_reassignment_throttle(rm.inbound_throttle, rm.outbound_throttle)
         return rm
-
-    def _led_partitions(self) -> Iterator[tuple[int, int, int]]:
-        """(replication factor, ISR size, min.insync.replicas) of each partition led here,
-        from the metadata image (the ISR the controller committed). The replication
-        factor leaves out replicas a reassignment is adding, as Kafka's does."""
-        if not self._started:
-            return
-        node = self.config.node_id
-        for p in self.quorum.image.partitions():
-            if p.leader != node:
-                continue
-            plog = self.logs.get_log(p.topic, p.partition)
-            min_isr = plog.config.min_insync_replicas if plog is not None else 1
-            yield len(p.original_replicas), len(p.isr), min_isr
-
-    def _high_watermark(self, topic: str, partition: int) -> int | None:
-        plog = self.logs.get_log(topic, partition) if self._started else None
-        return plog.high_watermark if plog is not None else None
-
-    def _partition_stats(self):
-        if not self._started:
-            return []
-        return [
-            (plog.topic, plog.partition, plog.log_end_offset, plog.size_bytes())
-            for plog in list(self.logs.logs())
-        ]
 
     # -- dispatch ---------------------------------------------------------------------
 

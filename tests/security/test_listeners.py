@@ -11,8 +11,8 @@ from __future__ import annotations
 import pytest
 
 from logmq.errors import InvalidConfigError
+from logmq.security.inter_broker import inter_broker_client_properties
 from logmq.security.settings import SecuritySettings
-from logmq.server import inter_broker_security
 from logmq.testing.certs import make_ca, make_cert
 
 SCRAM_JAAS = (
@@ -131,7 +131,7 @@ def test_a_single_broker_needs_no_login_of_its_own(tls):
     s = settings(
         {**tls, "listeners": "SASL_SSL://:9093", "sasl.enabled.mechanisms": "SCRAM-SHA-512"}
     )
-    assert inter_broker_security(s, s.properties, replicated=False) is None
+    assert inter_broker_client_properties(s, s.properties, replicated=False) is None
 
 
 def test_a_cluster_without_the_brokers_login_refuses_naming_the_setting(tls):
@@ -139,7 +139,7 @@ def test_a_cluster_without_the_brokers_login_refuses_naming_the_setting(tls):
         {**tls, "listeners": "SASL_SSL://:9093", "sasl.enabled.mechanisms": "SCRAM-SHA-512"}
     )
     with pytest.raises(InvalidConfigError) as e:
-        inter_broker_security(s, s.properties, replicated=True)
+        inter_broker_client_properties(s, s.properties, replicated=True)
     msg = str(e.value)
     assert "Kafka listener SASL_SSL" in msg and "PLAIN is not enabled" in msg
     assert "sasl.mechanism.inter.broker.protocol=SCRAM-SHA-512" in msg
@@ -156,9 +156,9 @@ def test_a_cluster_login_takes_the_inherited_jaas_and_mechanism(tls):
             "listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config": SCRAM_JAAS,
         }
     )
-    client = inter_broker_security(s, s.properties, replicated=True)
-    assert client is not None and client.protocol == "SASL_SSL"
-    assert (client.sasl_mechanism, client.sasl_username) == ("SCRAM-SHA-512", "broker")
+    client = inter_broker_client_properties(s, s.properties, replicated=True)
+    assert client is not None and client["security.protocol"] == "SASL_SSL"
+    assert (client["sasl.mechanism"], client["sasl.username"]) == ("SCRAM-SHA-512", "broker")
 
 
 def test_a_cluster_login_with_a_mechanism_not_enabled_is_refused(tls):
@@ -171,7 +171,7 @@ def test_a_cluster_login_with_a_mechanism_not_enabled_is_refused(tls):
         }
     )
     with pytest.raises(InvalidConfigError, match="PLAIN is not enabled"):
-        inter_broker_security(s, s.properties, replicated=True)
+        inter_broker_client_properties(s, s.properties, replicated=True)
     s = settings(
         {
             **tls,
@@ -181,12 +181,12 @@ def test_a_cluster_login_with_a_mechanism_not_enabled_is_refused(tls):
         }
     )
     with pytest.raises(InvalidConfigError, match="no username is set for PLAIN"):
-        inter_broker_security(s, s.properties, replicated=True)
+        inter_broker_client_properties(s, s.properties, replicated=True)
 
 
 def test_a_cluster_over_tls_needs_a_truststore(tls):
     props = {k: v for k, v in tls.items() if "truststore" not in k}
     s = settings({**props, "listeners": "SSL://:9093"})
     with pytest.raises(InvalidConfigError, match=r"ssl\.truststore\.location"):
-        inter_broker_security(s, s.properties, replicated=True)
-    assert inter_broker_security(s, s.properties, replicated=False) is not None
+        inter_broker_client_properties(s, s.properties, replicated=True)
+    assert inter_broker_client_properties(s, s.properties, replicated=False) is not None

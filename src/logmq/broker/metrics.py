@@ -232,11 +232,7 @@ class _GroupLagCollector:
 
 
 class BrokerMetrics:
-    def __init__(
-        self,
-        partition_stats: PartitionStats | None = None,
-        parked_fetches: Callable[[], int] | None = None,
-    ):
+    def __init__(self, parked_fetches: Callable[[], int] | None = None):
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
         self._bytes_in = Counter("logmq_bytes_in", "Bytes received from clients", registry=r)
@@ -285,12 +281,14 @@ class BrokerMetrics:
         # Child lookups cost a dict access + lock; cache them per listener and api key.
         self._req_children: dict[tuple[str, int], tuple[Any, ...]] = {}
         self._fetch_sessions: _FetchSessionCollector | None = None
-        if partition_stats is not None:
-            r.register(_PartitionCollector(partition_stats))
         if parked_fetches is not None:
             Gauge(
                 "logmq_parked_fetches", "Long-poll fetches waiting for data", registry=r
             ).set_function(parked_fetches)
+
+    def register_partition_stats(self, partition_stats: PartitionStats) -> None:
+        """Per-partition log end offsets and sizes, read at scrape time."""
+        self.registry.register(_PartitionCollector(partition_stats))
 
     # -- fetch sessions -----------------------------------------------------------------
     def register_fetch_sessions(self, door: str, cache: SessionCounts) -> None:

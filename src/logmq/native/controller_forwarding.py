@@ -81,6 +81,13 @@ class ControllerForwarder:
                     log.warning("metadata offset %d not applied here in time", offset)
             return out
 
+    async def forward_guard(self, request: Request) -> Reply | None:
+        """The native pipeline's step before a metadata change (the registry's
+        ``controller``): on another broker than the controller, forward it there."""
+        if self.quorum.is_controller:
+            return None
+        return await self.controller_request(request)
+
     async def controller_request(self, request: Request) -> Reply:
         """A client's metadata change: run here on the controller, else forwarded.
 

@@ -122,6 +122,12 @@ class GroupCoordinatorService(ShardedCoordinatorService[GroupShard]):
         """The partition count of ``__consumer_offsets``, asking for it on first use."""
         return self.ensure_topic()
 
+    async def offsets_topic_guard(self, request: object) -> None:
+        """The pipeline step before every group request of either door (the registries'
+        ``offsets_topic``): the first one creates ``__consumer_offsets``."""
+        if not self.partition_count:
+            await self.create_offsets_topic()
+
     async def find_coordinator(self, group_id: str) -> tuple[int, str, int]:
         """``coordinator_for``, first creating ``__consumer_offsets`` if need be."""
         await self.create_offsets_topic()

@@ -1,5 +1,6 @@
 """Read-only views of partitions both front doors answer from: this broker's local copies
-(DescribeLogDirs) and the moves in progress (ListPartitionReassignments).
+(DescribeLogDirs) and the moves in progress (ListPartitionReassignments); and the ones
+the metrics read at scrape time (sizes, the health of partitions led here, HWs).
 
 Typed results, so each door encodes them its own way (native dicts, Kafka's messages)
 and neither translates the other's answers.
@@ -7,7 +8,7 @@ and neither translates the other's answers.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -52,6 +53,28 @@ class PartitionViews:
         self.node_id = node_id
         self.image = image
         self.logs = logs
+
+    def partition_stats(self) -> list[tuple[str, int, int, int]]:
+        """(topic, partition, log end offset, bytes) of every local log (metrics)."""
+        return [
+            (plog.topic, plog.partition, plog.log_end_offset, plog.size_bytes())
+            for plog in list(self.logs.logs())
+        ]
+
+    def led_partitions(self) -> Iterator[tuple[int, int, int]]:
+        """(replication factor, ISR size, min.insync.replicas) of each partition led here,
+        from the metadata image (the ISR the controller committed). The replication
+        factor leaves out replicas a reassignment is adding, as Kafka's does."""
+        for p in self.image().partitions():
+            if p.leader != self.node_id:
+                continue
+            plog = self.logs.get_log(p.topic, p.partition)
+            min_isr = plog.config.min_insync_replicas if plog is not None else 1
+            yield len(p.original_replicas), len(p.isr), min_isr
+
+    def high_watermark(self, topic: str, partition: int) -> int | None:
+        plog = self.logs.get_log(topic, partition)
+        return plog.high_watermark if plog is not None else None
 
     def log_dirs(self, keys: Iterable[TopicPartition] | None) -> LogDirReport:
         """This broker's copies of ``keys`` (every local log when None) that the metadata
