@@ -172,6 +172,37 @@ def test_a_tagged_field_section_over_ten_thousand_fields_is_refused():
         wire.decode_request(memoryview(over))
 
 
+def _tags(fields: list[tuple[int, bytes]]) -> bytes:
+    return uvarint(len(fields)) + b"".join(uvarint(t) + uvarint(len(v)) + v for t, v in fields)
+
+
+def _metadata_v12(header_tags: bytes, topic_tags: bytes, body_tags: bytes) -> bytes:
+    """Metadata v12 naming topic "t" by name, with the tagged sections given."""
+    head = struct.pack(">hhih", 3, 12, 9, 1) + b"c" + header_tags
+    topic = b"\x00" * 16 + uvarint(2) + b"t" + topic_tags
+    return head + uvarint(2) + topic + b"\x01\x00" + body_tags
+
+
+def test_unknown_tagged_fields_are_skipped_as_kafka_skips_them():
+    """KIP-482: a reader skips the tags its schema does not know (a newer client's), in
+    the header, in the body and inside an array's elements; kio alone refuses them."""
+    plain = wire.decode_request(memoryview(_metadata_v12(b"\x00", b"\x00", b"\x00")))
+    tagged = _metadata_v12(
+        _tags([(7, b"xyz")]),
+        _tags([(0, b""), (130, b"\x01" * 200)]),  # a two-byte tag, a two-byte size
+        _tags([(5, b"\x02\x00")]),
+    )
+    got = wire.decode_request(memoryview(tagged))
+    assert (got.body, got.client_id, got.correlation_id) == (plain.body, "c", 9)
+    # a lying unknown field is still refused by its size
+    with pytest.raises(InvalidFrameError, match="tag 7"):
+        wire.decode_request(
+            memoryview(
+                _metadata_v12(uvarint(1) + uvarint(7) + uvarint(50) + b"x", b"\x00", b"\x00")
+            )
+        )
+
+
 def test_every_served_message_class_has_a_checker():
     for _api_key, _version, cls in served():
         checker(cls)

@@ -221,6 +221,22 @@ def test_an_array_over_a_million_elements_is_refused_and_the_connection_kept(kbr
     assert "over the limit of 1,000,000 per array" in kbroker.log_path.read_text(errors="replace")
 
 
+def test_a_newer_clients_unknown_tagged_fields_are_skipped(kbroker):
+    """KIP-482: ApiVersions v3 whose header carries tags no schema here knows is
+    answered as without them (kio alone would refuse it INVALID_REQUEST)."""
+    from tests.kafka.kafka_frames import api_versions_with_header_tags
+
+    frame = api_versions_with_header_tags(3, corr=41)
+    with connect(kbroker) as s:
+        s.sendall(struct.pack(">i", len(frame)) + frame)
+        answer = read_frame(s)
+    cls = load_response_schema(18, 3)
+    header, pos = entity_reader(cls.__header_schema__)(answer, 0)
+    body, _ = entity_reader(cls)(answer, pos)
+    assert header.correlation_id == 41 and int(body.error_code) == ErrorCode.NONE
+    assert any(k.api_key == 3 for k in body.api_keys)
+
+
 def test_metadata_v12_finds_topics_by_id(kbroker):
     """KIP-848 consumers resolve their assignments by topic id alone."""
     import uuid

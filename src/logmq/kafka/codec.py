@@ -34,7 +34,7 @@ from kio.serial.readers import tz_aware_from_i64
 from kio.static.primitive import i32Timedelta, i64, i64Timedelta
 
 from logmq.errors import ErrorCode, InvalidFrameError
-from logmq.kafka.frame_check import FrameShapeError, check_request
+from logmq.kafka.frame_check import FrameShapeError, check_request, without_unknown_tags
 from logmq.kafka.legacy import legacy_request, legacy_response
 from logmq.kafka.versions import API_VERSIONS_KEY, api_versions_response
 from logmq.net.codec import Request
@@ -99,7 +99,11 @@ class KafkaWire:
             # kio's native reader trusts counts (a huge one aborts the process): every
             # length and count is bounded by the bytes left before it reads anything.
             end = len(data)
-            check_request(request_cls, data, check_request(header_cls, data, 0, end), end)
+            unknown: list = []
+            body_at = check_request(header_cls, data, 0, end, unknown)
+            check_request(request_cls, data, body_at, end, unknown)
+            if unknown:  # a newer client's tagged fields: skipped, as Kafka skips them
+                data = memoryview(without_unknown_tags(data, unknown))
             header, pos = _reader(header_cls)(data, 0)
             body, _ = _reader(request_cls)(data, pos)
         except FrameShapeError as e:

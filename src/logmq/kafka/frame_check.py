@@ -11,6 +11,12 @@ allows none, a negative length other than the null marker, a varint over five by
 (as Kafka 4.4 does) an array of more than 1,000,000 elements or a tagged-field section of
 more than 10,000 fields, however many bytes follow (net/limits.py).
 
+Tagged fields the schema does not know (a newer client's, KIP-482) are skipped, as
+Kafka's readers skip them: kio refuses them, so ``check_request`` notes where each
+section's unknown fields lie and ``without_unknown_tags`` returns the frame without them
+(a copy, made only for such a frame). Sections inside a known tagged field's value keep
+theirs (kio then refuses the request): no client sends them.
+
 A checker per message class is generated once as Python source (fixed-size runs become
 one addition, so a Fetch of 10,000 partitions costs one step per partition, not one per
 field) and cached; docs/design.md has the measured cost per request. Only the shape is
@@ -66,9 +72,51 @@ class FrameShapeError(ValueError):
     """The frame's structure is not what its API and version define (says where)."""
 
 
-def check_request(cls: type, buf: Any, pos: int, end: int) -> int:
-    """Check one ``cls`` entity at ``buf[pos:end]``; return where it ends."""
-    return checker(cls)(buf, pos, end)
+# Where the running check notes the unknown tagged fields it skipped (None: not noting,
+# or inside a known tagged field's value). One check runs at a time: decoding is
+# synchronous on the event loop.
+_unknown: list[UnknownTags] | None = None
+
+# (the section's count varint: start, end, count), then the skipped fields' spans
+UnknownTags = tuple[int, int, int, list[tuple[int, int]]]
+
+
+def check_request(
+    cls: type, buf: Any, pos: int, end: int, unknown: list[UnknownTags] | None = None
+) -> int:
+    """Check one ``cls`` entity at ``buf[pos:end]``; return where it ends. ``unknown``
+    gets the tagged-field sections holding fields the schema does not know."""
+    global _unknown
+    _unknown = unknown
+    try:
+        return checker(cls)(buf, pos, end)
+    finally:
+        _unknown = None
+
+
+def without_unknown_tags(buf: Any, unknown: list[UnknownTags]) -> bytes:
+    """``buf`` with the fields ``unknown`` notes removed and their sections' counts
+    rewritten: what kio can read, meaning what Kafka's reader would."""
+    out = bytearray()
+    at = 0
+    for count_start, count_end, count, spans in sorted(unknown):
+        out += buf[at:count_start]
+        out += _encode_uvarint(count - len(spans))
+        at = count_end
+        for start, stop in spans:
+            out += buf[at:start]
+            at = stop
+    out += buf[at:]
+    return bytes(out)
+
+
+def _encode_uvarint(value: int) -> bytes:
+    out = bytearray()
+    while value >= 0x80:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
 
 
 # -- primitives the generated code calls ------------------------------------------------
@@ -162,21 +210,35 @@ def _struct_marker(b: Any, p: int, e: int, what: str) -> tuple[bool, int]:
 
 
 def _tags(b: Any, p: int, e: int, known: dict[int, Checker], what: str) -> int:
-    """Tagged fields: each inside its declared size; known ones checked within it."""
+    """Tagged fields: each inside its declared size; known ones checked within it,
+    unknown ones noted (``check_request``) to be skipped."""
+    global _unknown
+    count_start = p
     n, p = _uvarint(b, p, e)
     if n > MAX_TAGGED_FIELDS:
         raise FrameShapeError(f"{what}: {n} tagged fields, over the limit of {MAX_TAGGED_FIELDS:,}")
     if n * 2 > e - p:
         raise FrameShapeError(f"{what}: {n} tagged fields cannot fit in {e - p} bytes")
+    count_end = p
+    skipped: list[tuple[int, int]] = []
     for _ in range(n):
+        field_start = p
         tag, p = _uvarint(b, p, e)
         size, p = _uvarint(b, p, e)
         if size > e - p:
             raise _short(f"{what} tag {tag}", size, e - p)
         check = known.get(tag)
         if check is not None:
-            check(b, p, p + size)
+            noting, _unknown = _unknown, None  # inside a value: not skippable here
+            try:
+                check(b, p, p + size)
+            finally:
+                _unknown = noting
+        else:
+            skipped.append((field_start, p + size))
         p += size
+    if skipped and _unknown is not None:
+        _unknown.append((count_start, count_end, n, skipped))
     return p
 
 
