@@ -40,6 +40,7 @@ from logmq.broker.metadata.producer_ids import ProducerIdManager
 from logmq.broker.metadata.publisher import MetadataPublisher
 from logmq.broker.metadata.quorum_service import MetadataQuorum
 from logmq.broker.metadata.security_admin import SecurityAdmin
+from logmq.broker.metadata.security_changes import SecurityChanges
 from logmq.broker.metadata.topic_admin import TopicAdmin
 from logmq.broker.metadata.topic_creation import TopicCreator
 from logmq.broker.metrics import BrokerMetrics, MetricsServer
@@ -559,7 +560,7 @@ class Broker:
                 self.group_api,
                 self.cluster_api,
                 self.reassignment_api,
-                SecurityApi(self.quorum, self.metrics),
+                SecurityApi(self.quorum, SecurityChanges(self.quorum), self.metrics),
                 TxnApi(self.marker_writer, self.txns, self.replicas, self.authorization),
                 self.native_sasl,
             )

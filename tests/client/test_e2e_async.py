@@ -10,7 +10,12 @@ import pytest
 import uvloop
 
 from logmq import AsyncAdmin, AsyncConsumer, AsyncProducer, Record
-from logmq.errors import CorruptRecordError, OffsetOutOfRangeError, UnknownTopicOrPartitionError
+from logmq.errors import (
+    CorruptRecordError,
+    LogMQError,
+    OffsetOutOfRangeError,
+    UnknownTopicOrPartitionError,
+)
 
 
 async def make_topic(broker, name, partitions=1):
@@ -233,6 +238,32 @@ async def test_a_producer_that_asks_for_auto_create_blames_the_broker(
     (warning,) = missing_topic_warnings(caplog, topic_name)
     assert "the broker did not create it (auto-create off?)" in warning
     assert "0.3 s (max_block_ms)" in warning
+
+
+async def test_a_topic_deleted_under_a_producer_is_named_once(shared_broker, topic_name, caplog):
+    """A producer that had the topic's metadata when it was deleted used to retry
+    UNKNOWN_TOPIC_OR_PARTITION in silence until delivery_timeout_ms."""
+    await make_topic(shared_broker, topic_name)
+    async with AsyncProducer(
+        shared_broker.bootstrap, delivery_timeout_ms=3000, max_block_ms=3000
+    ) as producer:
+        assert (await producer.send(topic_name, b"before")).offset == 0
+        async with AsyncAdmin(shared_broker.bootstrap) as admin:
+            await admin.delete_topics([topic_name])
+        caplog.set_level(logging.INFO, logger="logmq.client.producer")
+        handles = [producer.send(topic_name, b"%d" % i) for i in range(5)]
+        async with asyncio.timeout(30):  # they expire (they used to wait forever)
+            for h in handles:
+                with pytest.raises(LogMQError):
+                    await h
+            with pytest.raises(LogMQError):  # and once the producer knows it is gone
+                await producer.send(topic_name, b"later")
+    assert missing_topic_warnings(caplog, topic_name) == [
+        f"batches for topic {topic_name!r} wait: UNKNOWN_TOPIC_OR_PARTITION (the broker does "
+        "not know the topic: deleted since this producer learned it?); retrying for up to "
+        "3 s (delivery_timeout_ms), then they fail"
+    ]
+    assert [r.levelname for r in caplog.records if r.name == "logmq.client.producer"] == ["WARNING"]
 
 
 async def test_send_before_metadata_keeps_order(shared_broker, topic_name):

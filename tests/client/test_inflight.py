@@ -93,6 +93,26 @@ class DedupBroker:
         return ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER, -1
 
 
+def test_retries_with_nowhere_to_go_expire_at_their_deadline():
+    """A deleted topic's partition has no leader: its retried batches are never resent,
+    so only their deadline can fail them (they used to wait forever)."""
+    tr = DeliveryTracker(idempotent=True, retry_backoff_ms=10)
+    tr.set_producer(1, 0)
+    early, late = batch(1, 0), batch(1, 1)
+    early.deadline, late.deadline = 100, 200
+    for b in (early, late):
+        tr.prepare(b, 0)
+        tr.sent(b)
+    assert tr.expire_retries(TP, now=150) == []  # in flight: their answers decide
+    for b in (early, late):
+        assert tr.on_result(b, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, now=0) is Outcome.RETRY
+    assert tr.expire_retries(TP, now=99) == []
+    assert tr.expire_retries(TP, now=150) == [early]
+    assert tr.has_retries(TP) and tr.needs_new_producer_id  # given up: sequences restart
+    assert tr.expire_retries(TP, now=200) == [late]
+    assert not tr.has_retries(TP) and not tr.busy
+
+
 @settings(max_examples=50, deadline=None)
 @given(st.data())
 def test_lossy_network_never_duplicates_or_reorders(data):

@@ -329,9 +329,13 @@ async def test_malformed_messages_are_dropped_not_fatal(tmp_path):
     net = MemoryNetwork()
     solo = await Member(1, [1], tmp_path / "q", net.transport).start()
     try:
-        for junk in (b"", b"\xc1", msgpack.packb([99, 2, 1, 0]), msgpack.packb([3, 2, 1])):
-            solo.service.on_message(junk)
-        assert solo.service.dropped_messages == 4
+        junk = [b"", b"\xc1", msgpack.packb([99, 2, 1, 0]), msgpack.packb([3, 2, 1])]
+        # over the limits: a message of 200,000 items, entries that are not entries
+        junk.append(msgpack.packb([[None]] * 200_000))
+        junk.append(msgpack.packb([3, 2, 1, 1, 0, 0, [[None]] * 200_000, 0]))
+        for data in junk:
+            solo.service.on_message(data)
+        assert solo.service.dropped_messages == len(junk)
         assert await solo.service.propose(b"still fine") == 1
     finally:
         await solo.stop()

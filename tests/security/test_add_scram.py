@@ -97,7 +97,10 @@ def test_a_new_user_on_an_existing_data_dir_is_created_and_logs_in(tmp_path):
         assert _warnings(broker) == []
         log = broker.log_path.read_text(errors="replace")
         assert "created the SCRAM-SHA-256 user 'bob'" in log
-        assert "SCRAM credentials of User:bob created (--add-scram)" in log  # logmq.audit
+        audited = [line for line in log.splitlines() if "credential of User:" in line]
+        assert len(audited) == 2, audited  # logmq.audit, by the controller, once each
+        for mechanism, line in zip(("SCRAM-SHA-256", "SCRAM-SHA-512"), audited, strict=True):
+            assert f"{mechanism} credential of User:bob set (by the broker itself)" in line
     finally:
         broker.close()
 

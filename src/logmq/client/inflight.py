@@ -95,6 +95,23 @@ class DeliveryTracker:
             del self._retry[tp]
         return taken
 
+    def expire_retries(self, tp: TopicPartition, now: float) -> list[ProducerBatch]:
+        """Remove and return ``tp``'s batches waiting to be resent whose delivery deadline
+        has passed, when nothing of ``tp`` is in flight. For a partition with no leader
+        (its topic deleted): they were never resent, so no answer would ever fail them."""
+        retry = self._retry.get(tp)
+        if not retry or self._in_flight.get(tp):
+            return []
+        expired = [b for b in retry if b.deadline <= now]
+        if not expired:
+            return []
+        retry[:] = [b for b in retry if b.deadline > now]
+        if not retry:
+            del self._retry[tp]
+        if self.idempotent and any(b.base_sequence >= 0 for b in expired):
+            self.needs_new_producer_id = True  # as for any batch given up (on_result)
+        return expired
+
     def next_retry_time(self) -> float | None:
         times = [
             r[0].retry_at for tp, r in self._retry.items() if r and not self._in_flight.get(tp)

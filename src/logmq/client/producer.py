@@ -19,7 +19,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-import logging
 import time
 from collections.abc import Callable, Generator, Sequence
 from time import time_ns
@@ -29,6 +28,7 @@ from logmq.client.accumulator import RECORD_OVERHEAD, ProducerBatch, RecordAccum
 from logmq.client.cluster import ClusterClient
 from logmq.client.group_offsets import OffsetsArg
 from logmq.client.inflight import DeliveryTracker
+from logmq.client.missing_topics import MissingTopics
 from logmq.client.partitioner import partitioner as partitioner_named
 from logmq.client.security import ClientSecurity
 from logmq.client.sender import Sender
@@ -36,8 +36,6 @@ from logmq.client.transactions import TransactionIdentity, TransactionManager, T
 from logmq.errors import ErrorCode, LogMQError, TransactionStateError, UnknownTopicOrPartitionError
 from logmq.records import RecordMetadata
 from logmq.storage.batch import ATTR_TRANSACTIONAL, Compression
-
-log = logging.getLogger("logmq.client.producer")
 
 ACKS = {0: 0, 1: 1, -1: -1, "all": -1, "0": 0, "1": 1, "-1": -1}
 _IN_TRANSACTION = TxnState.IN_TRANSACTION
@@ -225,8 +223,12 @@ class AsyncProducer:
             self._txn = TransactionManager(self._cluster, transactional_id, transaction_timeout_ms)
         self._waiting: dict[str, list[tuple[Any, ...]]] = {}  # topic -> sends awaiting metadata
         self._resolvers: dict[str, asyncio.Task[None]] = {}
-        # topics whose missing metadata was logged (once each, until they appear)
-        self._warned_missing: set[str] = set()
+        # why sends to a topic wait, said once per topic (until it appears)
+        self._missing = MissingTopics(
+            allow_auto_create=allow_auto_create_topics,
+            max_block_s=self.max_block,
+            delivery_timeout_s=delivery_timeout_ms / 1000,
+        )
         self.allow_auto_create_topics = allow_auto_create_topics
         self._loop: asyncio.AbstractEventLoop | None = None
         self._sender: Sender | None = None
@@ -255,6 +257,7 @@ class AsyncProducer:
                 retry_backoff_ms=self.retry_backoff_ms,
                 buffer_memory=self.buffer_memory,
                 txn=self._txn,
+                missing=self._missing,
             )
             try:
                 await sender.start()
@@ -638,43 +641,10 @@ class AsyncProducer:
     async def _ensure_topic(self, topic: str) -> Any:
         """The topic's metadata, waiting up to ``max_block_ms`` for it to appear."""
         md = await self._cluster.ensure_topic(
-            topic, self.max_block, functools.partial(self._topic_missing, topic)
+            topic, self.max_block, functools.partial(self._missing.waiting_for_metadata, topic)
         )
-        self._warned_missing.discard(topic)
+        self._missing.found(topic)
         return md
-
-    def _topic_missing(self, topic: str, code: ErrorCode | None) -> None:
-        """Say why sends to ``topic`` wait, once per topic (not per retry): without it a
-        send to a missing topic is silent until max_block_ms runs out (60 s)."""
-        if topic in self._warned_missing:
-            return
-        self._warned_missing.add(topic)
-        level = logging.WARNING
-        if code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
-            if self.allow_auto_create_topics:
-                why = "the topic does not exist and the broker did not create it (auto-create off?)"
-            else:
-                why = (
-                    "the topic does not exist, and this producer does not ask brokers to "
-                    "create topics (allow_auto_create_topics=False): create it first"
-                )
-        elif code == ErrorCode.LEADER_NOT_AVAILABLE:
-            # what a topic being created answers for a moment: not worth a warning
-            level = logging.INFO
-            why = "the topic has no leader yet (being created, or its leader is moving)"
-        elif code is None:
-            why = "no broker answered the metadata request"
-        else:
-            why = "the metadata request for it failed"
-        log.log(
-            level,
-            "sends to topic %r wait: %s (%s); retrying for up to %g s (max_block_ms), "
-            "then they fail",
-            topic,
-            code.name if code is not None else "NETWORK_EXCEPTION",
-            why,
-            self.max_block,
-        )
 
     def _wake(self) -> None:
         if self._sender is not None:

@@ -33,6 +33,7 @@ from logmq.errors import (
 from logmq.net.codec import ApiKey, Response
 
 if TYPE_CHECKING:
+    from logmq.client.missing_topics import MissingTopics
     from logmq.client.transactions import TransactionManager
 
 TIMER_RESOLUTION = 0.001  # seconds; the event loop's timers are no finer
@@ -55,9 +56,12 @@ class Sender:
         retry_backoff_ms: int,
         buffer_memory: int,
         txn: TransactionManager | None = None,
+        missing: MissingTopics | None = None,
     ) -> None:
         self.cluster = cluster
         self.txn = txn
+        # says, once per topic, that a broker no longer knows a topic it had batches for
+        self.missing = missing
         # a transactional sender's batches taken for this round, not yet sent: what a
         # commit's flush must wait for too
         self.in_transit: list[ProducerBatch] = []
@@ -157,6 +161,8 @@ class Sender:
                 leader = md.leader_for(*tp)
                 if leader < 0:
                     leaderless.add(tp[0])
+                    # nowhere to resend them (a deleted topic): they still expire in time
+                    expired.extend(tracker.expire_retries(tp, now))
                     expired.extend(self._expire(tp, now))
                     continue
                 if tracker.has_retries(tp):
@@ -290,12 +296,17 @@ class Sender:
         self, b: ProducerBatch, code: int, base_offset: int, append_time: int, msg: str | None
     ) -> None:
         outcome = self.tracker.on_result(b, code, _now())
+        missing = self.missing
         if outcome is Outcome.COMPLETE:
             b.complete(base_offset, -1 if append_time is None else append_time)
             self._release(b)
+            if missing is not None and missing.warned:
+                missing.found(b.topic)
         elif outcome is Outcome.RETRY:
             if needs_metadata(code):
                 self._refresh_soon({b.topic})
+            if code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION and missing is not None:
+                missing.batch_refused(b.topic, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
         elif outcome is Outcome.FATAL:
             err = OutOfOrderSequenceError(msg or f"sequence gap on {b.topic}-{b.partition}")
             self._finish(b, err)

@@ -3,8 +3,8 @@ Describe/AlterUserScramCredentials (v0), over the security admin service.
 
 Changes run on the controller and are in every broker's image once answered; describes
 read this broker's image. Who may call them is the pipeline's question (ALTER or
-DESCRIBE on the cluster: kafka/authorization.py); every change is written to the audit
-log with who asked and from where.
+DESCRIBE on the cluster: kafka/authorization.py); each change names its client, and the
+controller writes it to the audit log once committed (broker/metadata/security_changes.py).
 """
 
 from __future__ import annotations
@@ -30,7 +30,6 @@ from logmq.security.acl import (
     validate_binding,
     validate_filter,
 )
-from logmq.security.authorization import audit_change
 from logmq.security.scram import ScramCredential
 
 # Kafka's ScramMechanism codes on the wire
@@ -132,9 +131,9 @@ class KafkaSecurityAdminApis:
             )
         problems = [validate_binding(b) for b in bindings]
         valid = [b for b, p in zip(bindings, problems, strict=True) if p is None]
-        created = iter(await self.admin.create_acls(valid))
+        created = iter(await self.admin.create_acls(valid, caller=req.context))
         results = []
-        for b, problem in zip(bindings, problems, strict=True):
+        for problem in problems:
             if problem is not None:
                 results.append(
                     m.AclCreationResult(
@@ -143,8 +142,6 @@ class KafkaSecurityAdminApis:
                 )
                 continue
             r = next(created)
-            if r.ok:
-                audit_change(req.context, f"ACL created: {_describe(b)}")
             results.append(
                 m.AclCreationResult(error_code=kio_code(r.error), error_message=r.message or None)
             )
@@ -155,7 +152,7 @@ class KafkaSecurityAdminApis:
         filters = [_filter(f, req.api_version) for f in req.body.filters]
         problems = [validate_filter(f) for f in filters]
         valid = [f for f, p in zip(filters, problems, strict=True) if p is None]
-        deleted = iter(await self.admin.delete_acls(valid))
+        deleted = iter(await self.admin.delete_acls(valid, caller=req.context))
         out = []
         for problem in problems:
             if problem is not None:
@@ -168,8 +165,6 @@ class KafkaSecurityAdminApis:
                 )
                 continue
             r = next(deleted)
-            for b in r.deleted:
-                audit_change(req.context, f"ACL deleted: {_describe(b)}")
             out.append(
                 m.DeleteAclsFilterResult(
                     error_code=kio_code(r.error),
@@ -248,6 +243,7 @@ class KafkaSecurityAdminApis:
         done = await self.admin.alter_scram(
             [(n, c) for n, c in upsertions if n not in refused],
             [(n, mech) for n, mech in deletions if n not in refused],
+            caller=req.context,
         )
         users = list(
             dict.fromkeys(
@@ -261,8 +257,6 @@ class KafkaSecurityAdminApis:
             else:
                 r = done[user]
                 code, message = r.error, r.message or None
-                if code is ErrorCode.NONE:
-                    audit_change(req.context, f"SCRAM credentials of User:{user} changed")
             results.append(
                 m.AlterUserScramCredentialsResult(
                     user=user, error_code=kio_code(code), error_message=message
@@ -306,12 +300,11 @@ class KafkaSecurityAdminApis:
             for entry in req.body.entries
         ]
         validate_only = bool(req.body.validate_only)
-        results = await self.admin.alter_client_quotas(entries, validate_only=validate_only)
+        results = await self.admin.alter_client_quotas(
+            entries, validate_only=validate_only, caller=req.context
+        )
         out = []
         for entry, r in zip(req.body.entries, results, strict=True):
-            if r.ok and not validate_only:
-                who = ", ".join(f"{e.entity_type}={e.entity_name}" for e in entry.entity)
-                audit_change(req.context, f"client quotas of {who} changed")
             out.append(
                 m.EntryData(
                     error_code=kio_code(r.error),
@@ -323,11 +316,3 @@ class KafkaSecurityAdminApis:
                 )
             )
         return Reply(m.AlterClientQuotasResponse(throttle_time=NO_THROTTLE, entries=tuple(out)))
-
-
-def _describe(b: AclBinding) -> str:
-    p, e = b.pattern, b.entry
-    return (
-        f"{e.permission_type.name} {e.principal} from {e.host} {e.operation.name} "
-        f"{p.resource_type.name}:{p.pattern_type.name}:{p.name}"
-    )

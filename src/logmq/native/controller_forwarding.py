@@ -21,6 +21,7 @@ from logmq.native.cluster_api import alter_partition_response
 from logmq.net.api_registry import Handler
 from logmq.net.codec import ApiKey, Request
 from logmq.net.reply import Reply
+from logmq.net.requester import ON_BEHALF_OF, on_behalf_of, requester
 from logmq.security.quota_enforcer import quota_caller
 
 log = logging.getLogger("logmq.broker")
@@ -91,14 +92,19 @@ class ControllerForwarder:
     async def controller_request(self, request: Request) -> Reply:
         """A client's metadata change: run here on the controller, else forwarded.
 
-        A topic mutation carries its client's quota identity (the controller meters
-        controller_mutation_rate for the cluster); its throttle mutes the client here."""
+        The request names its client (``on_behalf_of``: net/requester.py), whom the
+        controller audits a security change for. A topic mutation also carries its
+        client's quota identity (the controller meters controller_mutation_rate for the
+        cluster); its throttle mutes the client here."""
         if self.quorum.is_controller:
             handler = self._handlers[request.api_key]
             reply = await handler(request)
             assert reply is not None
             return reply
         body = request.body
+        client = requester(request.context, body)  # a request forwarded twice keeps it
+        if isinstance(body, dict) and client is not None:
+            body = {**body, ON_BEHALF_OF: on_behalf_of(client)}
         if request.api_key in MUTATIONS and isinstance(body, dict):
             body = {**body, "quota": quota_caller(request.context, request.client_id, True)}
         answer = await self.run_on_controller(request.api_key, body)

@@ -3,7 +3,8 @@
 CreateAcls, DeleteAcls, AlterUserScramCredentials and AlterClientQuotas change the
 metadata log: they run on the controller (any other broker forwards them, see
 registry.py: ``controller``) and answer once committed, with the metadata offset a
-forwarding broker waits for. DescribeAcls, DescribeUserScramCredentials and
+forwarding broker waits for; broker/metadata/security_changes.py commits and audits them,
+for the client the request names (net/requester.py). DescribeAcls, DescribeUserScramCredentials and
 DescribeClientQuotas are answered from this broker's own image: every broker holds the
 same committed set.
 
@@ -36,12 +37,14 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from logmq.broker.metadata.security_admin import entity_body, parse_component, parse_quota_entry
+from logmq.broker.metadata.security_changes import SecurityChanges
 from logmq.cluster.controller_api import ApiResult, ClientQuotaAlteration
 from logmq.cluster.security_image import scram_alteration_error
 from logmq.errors import ErrorCode
 from logmq.native.request_fields import InvalidRequestError, req_field, req_list
 from logmq.net.codec import Request
 from logmq.net.reply import Reply
+from logmq.net.requester import requester
 from logmq.security.acl import AclBinding, AclBindingFilter, validate_filter
 from logmq.security.bodies import SecurityBodyError, binding_body, parse_binding, parse_filter
 from logmq.security.scram import ScramCredential
@@ -60,10 +63,17 @@ def _invalid(err: Exception) -> InvalidRequestError:
 
 
 class SecurityApi:
-    """ACL, SCRAM-credential and client-quota APIs over the metadata quorum."""
+    """ACL, SCRAM-credential and client-quota APIs: changes through ``changes`` (on the
+    controller), describes from the quorum's image."""
 
-    def __init__(self, quorum: MetadataQuorum, metrics: BrokerMetrics | None = None) -> None:
+    def __init__(
+        self,
+        quorum: MetadataQuorum,
+        changes: SecurityChanges,
+        metrics: BrokerMetrics | None = None,
+    ) -> None:
         self.quorum = quorum
+        self.changes = changes
         self.metrics = metrics
 
     def _done(self, req: Request, body: dict[str, Any]) -> Reply:
@@ -80,6 +90,7 @@ class SecurityApi:
 
     async def create_acls(self, req: Request) -> Reply:
         creations = req_list(req.body, "creations")
+        who = requester(req.context, req.body)
         results: dict[int, dict[str, Any]] = {}
         wanted: list[tuple[int, AclBinding]] = []
         for i, raw in enumerate(creations):
@@ -89,7 +100,7 @@ class SecurityApi:
                 results[i] = _result(ErrorCode.INVALID_REQUEST, str(e))
         if wanted:
             bindings = [b for _, b in wanted]
-            created = await self.quorum.submit(lambda c: c.create_acls(bindings))
+            created = await self.changes.create_acls(bindings, who)
             for (i, _), r in zip(wanted, created, strict=True):
                 results[i] = _result(r.error, r.message)
         for r in results.values():
@@ -98,6 +109,7 @@ class SecurityApi:
 
     async def delete_acls(self, req: Request) -> Reply:
         raw_filters = req_list(req.body, "filters")
+        who = requester(req.context, req.body)
         results: dict[int, dict[str, Any]] = {}
         wanted: list[tuple[int, AclBindingFilter]] = []
         for i, raw in enumerate(raw_filters):
@@ -107,7 +119,7 @@ class SecurityApi:
                 results[i] = {**_result(ErrorCode.INVALID_REQUEST, str(e)), "matching": []}
         if wanted:
             filters = [f for _, f in wanted]
-            deleted = await self.quorum.submit(lambda c: c.delete_acls(filters))
+            deleted = await self.changes.delete_acls(filters, who)
             for (i, _), r in zip(wanted, deleted, strict=True):
                 results[i] = {
                     **_result(r.error, r.message),
@@ -138,6 +150,7 @@ class SecurityApi:
         if it is malformed, DUPLICATE_RESOURCE if the user is named again."""
         alterations: list[tuple[str, str, ScramCredential | None, ApiResult | None]] = []
         keep_existing = req_field(req.body, "keep_existing", bool, False)
+        who = requester(req.context, req.body)
         try:
             for d in req_list(req.body, "deletions", []):
                 name, mechanism = _name_mechanism(d)
@@ -187,8 +200,8 @@ class SecurityApi:
             (n, m) for n, m, c, p in alterations if c is None and p is None and n not in outcome
         ]
         if upserts or deletes:
-            answered = await self.quorum.submit(
-                lambda c: c.alter_scram_credentials(upserts, deletes, keep_existing=keep_existing)
+            answered = await self.changes.alter_scram(
+                upserts, deletes, who, keep_existing=keep_existing
             )
             outcome.update(answered)
         results = []
@@ -217,6 +230,7 @@ class SecurityApi:
     async def alter_client_quotas(self, req: Request) -> Reply:
         raw_entries = req_list(req.body, "entries")
         validate_only = req_field(req.body, "validate_only", bool, False)
+        who = requester(req.context, req.body)
         results: dict[int, dict[str, Any]] = {}
         wanted: list[tuple[int, ClientQuotaAlteration]] = []
         for i, raw in enumerate(raw_entries):
@@ -227,8 +241,8 @@ class SecurityApi:
                 results[i] = {"entity": entity, **_result(ErrorCode.INVALID_REQUEST, str(e))}
         if wanted:
             entries = [e for _, e in wanted]
-            answered = await self.quorum.submit(
-                lambda c: c.alter_client_quotas(entries, validate_only=validate_only)
+            answered = await self.changes.alter_client_quotas(
+                entries, who, validate_only=validate_only
             )
             for (i, e), r in zip(wanted, answered, strict=True):
                 results[i] = {"entity": entity_body(e.entity), **_result(r.error, r.message)}

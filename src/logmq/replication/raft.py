@@ -20,6 +20,7 @@ from logmq.replication.raft_leader import Leader
 from logmq.replication.raft_log import RaftLog
 from logmq.replication.raft_messages import (
     LEADER_MESSAGES,
+    MAX_ENTRIES_PER_MESSAGE,
     AppendRequest,
     AppendResponse,
     HeartbeatRequest,
@@ -71,6 +72,8 @@ class RaftNode:
             raise ValueError("a quorum needs at least one voter")
         if not 1 <= heartbeat_ticks < election_ticks:
             raise ValueError("need 1 <= heartbeat_ticks < election_ticks")
+        if not 1 <= max_entries_per_message <= MAX_ENTRIES_PER_MESSAGE:
+            raise ValueError(f"need 1 <= max_entries_per_message <= {MAX_ENTRIES_PER_MESSAGE}")
         state = state or PersistentState()
         self.node_id = node_id
         self.observers = frozenset(observers) - self.voters - {node_id}

@@ -5,6 +5,19 @@ dataclass order; an entry is ``[index, term, kind, data]``; a snapshot is
 ``[index, term, data]``. Decoding checks every type and count, so a corrupt or hostile
 frame becomes a RaftCodecError (a ValueError) and never a half-built message that could
 trip the core. Numbers are not sanity-checked here: RaftNode.step does that.
+
+Every port is reachable by an attacker, so a message is decoded by its layout, not by
+unpacking whatever the frame holds and looking afterwards: each value's type byte is
+checked before it is read, and each array's count against its limit and the bytes left
+before any element is built. Per-array limits alone would not do: a frame of 64 MiB (the
+transport's limit) of one-element arrays unpacks into some 4 GB of lists, whatever each
+array's cap. So nothing is built but the message's own ints, booleans, byte strings and
+entries; maps, strings and extension types never occur in a message and are refused. The
+limits cannot refuse a message a member sends: a message has at most 8 items, an entry 4,
+a snapshot 3, and an AppendRequest at most MAX_ENTRIES_PER_MESSAGE entries (a leader
+sends at most ``max_entries_per_message``, 256 by default, which RaftNode keeps within
+that). A snapshot travels whole as one byte string, so the size of the metadata image
+bears on the frame limit only, never on these counts.
 """
 
 from __future__ import annotations
@@ -17,6 +30,7 @@ from typing import Any
 import msgpack
 
 from logmq.replication.raft_messages import (
+    MAX_ENTRIES_PER_MESSAGE,
     AppendRequest,
     AppendResponse,
     Entry,
@@ -101,22 +115,115 @@ def encode_message(msg: Message) -> bytes:
 
 
 def decode_message(data: bytes | bytearray | memoryview) -> Message:
-    try:
-        raw = msgpack.unpackb(data, raw=False, strict_map_key=True)
-    except (ValueError, TypeError, msgpack.UnpackException) as exc:
-        raise RaftCodecError(f"not a msgpack Raft message: {exc}")
-    if not (isinstance(raw, list) and len(raw) >= 4):
+    r = _Reader(data)
+    n = r.array(_MAX_ITEMS)
+    if n < 4:
         raise RaftCodecError("a Raft message is an array [type, src, dst, term, ...]")
-    cls = _TYPES.get(raw[0]) if isinstance(raw[0], int) else None
+    code = r.int()
+    cls = _TYPES.get(code)
     if cls is None:
-        raise RaftCodecError(f"unknown Raft message type {raw[0]!r:.20}")
+        raise RaftCodecError(f"unknown Raft message type {code}")
     kinds = _FIELDS[cls]
-    if len(raw) != 4 + len(kinds):
-        raise RaftCodecError(f"{cls.__name__} needs {4 + len(kinds)} items, got {len(raw)}")
-    values = [_int(v) for v in raw[1:4]]
-    for kind, value in zip(kinds, raw[4:], strict=True):
-        values.append(_DECODERS[kind](value))
+    if n != 4 + len(kinds):
+        raise RaftCodecError(f"{cls.__name__} needs {4 + len(kinds)} items, got {n}")
+    values: list[Any] = [r.int(), r.int(), r.int()]
+    for kind in kinds:
+        if kind == "i":
+            values.append(r.int())
+        elif kind == "b":
+            values.append(r.bool())
+        elif kind == "E":
+            values.append(tuple(r.entry() for _ in range(r.array(*_ENTRIES))))
+        else:
+            values.append(r.snapshot())
+    r.end()
     return cls(*values)
+
+
+_MAX_ITEMS = 4 + max(len(kinds) for kinds in _FIELDS.values())
+# an AppendRequest's entries: at most this many, each at least 6 bytes (a 4-item array
+# header, three one-byte ints, an empty byte string's two bytes)
+_ENTRIES = (MAX_ENTRIES_PER_MESSAGE, 6)
+_INT_TYPES = frozenset(range(0x00, 0x80)) | frozenset(range(0xCC, 0xD4))  # fixint, (u)int8-64
+_BOOL_TYPES = frozenset((0xC2, 0xC3))
+_BIN_TYPES = frozenset((0xC4, 0xC5, 0xC6))
+_ARRAY_TYPES = frozenset(range(0x90, 0xA0)) | frozenset((0xDC, 0xDD))
+
+
+class _Reader:
+    """One message's values in order, each type checked before it is read."""
+
+    __slots__ = ("_size", "_unpacker", "_view")
+
+    def __init__(self, data: bytes | bytearray | memoryview) -> None:
+        self._view = memoryview(data).cast("B")
+        self._size = len(self._view)
+        # the limits only back up the type checks below: no str, map or ext is ever read
+        self._unpacker = msgpack.Unpacker(
+            raw=False,
+            max_buffer_size=max(self._size, 1),
+            max_str_len=0,
+            max_bin_len=self._size,
+            max_array_len=MAX_ENTRIES_PER_MESSAGE,
+            max_map_len=0,
+            max_ext_len=0,
+        )
+        self._unpacker.feed(self._view)
+
+    def _next(self, types: frozenset[int], what: str) -> None:
+        pos = self._unpacker.tell()
+        if pos >= self._size:
+            raise RaftCodecError(f"the message ends where {what} was expected")
+        if self._view[pos] not in types:
+            raise RaftCodecError(f"expected {what}, got type byte 0x{self._view[pos]:02x}")
+
+    def _read(self, read: Callable[[], Any]) -> Any:
+        try:
+            return read()
+        except (ValueError, msgpack.UnpackException) as exc:  # OutOfData: cut short
+            raise RaftCodecError(f"not a msgpack Raft message: {exc or 'truncated'}")
+
+    def array(self, limit: int, min_item_bytes: int = 1) -> int:
+        """An array's count, once it is known to fit its limit and the bytes left."""
+        self._next(_ARRAY_TYPES, "an array")
+        n = self._read(self._unpacker.read_array_header)
+        left = self._size - self._unpacker.tell()
+        if n > limit or n * min_item_bytes > left:
+            raise RaftCodecError(
+                f"an array of {n} items (at most {limit}) in {left} bytes is not a Raft message"
+            )
+        return n
+
+    def int(self) -> int:
+        self._next(_INT_TYPES, "an integer")
+        return _int(self._read(self._unpacker.unpack))
+
+    def bool(self) -> bool:
+        self._next(_BOOL_TYPES, "a boolean")
+        return self._read(self._unpacker.unpack)
+
+    def bytes(self) -> bytes:
+        self._next(_BIN_TYPES, "bytes")
+        return self._read(self._unpacker.unpack)
+
+    def entry(self) -> Entry:
+        if self.array(4) != 4:
+            raise RaftCodecError("an entry is a 4-item array")
+        index, term, kind = self.int(), self.int(), self.int()
+        try:
+            kind = EntryKind(kind)
+        except ValueError:
+            raise RaftCodecError(f"unknown entry kind {kind!r}")
+        return Entry(index=index, term=term, data=self.bytes(), kind=kind)
+
+    def snapshot(self) -> Snapshot:
+        if self.array(3) != 3:
+            raise RaftCodecError("a snapshot is a 3-item array")
+        return Snapshot(index=self.int(), term=self.int(), data=self.bytes())
+
+    def end(self) -> None:
+        if self._unpacker.tell() != self._size:
+            raise RaftCodecError("bytes after the end of the message")
 
 
 @cache
@@ -135,27 +242,7 @@ def _int(value: Any) -> int:
     return value
 
 
-def _bool(value: Any) -> bool:
-    if type(value) is not bool:
-        raise RaftCodecError(f"expected a boolean, got {value!r:.40}")
-    return value
-
-
 def _bytes(value: Any) -> bytes:
     if type(value) is not bytes:
         raise RaftCodecError(f"expected bytes, got {type(value).__name__}")
     return value
-
-
-def _entries(value: Any) -> tuple[Entry, ...]:
-    if not isinstance(value, list):
-        raise RaftCodecError("entries must be an array")
-    return tuple(decode_entry(e) for e in value)
-
-
-_DECODERS: dict[str, Callable[[Any], Any]] = {
-    "i": _int,
-    "b": _bool,
-    "E": _entries,
-    "S": decode_snapshot,
-}

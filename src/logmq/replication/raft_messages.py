@@ -11,6 +11,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import IntEnum
 
+from logmq.net.limits import MAX_ARRAY_ELEMENTS
+
+# The most entries one AppendRequest may carry: a leader never sends more (RaftNode refuses
+# a larger max_entries_per_message; it sends 256 by default), and a member refuses a
+# message with more before building any (raft_codec.py). The limit on any array a peer
+# may send either front door (net/limits.py).
+MAX_ENTRIES_PER_MESSAGE = MAX_ARRAY_ELEMENTS
+
 
 class EntryKind(IntEnum):
     """Why an entry is in the log.

@@ -6,10 +6,12 @@ simultaneous dials survives. A frame is ``[u32 length][payload]``, the client pr
 framing, read with its ``read_frame`` (net/frame_reader.py: same size check, same
 FrameTooLargeError). The dialer's first frame is a hello (msgpack map: magic, version,
 node id, cluster id, voter ids, listen address) and the listener answers with its own
-hello or ``{"error": ...}``; members that disagree on the cluster id or on the voter set
-refuse each other with a clear message instead of forming a quorum. The listen address
-tells the listener where to reach a dialer it has no address for (an observer:
-``on_peer_hello``).
+hello or ``{"error": ...}`` (a hello frame is at most 64 KiB, and a hello a map of a few
+keys: what one may hold is bounded by that); members that disagree on the cluster id or
+on the voter set refuse each other with a clear message instead of forming a quorum. The
+listen address tells the listener where to reach a dialer it has no address for (an
+observer: ``on_peer_hello``). The Raft messages after the hello are decoded by their
+layout, each count bounded before anything is built (raft_codec.py).
 
 Sending never blocks the Raft loop: each peer has a bounded queue drained by its own
 task, which reconnects with exponential backoff. When the queue is full the oldest message
@@ -40,6 +42,8 @@ log = logging.getLogger("logmq.raft.transport")
 MAGIC = "logmq-raft"
 VERSION = 1
 HANDSHAKE_TIMEOUT = 5.0
+HELLO_MAX_BYTES = 1 << 16  # a hello: six keys and the voter ids
+HELLO_MAX_KEYS = 16
 
 
 class FrameError(Exception):
@@ -48,6 +52,11 @@ class FrameError(Exception):
 
 def frame(payload: bytes) -> bytes:
     return SIZE.pack(len(payload)) + payload
+
+
+def unpack_hello(data: bytes) -> Any:
+    """A hello frame's map (the Raft messages after it: raft_codec.decode_message)."""
+    return msgpack.unpackb(data, raw=False, max_map_len=HELLO_MAX_KEYS)
 
 
 class _Peer:
@@ -89,7 +98,7 @@ class _Peer:
                 _tune(writer)
                 writer.write(frame(t.hello()))
                 async with asyncio.timeout(HANDSHAKE_TIMEOUT):
-                    reply = await read_frame(reader, 1 << 16)
+                    reply = await read_frame(reader, HELLO_MAX_BYTES)
                 problem = t.check_hello(reply, expect=self.node_id)
                 if problem:
                     t.report(self.node_id, problem)
@@ -272,7 +281,7 @@ class TcpTransport(RaftTransport):
     def check_hello(self, data: bytes, *, expect: int | None = None) -> str | None:
         """Why this peer must not join our quorum traffic, or None."""
         try:
-            hello = msgpack.unpackb(data, raw=False)
+            hello = unpack_hello(data)
             return self._check_hello(hello, expect)
         except (ValueError, TypeError, msgpack.UnpackException):  # e.g. voters [1, "x"]
             return "the peer does not speak the logmq quorum protocol"
@@ -306,7 +315,7 @@ class TcpTransport(RaftTransport):
     def _announce(self, data: bytes) -> None:
         if self.on_peer_hello is None:
             return
-        hello = msgpack.unpackb(data, raw=False)
+        hello = unpack_hello(data)
         listen = hello.get("listen")
         node_id = hello.get("node_id")
         if (
@@ -341,10 +350,10 @@ class TcpTransport(RaftTransport):
                     log.warning("raft transport %d: refused a peer: %s", self.node_id, refused)
                     return
             async with asyncio.timeout(HANDSHAKE_TIMEOUT):
-                data = await read_frame(reader, 1 << 16)
+                data = await read_frame(reader, HELLO_MAX_BYTES)
             problem = self.check_hello(data)
             with contextlib.suppress(Exception):
-                peer = msgpack.unpackb(data, raw=False).get("node_id", "?")
+                peer = unpack_hello(data).get("node_id", "?")
             if problem:
                 self.report(peer if isinstance(peer, int) else -1, problem)
                 writer.write(frame(msgpack.packb({"magic": MAGIC, "error": problem})))

@@ -17,7 +17,6 @@ from collections.abc import Callable, Sequence
 
 from logmq.broker.metadata.security_admin import SecurityAdmin
 from logmq.cluster.metadata_image import MetadataImage
-from logmq.security.authorization import audit_change
 from logmq.security.scram import AddScramUser
 
 log = logging.getLogger("logmq.security")
@@ -45,8 +44,7 @@ async def apply_add_scram(
                 )
                 continue
             stored = image().security.scram_credential(user.name, user.mechanism)
-            if stored == user.credential:
-                audit_change(None, f"SCRAM credentials of User:{user.name} created (--add-scram)")
+            if stored == user.credential:  # the controller audits it (security_changes.py)
                 log.info("--add-scram: created the %s user %r", user.mechanism, user.name)
                 continue
         if stored is None or user.same_secret(stored):

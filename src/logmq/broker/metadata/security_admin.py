@@ -4,7 +4,9 @@ The changes run on the controller, which writes them to the metadata log; like
 TopicAdmin (topic_admin.py) this service speaks the inter-broker (native) requests on
 a door's behalf, takes typed requests and answers typed outcomes in request order. The
 describes are answered from this broker's own metadata image: every broker holds the
-same committed set, so no request travels for them.
+same committed set, so no request travels for them. A change names the client it is
+made for (``caller``: net/requester.py), which the controller audits it with
+(security_changes.py).
 
 The helpers below are the native bodies of these APIs (docs: native/security_api.py),
 shared by this service, which writes them, and the native handlers, which read them.
@@ -26,6 +28,8 @@ from logmq.cluster.security_image import (
 )
 from logmq.errors import ErrorCode, LogMQError
 from logmq.net.codec import ApiKey
+from logmq.net.pipeline import ConnectionContext
+from logmq.net.requester import ON_BEHALF_OF, on_behalf_of
 from logmq.security.acl import (
     AclBinding,
     AclBindingFilter,
@@ -128,22 +132,26 @@ class SecurityAdmin:
 
     # -- ACLs ------------------------------------------------------------------------
 
-    async def create_acls(self, bindings: Sequence[AclBinding]) -> list[ApiResult]:
+    async def create_acls(
+        self, bindings: Sequence[AclBinding], *, caller: ConnectionContext | None = None
+    ) -> list[ApiResult]:
         """CreateAcls: one result per binding, in order."""
         if not bindings:
             return []
         body = {"creations": [binding_body(b) for b in bindings]}
-        answer = await self._call(ApiKey.CREATE_ACLS, body, len(bindings))
+        answer = await self._call(ApiKey.CREATE_ACLS, body, len(bindings), caller)
         if isinstance(answer, ApiResult):
             return [answer] * len(bindings)
         return [result_of(e) for e in answer]
 
-    async def delete_acls(self, filters: Sequence[AclBindingFilter]) -> list[AclDeleteResult]:
+    async def delete_acls(
+        self, filters: Sequence[AclBindingFilter], *, caller: ConnectionContext | None = None
+    ) -> list[AclDeleteResult]:
         """DeleteAcls: per filter, the bindings it removed (or why it failed)."""
         if not filters:
             return []
         body = {"filters": [filter_body(f) for f in filters]}
-        answer = await self._call(ApiKey.DELETE_ACLS, body, len(filters))
+        answer = await self._call(ApiKey.DELETE_ACLS, body, len(filters), caller)
         if isinstance(answer, ApiResult):
             return [AclDeleteResult(answer.error, answer.message)] * len(filters)
         out = []
@@ -171,6 +179,7 @@ class SecurityAdmin:
         deletions: Sequence[tuple[str, str]],
         *,
         keep_existing: bool = False,
+        caller: ConnectionContext | None = None,
     ) -> dict[str, ApiResult]:
         """AlterUserScramCredentials with salted credentials: user -> result, in the order
         users are first named (deletions first). ``keep_existing``: an upsertion leaves a
@@ -184,6 +193,8 @@ class SecurityAdmin:
         }
         if keep_existing:
             body["keep_existing"] = True
+        if caller is not None:
+            body[ON_BEHALF_OF] = on_behalf_of(caller)
         try:
             answer = await self._run(ApiKey.ALTER_USER_SCRAM_CREDENTIALS, body)
         except LogMQError as e:
@@ -205,13 +216,17 @@ class SecurityAdmin:
     # -- client quotas -----------------------------------------------------------------
 
     async def alter_client_quotas(
-        self, entries: Sequence[ClientQuotaAlteration], *, validate_only: bool = False
+        self,
+        entries: Sequence[ClientQuotaAlteration],
+        *,
+        validate_only: bool = False,
+        caller: ConnectionContext | None = None,
     ) -> list[ApiResult]:
         """AlterClientQuotas: one result per entry, in order."""
         if not entries:
             return []
         body = {"entries": [quota_entry_body(e) for e in entries], "validate_only": validate_only}
-        answer = await self._call(ApiKey.ALTER_CLIENT_QUOTAS, body, len(entries), "entries")
+        answer = await self._call(ApiKey.ALTER_CLIENT_QUOTAS, body, len(entries), caller, "entries")
         if isinstance(answer, ApiResult):
             return [answer] * len(entries)
         return [result_of(e) for e in answer]
@@ -224,9 +239,16 @@ class SecurityAdmin:
     # -- plumbing ----------------------------------------------------------------------
 
     async def _call(
-        self, api_key: int, body: dict[str, Any], n: int, key: str = "results"
+        self,
+        api_key: int,
+        body: dict[str, Any],
+        n: int,
+        caller: ConnectionContext | None,
+        key: str = "results",
     ) -> list[Any] | ApiResult:
         """The controller's per-entry answers, or one failure for every entry."""
+        if caller is not None:
+            body[ON_BEHALF_OF] = on_behalf_of(caller)
         try:
             answer = await self._run(api_key, body)
         except LogMQError as e:  # no controller answered: every entry failed alike
