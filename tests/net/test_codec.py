@@ -121,6 +121,20 @@ def test_a_body_holding_over_a_million_elements_is_refused_whatever_follows(kind
         decode_request(small)
 
 
+def test_a_body_of_millions_of_tiny_containers_is_refused_before_it_is_all_built():
+    """Each array under the limit, but 4,000,001 empty arrays in all (a byte each): the
+    total bound (net/limits.MAX_BODY_ITEMS) stops msgpack before it builds them all,
+    however big the frame; a legitimate big body (100,000 partitions' entries) passes."""
+    rows = [[] for _ in range(999_999)]
+    many = {"topics": [rows, rows, rows, rows, [[]] * 10]}
+    with pytest.raises(InvalidFrameError, match="over 4,000,000 arrays, maps and elements"):
+        decode_request(joined(encode_request(3, 0, 1, "c", many))[4:])
+    parts = [{"partition": i, "offset": 5, "max_bytes": 1 << 20} for i in range(100_000)]
+    big = {"topics": [{"topic": "t", "partitions": parts}]}
+    req = decode_request(joined(encode_request(1, 0, 2, "c", big))[4:])
+    assert len(req.body["topics"][0]["partitions"]) == 100_000
+
+
 # -- ServerConnection -------------------------------------------------------------------
 
 

@@ -20,7 +20,7 @@ import msgpack
 
 from logmq.errors import InvalidFrameError
 from logmq.gcpause import gc_paused
-from logmq.net.limits import MAX_ARRAY_ELEMENTS
+from logmq.net.limits import MAX_ARRAY_ELEMENTS, MAX_BODY_ITEMS
 
 SIZE = struct.Struct(">I")
 # api_key u16, api_version u16, correlation_id u32, client_id_len u16
@@ -112,14 +112,49 @@ class Response:
 BULK_BODY = 64 * 1024
 
 
+class _ItemBudget:
+    """Counts a body's arrays, maps and their elements as msgpack builds them, and stops
+    the decode past MAX_BODY_ITEMS (msgpack hands each container over as it completes,
+    so no more than one array past the budget is ever built)."""
+
+    __slots__ = ("left",)
+
+    def __init__(self) -> None:
+        self.left = MAX_BODY_ITEMS
+
+    def _spend(self, n: int) -> None:
+        self.left -= n
+        if self.left < 0:
+            raise _TooManyItems(f"over {MAX_BODY_ITEMS:,} arrays, maps and elements in one body")
+
+    def list(self, items: list) -> list:
+        self._spend(len(items) + 1)
+        return items
+
+    def map(self, entries: dict) -> dict:
+        self._spend(len(entries) + 1)
+        return entries
+
+
+class _TooManyItems(ValueError):
+    pass
+
+
+_LIMITS = {
+    "raw": False,
+    "strict_map_key": False,
+    "max_array_len": MAX_ARRAY_ELEMENTS,
+    "max_map_len": MAX_ARRAY_ELEMENTS,
+}
+
+
 def _unpackb(data: Any) -> Any:
-    return msgpack.unpackb(
-        data,
-        raw=False,
-        strict_map_key=False,
-        max_array_len=MAX_ARRAY_ELEMENTS,
-        max_map_len=MAX_ARRAY_ELEMENTS,
-    )
+    """A body under BULK_BODY bytes builds at most that many containers (a few MB): only
+    bigger ones pay for counting them (a hook call per array and map)."""
+    if len(data) < BULK_BODY:
+        return msgpack.unpackb(data, **_LIMITS)
+    budget = _ItemBudget()
+    return msgpack.unpackb(data, **_LIMITS, list_hook=budget.list, object_hook=budget.map)
 
 
 def pack_body(body: Any) -> bytes:
@@ -128,13 +163,16 @@ def pack_body(body: Any) -> bytes:
 
 def unpack_body(data: Any) -> dict[str, Any]:
     """A msgpack body; no array or map in it may hold more than MAX_ARRAY_ELEMENTS (msgpack
-    checks each count before allocating, however many bytes follow: net/limits.py)."""
+    checks each count before allocating, however many bytes follow), nor all of them
+    together more than MAX_BODY_ITEMS (net/limits.py)."""
     try:
         if len(data) < BULK_BODY:
             body = _unpackb(data)
         else:  # e.g. thousands of partitions' entries (gcpause.py)
             with gc_paused():
                 body = _unpackb(data)
+    except _TooManyItems as e:
+        raise InvalidFrameError(f"msgpack body refused: {e}") from None
     except ValueError as e:
         if "exceeds max_" in str(e):  # msgpack's words: "N exceeds max_array_len(M)"
             raise InvalidFrameError(

@@ -17,6 +17,13 @@ from __future__ import annotations
 # The most elements one array (or msgpack map) of a request or response may hold.
 MAX_ARRAY_ELEMENTS = 1_000_000
 
+# The most arrays, maps and their elements together one msgpack body may hold: the
+# per-array limit alone lets a 100 MB frame of empty arrays or maps (one byte each)
+# build 100 million Python containers, tens of GB. Bounding the total bounds a body's
+# memory to a few hundred MB whatever the frame; the largest bodies the broker sends or
+# takes (Metadata of 100,000 partitions, a reassignment of as many) hold about a third.
+MAX_BODY_ITEMS = 4_000_000
+
 # The most tagged fields one tagged-field section of a Kafka frame may hold (Kafka's
 # flexible versions; msgpack has none).
 MAX_TAGGED_FIELDS = 10_000
