@@ -249,6 +249,26 @@ def test_propose_many_sends_one_append_per_peer() -> None:
     assert all([e.data for e in m.entries] == [b"a", b"b", b"c"] for m in appends)
 
 
+def test_appends_stay_within_their_byte_budget_and_carry_a_big_entry_alone() -> None:
+    """256 entries of a few MB each would pass the transport's frame limit: a follower
+    would drop the connection and be sent the same message again, for ever."""
+    node = make(max_bytes_per_message=100)
+    elect(node)
+    drain(node)
+    for peer in (2, 3):
+        node.step(AppendResponse(peer, 1, node.term, True, match_index=1))
+    drain(node)
+    node.propose_many([b"a" * 40, b"b" * 40, b"c" * 40, b"d" * 300, b"e"])
+    first = [m for m in sent(node) if isinstance(m, AppendRequest) and m.dst == 2]
+    assert [[e.data[:1] for e in m.entries] for m in first] == [[b"a", b"b"]]
+    node.step(AppendResponse(2, 1, node.term, True, match_index=first[0].entries[-1].index))
+    nxt = [m for m in sent(node) if isinstance(m, AppendRequest) and m.dst == 2]
+    assert [[e.data[:1] for e in m.entries] for m in nxt] == [[b"c"]]
+    node.step(AppendResponse(2, 1, node.term, True, match_index=nxt[0].entries[-1].index))
+    big = [m for m in sent(node) if isinstance(m, AppendRequest) and m.dst == 2]
+    assert [[e.data[:1] for e in m.entries] for m in big] == [[b"d"]]  # alone, whole
+
+
 # -- log replication ---------------------------------------------------------------------------
 
 

@@ -58,6 +58,7 @@ class RaftNode:
         pre_vote: bool = True,
         check_quorum: bool = True,
         max_entries_per_message: int = 256,
+        max_bytes_per_message: int = 8 << 20,
         max_inflight: int = 64,
         snapshot_threshold: int | None = 10_000,
         snapshot_bytes: int | None = None,
@@ -82,6 +83,10 @@ class RaftNode:
         self.pre_vote = pre_vote
         self.check_quorum = check_quorum
         self.max_entries_per_message = max_entries_per_message
+        # entries' bytes per AppendRequest (at least one entry): 256 entries of a few
+        # MB each would pass the transport's frame limit, the follower drop the
+        # connection and the leader send the same message again, for ever
+        self.max_bytes_per_message = max_bytes_per_message
         self.max_inflight = max_inflight
         self.snapshot_threshold = snapshot_threshold
         self.snapshot_bytes = snapshot_bytes
@@ -328,6 +333,7 @@ class RaftNode:
             election_ticks=self.election_ticks,
             heartbeat_ticks=self.heartbeat_ticks,
             max_entries_per_message=self.max_entries_per_message,
+            max_bytes_per_message=self.max_bytes_per_message,
             max_inflight=self.max_inflight,
         )
         self._leader.start()

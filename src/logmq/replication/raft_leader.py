@@ -38,6 +38,7 @@ class Leader:
         heartbeat_ticks: int,
         max_entries_per_message: int,
         max_inflight: int,
+        max_bytes_per_message: int = 8 << 20,
     ) -> None:
         self.node_id = node_id
         self.term = term
@@ -48,6 +49,7 @@ class Leader:
         self.election_ticks = election_ticks
         self.heartbeat_ticks = heartbeat_ticks
         self.max_entries_per_message = max_entries_per_message
+        self.max_bytes_per_message = max_bytes_per_message
         self.max_inflight = max_inflight
         self._heartbeat_elapsed = 0
         self.transferee: int | None = None  # leadership is being handed to this voter
@@ -148,7 +150,7 @@ class Leader:
             progress.become_snapshot(snapshot.index)
             return
         last = min(self.log.last_index, prev_index + self.max_entries_per_message)
-        entries = tuple(self.log.slice(progress.next, last))
+        entries = _within(self.log.slice(progress.next, last), self.max_bytes_per_message)
         if not entries and not allow_empty:
             return
         self._send(
@@ -199,3 +201,13 @@ class Leader:
                 progress.become_probe()  # no progress for a heartbeat: assume loss, resend
             progress.stalled_match = progress.match
             self.send_append(msg.src)
+
+
+def _within(entries: list[Entry], max_bytes: int) -> tuple[Entry, ...]:
+    """The first of ``entries`` whose data fit in ``max_bytes`` (at least one entry)."""
+    total = 0
+    for i, entry in enumerate(entries):
+        total += len(entry.data)
+        if total > max_bytes and i:
+            return tuple(entries[:i])
+    return tuple(entries)
