@@ -7,7 +7,9 @@ Kafka's where the meaning is the same, so operators can map what they know.
 from __future__ import annotations
 
 import errno
+from dataclasses import dataclass
 from enum import IntEnum
+from typing import Self
 
 
 class ErrorCode(IntEnum):
@@ -157,6 +159,30 @@ class LogMQError(Exception):
     @property
     def retriable(self) -> bool:
         return self.code.retriable
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """One entity's answer in a request answered per entity (a partition of a produce or
+    of a marker write, a group, a topic): NONE, or the code and message its entry gets.
+
+    The service returns one per entity, never an exception as a value; a result with a
+    payload extends it (``ProduceResult``, ``DeletedRecords``)."""
+
+    error: ErrorCode = ErrorCode.NONE
+    message: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is ErrorCode.NONE
+
+    @classmethod
+    def failed(cls, exc: LogMQError) -> Self:
+        """The entity's answer for the error its work raised."""
+        return cls(exc.code, str(exc))
+
+
+OK = Outcome()
 
 
 class CorruptRecordError(LogMQError):

@@ -22,7 +22,7 @@ from logmq.cluster.metadata_image import (
     LocalReplicaChanges,
     PartitionRegistration,
 )
-from logmq.errors import ErrorCode
+from logmq.errors import ErrorCode, Outcome
 from logmq.storage.log_manager import LogManager
 from logmq.txn import TXN_STATE_TOPIC, MarkerJob, TxnConfig, coordinator_partition
 from tests.harness import wait_until
@@ -88,9 +88,11 @@ class Sender:
         self.sent: list[MarkerJob] = []
         self.script: dict[tuple[str, int], list[ErrorCode]] = {}
 
-    async def send(self, job: MarkerJob) -> dict[tuple[str, int], ErrorCode]:
+    async def send(self, job: MarkerJob) -> dict[tuple[str, int], Outcome]:
         self.sent.append(job)
-        return {tp: (self.script.get(tp) or [ErrorCode.NONE]).pop(0) for tp in job.partitions}
+        return {
+            tp: Outcome((self.script.get(tp) or [ErrorCode.NONE]).pop(0)) for tp in job.partitions
+        }
 
 
 class Fake:

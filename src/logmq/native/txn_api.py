@@ -161,7 +161,7 @@ class TxnApi:
         out = []
         for marker in req_list(req.body, "markers"):
             producer_id = req_int(marker, "producer_id")
-            codes = await self.writer.write(
+            outcomes = await self.writer.write(
                 producer_id,
                 req_int(marker, "producer_epoch"),
                 req_int(marker, "coordinator_epoch"),
@@ -169,6 +169,7 @@ class TxnApi:
                 _partitions(marker),
                 req_field(marker, "job_id", int, None),  # logmq's coordinators name the job
             )
+            codes = {tp: outcome.error for tp, outcome in outcomes.items()}
             out.append({"producer_id": producer_id, "topics": _by_topic(codes)})
         return Reply({"markers": out})
 

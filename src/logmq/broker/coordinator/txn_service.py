@@ -323,16 +323,18 @@ class TransactionCoordinatorService(ShardedCoordinatorService[TxnShard]):
                 log.warning("sending markers of %r failed: %s", job.transactional_id, exc)
                 results = {}
             for tp in sorted(remaining):
-                code = results.get(tp)
-                if code is ErrorCode.NONE:
+                outcome = results.get(tp)
+                if outcome is None:
+                    continue
+                if outcome.ok:
                     remaining.discard(tp)
-                elif code in _MARKER_FENCED:
+                elif outcome.error in _MARKER_FENCED:
                     log.warning(
                         "marker of %r for %s-%d refused: %s",
                         job.transactional_id,
                         tp[0],
                         tp[1],
-                        code.name,
+                        outcome.error.name,
                     )
                     return False
             # Only once a send failed: this broker's image may lag behind a new topic.
@@ -343,7 +345,7 @@ class TransactionCoordinatorService(ShardedCoordinatorService[TxnShard]):
                 "markers of %r pending for %s: %s",
                 job.transactional_id,
                 sorted(remaining),
-                {tp: getattr(results.get(tp), "name", None) for tp in remaining},
+                {tp: getattr(results.get(tp), "error", None) for tp in remaining},
             )
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(delay):
