@@ -30,14 +30,14 @@ TOPICS = {"t": 8}
 class SingleReplica:
     """The offsets partition has no other replica: what is appended is committed."""
 
-    def check(self) -> tuple[ErrorCode, int]:
-        return ErrorCode.NONE, 0
+    def check(self) -> int:
+        return 0
 
     def appended(self, plog) -> None:
         plog.high_watermark = plog.log_end_offset
 
-    async def replicated(self, offset: int, timeout_ms: int) -> ErrorCode:
-        return ErrorCode.NONE
+    async def replicated(self, offset: int, timeout_ms: int) -> None:
+        return None
 
 
 def make_shard(logs: LogManager, topics=lambda: TOPICS) -> GroupShard:

@@ -28,14 +28,14 @@ TP1 = ("t", 1)
 
 
 class SingleReplica:
-    def check(self) -> tuple[ErrorCode, int]:
-        return ErrorCode.NONE, 0
+    def check(self) -> int:
+        return 0
 
     def appended(self, plog) -> None:
         plog.high_watermark = plog.log_end_offset
 
-    async def replicated(self, offset: int, timeout_ms: int) -> ErrorCode:
-        return ErrorCode.NONE
+    async def replicated(self, offset: int, timeout_ms: int) -> None:
+        return None
 
 
 async def loaded(logs: LogManager) -> GroupShard:

@@ -635,16 +635,16 @@ class KafkaApis:
         for t in body.topics:
             parts = []
             for p in t.partitions:
-                error, epoch, end = self.replicas.epoch_end_offset(
+                found = self.replicas.epoch_end_offset(
                     t.topic, p.partition, getattr(p, "current_leader_epoch", -1), p.leader_epoch
                 )
                 parts.append(
                     build(
                         m.EpochEndOffset,
-                        error_code=kio_code(error),
+                        error_code=kio_code(found.error),
                         partition=p.partition,
-                        leader_epoch=epoch,
-                        end_offset=end,
+                        leader_epoch=found.leader_epoch,
+                        end_offset=found.end_offset,
                     )
                 )
             topics.append(m.OffsetForLeaderTopicResult(topic=t.topic, partitions=tuple(parts)))

@@ -316,13 +316,13 @@ class DataApi:
                 partition = req_int(p, "partition")
                 current = req_int(p, "current_leader_epoch", -1)
                 epoch = req_int(p, "leader_epoch")
-                error, found, end = rm.epoch_end_offset(name, partition, current, epoch)
+                found = rm.epoch_end_offset(name, partition, current, epoch)
                 results.append(
                     {
                         "partition": partition,
-                        "error": int(error),
-                        "leader_epoch": found,
-                        "end_offset": end,
+                        "error": int(found.error),
+                        "leader_epoch": found.leader_epoch,
+                        "end_offset": found.end_offset,
                     }
                 )
             out.append({"topic": name, "partitions": results})
@@ -339,10 +339,14 @@ class DataApi:
                 offsets[(name, req_int(p, "partition"))] = req_int(p, "offset")
         results = await self.deletions.delete_records(offsets, timeout_ms)
         out: dict[str, list[dict[str, Any]]] = {}
-        for (name, partition), (low, error, message) in results.items():
-            entry = {"partition": partition, "error": int(error), "low_watermark": low}
-            if message is not None:
-                entry["message"] = message
+        for (name, partition), r in results.items():
+            entry = {
+                "partition": partition,
+                "error": int(r.error),
+                "low_watermark": r.low_watermark,
+            }
+            if r.message is not None:
+                entry["message"] = r.message
             out.setdefault(name, []).append(entry)
         return Reply({"topics": [{"topic": n, "partitions": ps} for n, ps in out.items()]})
 
