@@ -209,7 +209,8 @@ class TxnApi:
             message = f"no such partitions: {sorted(unknown)}"
         else:
             try:
-                code = await self.txns.add_partitions_to_txn(txn_id, producer_id, epoch, tps)
+                await self.txns.add_partitions_to_txn(txn_id, producer_id, epoch, tps)
+                code = ErrorCode.NONE
             except LogMQError as e:
                 code, message = e.code, str(e)
             codes = dict.fromkeys(tps, code)
@@ -327,15 +328,13 @@ class TxnApi:
         return Reply({"topics": [{"topic": t, "partitions": ps} for t, ps in topics.items()]})
 
 
-async def _code_answer(pending: Awaitable[ErrorCode]) -> Reply:
-    """``{"error", "message"?}`` for a coordinator call that answers one code."""
+async def _code_answer(pending: Awaitable[None]) -> Reply:
+    """``{"error", "message"?}`` for a coordinator call that succeeds or raises."""
     try:
-        code = await pending
+        await pending
     except LogMQError as e:
         return Reply({"error": int(e.code), "message": str(e)})
-    if code is ErrorCode.NONE:
-        return Reply({"error": 0})
-    return Reply({"error": int(code), "message": code.name})
+    return Reply({"error": 0})
 
 
 def _complete(
