@@ -86,7 +86,7 @@ def commit(offset: int, group: str = "g"):
 
 
 def fetch(core: GroupCoordinator, now_ms: int):
-    return core.fetch_offsets("g")[1]
+    return core.fetch_offsets("g").offsets
 
 
 async def test_a_commit_is_answered_only_after_the_high_watermark_passes_it(logs):

@@ -181,7 +181,10 @@ class KafkaConsumerGroupApis:
         )
         out = []
         for group_id, result in zip(body.group_ids, results, strict=True):
-            code, d = (result.code, None) if isinstance(result, LogMQError) else result
+            if isinstance(result, LogMQError):
+                code, d = result.code, None
+            else:
+                code, d = result.error, result.description
             message = None
             if d is not None and d.classic is not None:
                 code, d = ErrorCode.GROUP_ID_NOT_FOUND, None

@@ -145,7 +145,10 @@ class KafkaGroupApis:
         )
         out = []
         for group_id, result in zip(body.groups, results, strict=True):
-            code, d = (result.code, None) if isinstance(result, LogMQError) else result
+            if isinstance(result, LogMQError):
+                code, d = result.code, None
+            else:
+                code, d = result.error, result.description
             if d is None:
                 # Kafka describes an unknown group as Dead with no error
                 dead = code in (ErrorCode.GROUP_ID_NOT_FOUND, ErrorCode.NONE)

@@ -455,12 +455,12 @@ class GroupApi:
             return core.fetch_offsets(group_id, tps)
 
         try:
-            code, found = await self.groups.shard_for(group_id).submit(fetch)
+            fetched = await self.groups.shard_for(group_id).submit(fetch)
         except LogMQError as exc:
             return answer(exc.code, str(exc), [])
-        if code is not ErrorCode.NONE:
-            return answer(code, _message(code), [])
-        return answer(ErrorCode.NONE, None, entries(found))
+        if fetched.error is not ErrorCode.NONE:
+            return answer(fetched.error, _message(fetched.error), [])
+        return answer(ErrorCode.NONE, None, entries(fetched.offsets))
 
     # -- ListGroups ---------------------------------------------------------------------
     async def list_groups(self, req: Request) -> Reply:
@@ -531,8 +531,8 @@ class GroupApi:
             if isinstance(result, LogMQError):
                 out.append(_described(group_id, result.code, str(result), None))
             else:
-                code, description = result
-                out.append(_described(group_id, code, _message(code), description))
+                code = result.error
+                out.append(_described(group_id, code, _message(code), result.description))
         return Reply({"groups": out})
 
     # -- DeleteGroups -------------------------------------------------------------------
