@@ -16,6 +16,7 @@ from typing import Any
 
 import msgpack
 
+from logmq.errors import CorruptRecordError
 from logmq.replication.raft_messages import (
     AppendRequest,
     AppendResponse,
@@ -32,7 +33,7 @@ from logmq.replication.raft_messages import (
 )
 
 
-class RaftCodecError(ValueError):
+class RaftCodecError(CorruptRecordError, ValueError):
     pass
 
 
