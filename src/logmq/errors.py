@@ -1,7 +1,18 @@
-"""One error-code enum shared by the broker and every client.
+"""One error-code enum shared by the broker and every client, and the error model.
 
 Codes travel in protocol bodies as plain integers (``"error": 6``). Numbers follow
 Kafka's where the meaning is the same, so operators can map what they know.
+
+The model (docs/design.md, "Errors"; tests/test_error_model.py keeps it):
+
+* One tree: every error raised for a reason a client or operator should hear of is a
+  :class:`LogMQError` carrying its ``ErrorCode`` (``ValueError`` stays a second base
+  where callers caught that). Only exceptions that never leave their module stay out.
+* A whole request's failure is raised by the service and mapped once: by the pipeline
+  (the door's error answer with the code) or by the handler for a richer answer.
+* A per-entity answer (a partition of a produce, a group of DescribeGroups) is a typed
+  result carrying ``error`` and ``message`` and its payload: :class:`Outcome` or a
+  subclass, never an exception passed as a value, never a bare tuple.
 """
 
 from __future__ import annotations
