@@ -1,13 +1,26 @@
-"""One error-code enum shared by the broker and every client.
+"""One error-code enum shared by the broker and every client, and the error model.
 
 Codes travel in protocol bodies as plain integers (``"error": 6``). Numbers follow
 Kafka's where the meaning is the same, so operators can map what they know.
+
+The model (docs/design.md, "Errors"; tests/test_error_model.py keeps it):
+
+* One tree: every error raised for a reason a client or operator should hear of is a
+  :class:`LogMQError` carrying its ``ErrorCode`` (``ValueError`` stays a second base
+  where callers caught that). Only exceptions that never leave their module stay out.
+* A whole request's failure is raised by the service and mapped once: by the pipeline
+  (the door's error answer with the code) or by the handler for a richer answer.
+* A per-entity answer (a partition of a produce, a group of DescribeGroups) is a typed
+  result carrying ``error`` and ``message`` and its payload: :class:`Outcome` or a
+  subclass, never an exception passed as a value, never a bare tuple.
 """
 
 from __future__ import annotations
 
 import errno
+from dataclasses import dataclass
 from enum import IntEnum
+from typing import Self
 
 
 class ErrorCode(IntEnum):
@@ -157,6 +170,30 @@ class LogMQError(Exception):
     @property
     def retriable(self) -> bool:
         return self.code.retriable
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """One entity's answer in a request answered per entity (a partition of a produce or
+    of a marker write, a group, a topic): NONE, or the code and message its entry gets.
+
+    The service returns one per entity, never an exception as a value; a result with a
+    payload extends it (``ProduceResult``, ``DeletedRecords``)."""
+
+    error: ErrorCode = ErrorCode.NONE
+    message: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is ErrorCode.NONE
+
+    @classmethod
+    def failed(cls, exc: LogMQError) -> Self:
+        """The entity's answer for the error its work raised."""
+        return cls(exc.code, str(exc))
+
+
+OK = Outcome()
 
 
 class CorruptRecordError(LogMQError):

@@ -30,14 +30,14 @@ TOPICS = {"t": 8}
 class SingleReplica:
     """The offsets partition has no other replica: what is appended is committed."""
 
-    def check(self) -> tuple[ErrorCode, int]:
-        return ErrorCode.NONE, 0
+    def check(self) -> int:
+        return 0
 
     def appended(self, plog) -> None:
         plog.high_watermark = plog.log_end_offset
 
-    async def replicated(self, offset: int, timeout_ms: int) -> ErrorCode:
-        return ErrorCode.NONE
+    async def replicated(self, offset: int, timeout_ms: int) -> None:
+        return None
 
 
 def make_shard(logs: LogManager, topics=lambda: TOPICS) -> GroupShard:
@@ -71,7 +71,7 @@ def commit(member_id: str, epoch: int, partition: int, offset: int):
 
 
 def fetch(core: GroupCoordinator, now_ms: int):
-    return core.fetch_offsets("g")[1]
+    return core.fetch_offsets("g").offsets
 
 
 async def test_requests_wait_for_the_load_then_go_through(logs):
@@ -185,7 +185,7 @@ async def test_timer_expires_a_silent_member_and_persists_it(logs):
     steady = await shard.submit(join("steady"))
 
     def members(core: GroupCoordinator, now_ms: int):
-        return [m.member_id for m in core.describe("g")[1].members]
+        return [m.member_id for m in core.describe("g").description.members]
 
     async def quiet_gone() -> bool:
         return await shard.submit(members) == ["steady"]
@@ -238,7 +238,7 @@ async def test_metadata_changes_reach_the_groups(logs):
     shard.metadata_changed(deleted_topics=["t"])
 
     def state(core: GroupCoordinator, now_ms: int):
-        return core.describe("g")[1].state
+        return core.describe("g").description.state
 
     assert await shard.submit(state) in (GroupState.RECONCILING, GroupState.STABLE)
     await shard.unload()

@@ -13,7 +13,7 @@ import asyncio
 import pytest
 
 from logmq.broker.coordinator.group_shard import CoordinatorError, GroupShard, ShardState
-from logmq.errors import ErrorCode
+from logmq.errors import ErrorCode, LogMQError
 from logmq.group import OFFSETS_TOPIC, GroupCoordinator
 from logmq.storage import batch as b
 from logmq.storage.log_manager import LogManager
@@ -32,8 +32,10 @@ class ScriptedReplication:
         self.fail_with: ErrorCode | None = None  # answer waits with this at once
         self._moved = asyncio.Event()
 
-    def check(self) -> tuple[ErrorCode, int]:
-        return self.check_error, self.epoch
+    def check(self) -> int:
+        if self.check_error is not ErrorCode.NONE:
+            raise LogMQError("scripted", self.check_error)
+        return self.epoch
 
     def appended(self, plog) -> None:
         self.leo = plog.log_end_offset
@@ -42,22 +44,21 @@ class ScriptedReplication:
         self.hw = self.leo if hw is None else hw
         self._moved.set()
 
-    async def replicated(self, offset: int, timeout_ms: int) -> ErrorCode:
+    async def replicated(self, offset: int, timeout_ms: int) -> None:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_ms / 1000
         while self.hw < offset:
             if self.fail_with is not None:
-                return self.fail_with
+                raise LogMQError("scripted", self.fail_with)
             remaining = deadline - loop.time()
             if remaining <= 0:
-                return ErrorCode.REQUEST_TIMED_OUT
+                raise LogMQError("scripted", ErrorCode.REQUEST_TIMED_OUT)
             self._moved.clear()
             try:
                 async with asyncio.timeout(remaining):
                     await self._moved.wait()
             except TimeoutError:
                 pass
-        return ErrorCode.NONE
 
 
 async def loaded(logs: LogManager, repl: ScriptedReplication, timeout_ms: int = 60_000):
@@ -85,7 +86,7 @@ def commit(offset: int, group: str = "g"):
 
 
 def fetch(core: GroupCoordinator, now_ms: int):
-    return core.fetch_offsets("g")[1]
+    return core.fetch_offsets("g").offsets
 
 
 async def test_a_commit_is_answered_only_after_the_high_watermark_passes_it(logs):

@@ -28,14 +28,14 @@ TP1 = ("t", 1)
 
 
 class SingleReplica:
-    def check(self) -> tuple[ErrorCode, int]:
-        return ErrorCode.NONE, 0
+    def check(self) -> int:
+        return 0
 
     def appended(self, plog) -> None:
         plog.high_watermark = plog.log_end_offset
 
-    async def replicated(self, offset: int, timeout_ms: int) -> ErrorCode:
-        return ErrorCode.NONE
+    async def replicated(self, offset: int, timeout_ms: int) -> None:
+        return None
 
 
 async def loaded(logs: LogManager) -> GroupShard:
@@ -64,7 +64,7 @@ def alter(shard: GroupShard, offsets: dict):
 
 
 def view(core: GroupCoordinator, now_ms: int):
-    _, found = core.fetch_offsets("g")
+    found = core.fetch_offsets("g").offsets
     return {tp: c.offset for tp, c in found.items()}, core.pending_offsets("g")
 
 
@@ -244,7 +244,7 @@ async def test_leader_epochs_survive_the_log_a_reload_and_the_marker(logs):
     marker with it, and reloads after the marker answer it too."""
 
     def epochs(core: GroupCoordinator, now_ms: int):
-        _, found = core.fetch_offsets("g")
+        found = core.fetch_offsets("g").offsets
         return {tp: (c.offset, c.leader_epoch) for tp, c in found.items()}
 
     shard = await loaded(logs)

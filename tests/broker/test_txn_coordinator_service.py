@@ -22,7 +22,7 @@ from logmq.cluster.metadata_image import (
     LocalReplicaChanges,
     PartitionRegistration,
 )
-from logmq.errors import ErrorCode
+from logmq.errors import ErrorCode, LogMQError, Outcome
 from logmq.storage.log_manager import LogManager
 from logmq.txn import TXN_STATE_TOPIC, MarkerJob, TxnConfig, coordinator_partition
 from tests.harness import wait_until
@@ -88,9 +88,11 @@ class Sender:
         self.sent: list[MarkerJob] = []
         self.script: dict[tuple[str, int], list[ErrorCode]] = {}
 
-    async def send(self, job: MarkerJob) -> dict[tuple[str, int], ErrorCode]:
+    async def send(self, job: MarkerJob) -> dict[tuple[str, int], Outcome]:
         self.sent.append(job)
-        return {tp: (self.script.get(tp) or [ErrorCode.NONE]).pop(0) for tp in job.partitions}
+        return {
+            tp: Outcome((self.script.get(tp) or [ErrorCode.NONE]).pop(0)) for tp in job.partitions
+        }
 
 
 class Fake:
@@ -176,7 +178,7 @@ def leading(fake: Fake) -> TransactionCoordinatorService:
 async def begun(service: TransactionCoordinatorService, partitions=(("t", 0),)) -> int:
     """The producer id of OURS, now in a transaction on ``partitions`` (epoch 0)."""
     pid = (await service.init_producer_id(OURS, 10_000)).producer_id
-    assert await service.add_partitions_to_txn(OURS, pid, 0, partitions) is ErrorCode.NONE
+    await service.add_partitions_to_txn(OURS, pid, 0, partitions)
     return pid
 
 
@@ -238,9 +240,11 @@ async def test_routing_and_a_commit_through_the_service(fake):
     assert fake.allocations == 1
     pid, epoch = init.producer_id, init.producer_epoch
     parts = [("t", 0), ("t", 1), ("u", 0)]
-    assert await service.add_partitions_to_txn(OURS, pid, epoch, parts) is ErrorCode.NONE
-    assert await service.add_offsets_to_txn(OURS, pid, epoch, "g") is ErrorCode.NONE
-    assert await service.add_offsets_to_txn(OURS, pid, epoch, "") is ErrorCode.INVALID_GROUP_ID
+    await service.add_partitions_to_txn(OURS, pid, epoch, parts)
+    await service.add_offsets_to_txn(OURS, pid, epoch, "g")
+    with pytest.raises(LogMQError) as refused:
+        await service.add_offsets_to_txn(OURS, pid, epoch, "")
+    assert refused.value.code is ErrorCode.INVALID_GROUP_ID
     verified = await service.verify_partitions(OURS, pid, epoch, [("t", 1), ("v", 0)])
     assert verified == {("t", 1): ErrorCode.NONE, ("v", 0): ErrorCode.INVALID_TXN_STATE}
     offsets = ("__consumer_offsets", service.offsets_partition_for("g"))
@@ -248,7 +252,7 @@ async def test_routing_and_a_commit_through_the_service(fake):
     # meanwhile (its leader no longer knows it): done without a marker
     fake.sender.script[("t", 1)] = [ErrorCode.NOT_LEADER_OR_FOLLOWER] * 2
     fake.sender.script[("u", 0)] = [ErrorCode.UNKNOWN_TOPIC_OR_PARTITION] * 100
-    assert await service.end_txn(OURS, pid, epoch, commit=True) is ErrorCode.NONE
+    await service.end_txn(OURS, pid, epoch, commit=True)
     await wait_until(lambda: fake.sender.sent, what="markers sent")
     fake.image.drop_topic("u")
     service.on_partitions_changed(fake.image, changes())  # wakes the retry early
@@ -282,7 +286,7 @@ async def test_a_fenced_marker_abandons_the_job(fake):
     await active(service)
     pid = await begun(service)
     fake.sender.script[("t", 0)] = [ErrorCode.TRANSACTION_COORDINATOR_FENCED]
-    assert await service.end_txn(OURS, pid, 0, commit=False) is ErrorCode.NONE
+    await service.end_txn(OURS, pid, 0, commit=False)
     await wait_until(lambda: fake.sender.sent, what="markers sent")
     await asyncio.sleep(0.3)
     assert len(fake.sender.sent) == 1  # not retried
@@ -303,7 +307,7 @@ async def test_leadership_lost_then_regained_at_a_newer_epoch_finishes_the_commi
         return {}
 
     fake.sender.send = stuck  # type: ignore[method-assign]
-    assert await service.end_txn(OURS, pid, 0, commit=True) is ErrorCode.NONE
+    await service.end_txn(OURS, pid, 0, commit=True)
     await wait_until(lambda: fake.sender.sent, what="markers started")
     # another broker leads for a while; this one follows
     service.on_partitions_changed(
@@ -320,5 +324,5 @@ async def test_leadership_lost_then_regained_at_a_newer_epoch_finishes_the_commi
     assert shard.leader_epoch == 3
     await committed(service)
     assert fake.sender.sent[-1].coordinator_epoch == 3
-    assert await service.end_txn(OURS, pid, 0, commit=True) is ErrorCode.NONE
+    await service.end_txn(OURS, pid, 0, commit=True)
     await service.stop()

@@ -17,7 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from logmq.broker.coordinator.txn_markers import MarkerWriter
-from logmq.errors import ErrorCode
+from logmq.errors import OK
 from logmq.storage import batch as b
 from logmq.storage.config import LogConfig
 from logmq.storage.partition_log import PartitionLog
@@ -78,7 +78,7 @@ def test_copies_of_earlier_markers_never_end_a_later_transaction(
             if jobs:
                 job_id, commit = jobs[i % len(jobs)]
                 codes = await writer.write(PID, 0, coordinator_epoch, commit, [TP], job_id)
-                assert codes == {TP: ErrorCode.NONE}
+                assert codes == {TP: OK}
 
     async def run() -> None:
         seq = 0
@@ -92,7 +92,7 @@ def test_copies_of_earlier_markers_never_end_a_later_transaction(
                 assert plog.producer_state.txn.ongoing == {PID: first}
             job_id = 1000 + len(jobs)
             codes = await writer.write(PID, 0, coordinator_epoch, commit, [TP], job_id)
-            assert codes == {TP: ErrorCode.NONE}
+            assert codes == {TP: OK}
             jobs.append((job_id, commit))
             if not commit:
                 aborted.append((PID, first))

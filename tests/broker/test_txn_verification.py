@@ -10,7 +10,7 @@ import asyncio
 import pytest
 
 from logmq.broker.coordinator.txn_verification import TxnVerifier, append_guard
-from logmq.errors import ErrorCode, LogMQError
+from logmq.errors import OK, ErrorCode, LogMQError
 from logmq.storage import batch as b
 from logmq.storage.config import LogConfig
 from logmq.storage.partition_log import PartitionLog
@@ -73,7 +73,7 @@ async def verify_while(plog, between) -> Exception | None:
     asked.cancel()
     between()
     coordinator.answer.set()
-    assert await task == {TP: ErrorCode.NONE}
+    assert await task == {TP: OK}
     try:
         append_guard(guards)(*TP)
     except LogMQError as e:

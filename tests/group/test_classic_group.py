@@ -11,7 +11,7 @@ import itertools
 import pytest
 
 from logmq.errors import ErrorCode as E
-from logmq.group import PARKED, ClassicState, GroupConfig, GroupCoordinator, JoinAnswer
+from logmq.group import PARKED, ClassicState, GroupConfig, GroupCoordinator, JoinAnswer, LeaveAnswer
 from logmq.group.consumer_protocol import (
     decode_assignment,
     decode_subscription,
@@ -194,10 +194,9 @@ def test_leaving_members_and_admin_removal_by_instance_id():
     b.join()
     a.join(instance_id="static-a")
     completed(core)
-    top, errors = core.leave_group("g", [(b.member_id, None), ("ghost", None)])
-    assert (top, errors) == (E.NONE, [E.NONE, E.UNKNOWN_MEMBER_ID])
-    top, errors = core.leave_group("g", [("", "static-a")])
-    assert errors == [E.NONE]
+    left = core.leave_group("g", [(b.member_id, None), ("ghost", None)])
+    assert left == LeaveAnswer(E.NONE, (E.NONE, E.UNKNOWN_MEMBER_ID))
+    assert core.leave_group("g", [("", "static-a")]).members == (E.NONE,)
     assert core.group("g") is None  # no members, no offsets: nothing left to keep
 
 
@@ -266,8 +265,8 @@ def test_replay_resumes_the_last_synced_generation():
     assert again.classic_heartbeat("g", a.member_id, None, 2, 60) is E.NONE
     answer = again.sync_group(1, "g", a.member_id, None, 2, None, None, {}, 60)
     assert decode_assignment(answer.assignment) == [("t", 0), ("t", 1)]
-    assert again.fetch_offsets("g", [("t", 0)])[1][("t", 0)].offset == 3
-    assert again.describe("g")[1].classic.leader == a.member_id
+    assert again.fetch_offsets("g", [("t", 0)]).offsets[("t", 0)].offset == 3
+    assert again.describe("g").description.classic.leader == a.member_id
 
 
 def test_one_group_id_never_mixes_protocols_while_it_has_members():
@@ -290,7 +289,7 @@ def test_one_group_id_never_mixes_protocols_while_it_has_members():
     core.leave_group("g", [(a.member_id, None)])
     switched = core.heartbeat("g", "", 0, None, ["t"], None, 0)
     assert switched.error is E.NONE
-    assert core.fetch_offsets("g", [("t", 2)])[1][("t", 2)].offset == 7
+    assert core.fetch_offsets("g", [("t", 2)]).offsets[("t", 2)].offset == 7
 
 
 @pytest.mark.parametrize("version", [0, 1, 2, 3])

@@ -91,7 +91,7 @@ def test_member_rebalance_timeout_bounds_its_revocation():
 def test_first_member_picks_the_assignor_and_later_ones_must_agree():
     c = coordinator()
     assert join(c, "a", server_assignor="range").error is ErrorCode.NONE
-    assert c.describe("g")[1].assignor == "range"
+    assert c.describe("g").description.assignor == "range"
     assert join(c, "b", server_assignor="roundrobin").error is ErrorCode.INVALID_REQUEST
     assert join(c, "b", server_assignor="nonsense").error is ErrorCode.INVALID_REQUEST
     assert join(c, "b").error is ErrorCode.NONE, "null keeps the group's assignor"
@@ -101,16 +101,16 @@ def test_first_member_picks_the_assignor_and_later_ones_must_agree():
     for member in ("a", "b", "c"):
         c.heartbeat("g", member, -1)
     assert join(c, "d", server_assignor="roundrobin").error is ErrorCode.NONE, "group was empty"
-    assert c.describe("g")[1].assignor == "roundrobin"
+    assert c.describe("g").description.assignor == "roundrobin"
     records += c.take_records()
     for compact in (False, True):
-        assert replayed(records, compact).describe("g")[1].assignor == "roundrobin"
+        assert replayed(records, compact).describe("g").description.assignor == "roundrobin"
 
 
 def test_client_id_and_host_are_described_and_survive_replay():
     c = coordinator()
     join(c, "a", client_id="app-1", client_host="10.0.0.7", session_timeout_ms=500)
-    member = c.describe("g")[1].members[0]
+    member = c.describe("g").description.members[0]
     assert (member.client_id, member.client_host) == ("app-1", "10.0.0.7")
     copy = replayed(c.take_records())
     assert copy.describe("g") == c.describe("g")
@@ -131,12 +131,12 @@ def test_delete_group_tombstones_everything_and_stays_deleted_after_replay():
     assert tombstones and all(r.value is None for r in tombstones)
     live_keys = {r.key for r in replayed_keys(records)}
     assert {r.key for r in tombstones} == live_keys, "every key the group still had"
-    assert c.describe("g")[0] is ErrorCode.GROUP_ID_NOT_FOUND
+    assert c.describe("g").error is ErrorCode.GROUP_ID_NOT_FOUND
     assert c.delete_group("g") is ErrorCode.GROUP_ID_NOT_FOUND
     for compact in (False, True):
         copy = replayed(records + tombstones, compact)
         assert copy.group_ids() == [] and copy.list_groups() == []
-        assert copy.fetch_offsets("g", [("t", 0)])[1] == {("t", 0): None}
+        assert copy.fetch_offsets("g", [("t", 0)]).offsets == {("t", 0): None}
 
 
 def replayed_keys(records: list[GroupRecord]) -> list[GroupRecord]:
@@ -160,7 +160,8 @@ def test_deleted_topics_lose_their_offsets_even_with_members():
     c.delete_topic_offsets({"u"})
     records = c.take_records()
     assert [r.value for r in records] == [None]
-    assert c.fetch_offsets("g")[1] == {("t", 0): c.fetch_offsets("g", [("t", 0)])[1][("t", 0)]}
+    one = c.fetch_offsets("g", [("t", 0)]).offsets[("t", 0)]
+    assert c.fetch_offsets("g").offsets == {("t", 0): one}
 
 
 def test_list_groups_reports_state_and_member_count():
@@ -191,7 +192,7 @@ def test_too_big_a_commit_is_refused_whole():
     assert set(c.commit_offsets("g", "a", a.member_epoch, big).values()) == {
         ErrorCode.INVALID_COMMIT_OFFSET_SIZE
     }
-    assert c.take_records() == [] and c.fetch_offsets("g")[1] == {}
+    assert c.take_records() == [] and c.fetch_offsets("g").offsets == {}
     small = {("t", p): (1, "m") for p in range(4)}
     assert set(c.commit_offsets("g", "a", a.member_epoch, small).values()) == {ErrorCode.NONE}
 
@@ -207,7 +208,7 @@ def test_a_corrupt_group_does_not_keep_the_others_from_loading():
     failed = copy.replay(records)
     assert set(failed) == {"bad", ""}
     assert copy.group_ids() == ["good"]
-    assert copy.fetch_offsets("good", [("t", 0)])[1][("t", 0)].offset == 5
+    assert copy.fetch_offsets("good", [("t", 0)]).offsets[("t", 0)].offset == 5
 
 
 def test_routing_is_stable_for_the_wire_hash():

@@ -31,7 +31,7 @@ def coordinator() -> GroupCoordinator:
 
 
 def committed(core: GroupCoordinator, tp=TP, group: str = "g") -> int | None:
-    c = core.fetch_offsets(group, [tp])[1][tp]
+    c = core.fetch_offsets(group, [tp]).offsets[tp]
     return None if c is None else c.offset
 
 
@@ -87,7 +87,7 @@ def test_the_leader_epoch_a_transaction_committed_is_answered_after_its_marker()
     log.append(("marker", 7, True))
     assert state(core) == ({TP: (10, 0), TP1: (20, 4)}, set(), {})
     assert state(reload(log)) == state(core)
-    c = core.fetch_offsets("g", [TP])[1][TP]
+    c = core.fetch_offsets("g", [TP]).offsets[TP]
     assert (c.offset, c.metadata, c.leader_epoch) == (10, "m", 0)
 
 
@@ -235,7 +235,7 @@ def reload(log: list, upto: int | None = None) -> GroupCoordinator:
 
 
 def state(core: GroupCoordinator) -> tuple:
-    _, offsets = core.fetch_offsets("g")
+    offsets = core.fetch_offsets("g").offsets
     return (
         {tp: (c.offset, c.leader_epoch) for tp, c in offsets.items()},
         core.pending_offsets("g"),

@@ -326,8 +326,9 @@ class PartitionSim:
             self._on_fetch_response(msg)
         elif msg.kind == "ask":
             cle, epoch = msg.body
-            error, e, end = replica.end_offset_for_epoch(cle, epoch)
-            self._send("ask_resp", msg.dst, msg.src, (cle, error, e, end), self._inc(msg.src))
+            found = replica.end_offset_for_epoch(cle, epoch)
+            answer = (cle, found.error, found.leader_epoch, found.end_offset)
+            self._send("ask_resp", msg.dst, msg.src, answer, self._inc(msg.src))
         elif msg.kind == "ask_resp":
             cle, error, e, end = msg.body
             if cle == replica.leader_epoch:
@@ -359,8 +360,9 @@ class PartitionSim:
         replica = leader.replica
         assert replica is not None
         offset, cle = msg.body
-        error, actions = replica.on_follower_fetch(msg.src, offset, cle, self.now)
-        self._carry_out(msg.dst, actions)
+        fetched = replica.on_follower_fetch(msg.src, offset, cle, self.now)
+        error = fetched.error
+        self._carry_out(msg.dst, fetched.actions)
         records = leader.log.records[offset : offset + MAX_FETCH] if error is ErrorCode.NONE else []
         self._send(
             "fetch_resp",

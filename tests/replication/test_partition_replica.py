@@ -11,6 +11,7 @@ from logmq.errors import ErrorCode
 from logmq.replication.partition_replica import (
     AlterIsr,
     AskLeaderEpoch,
+    EpochEndOffset,
     HighWatermarkChanged,
     PartitionReplica,
     ProduceCompleted,
@@ -59,9 +60,9 @@ def test_hw_is_min_leo_over_the_isr_and_never_moves_back():
     r = leader()
     r.on_append(10)
     assert r.hw == 0  # followers' LEOs are unknown until they fetch
-    assert r.on_follower_fetch(2, 10, 0, 1)[0] is ErrorCode.NONE
+    assert r.on_follower_fetch(2, 10, 0, 1).error is ErrorCode.NONE
     assert r.hw == 0
-    _, actions = r.on_follower_fetch(3, 7, 0, 1)
+    actions = r.on_follower_fetch(3, 7, 0, 1).actions
     assert r.hw == 7 and HighWatermarkChanged(7) in actions
     r.on_follower_fetch(3, 10, 0, 2)
     assert r.hw == 10
@@ -72,12 +73,12 @@ def test_hw_is_min_leo_over_the_isr_and_never_moves_back():
 def test_fetches_are_fenced_by_leader_epoch():
     r = leader()
     r.on_append(5)
-    assert r.on_follower_fetch(2, 0, -1, 0)[0] is ErrorCode.FENCED_LEADER_EPOCH
-    assert r.on_follower_fetch(2, 0, 1, 0)[0] is ErrorCode.UNKNOWN_LEADER_EPOCH
-    assert r.on_follower_fetch(9, 0, 0, 0)[0] is ErrorCode.NOT_LEADER_OR_FOLLOWER
-    assert r.on_follower_fetch(2, 6, 0, 0)[0] is ErrorCode.OFFSET_OUT_OF_RANGE
+    assert r.on_follower_fetch(2, 0, -1, 0).error is ErrorCode.FENCED_LEADER_EPOCH
+    assert r.on_follower_fetch(2, 0, 1, 0).error is ErrorCode.UNKNOWN_LEADER_EPOCH
+    assert r.on_follower_fetch(9, 0, 0, 0).error is ErrorCode.NOT_LEADER_OR_FOLLOWER
+    assert r.on_follower_fetch(2, 6, 0, 0).error is ErrorCode.OFFSET_OUT_OF_RANGE
     r.become_follower(State(2, 1, 1, (1, 2, 3), (1, 2, 3)))
-    assert r.on_follower_fetch(2, 0, 1, 0)[0] is ErrorCode.NOT_LEADER_OR_FOLLOWER
+    assert r.on_follower_fetch(2, 0, 1, 0).error is ErrorCode.NOT_LEADER_OR_FOLLOWER
 
 
 def test_lagging_follower_is_shrunk_only_once_the_controller_agrees():
@@ -131,8 +132,8 @@ def test_alter_isr_retries_back_off_exponentially_up_to_a_cap_and_reset_on_succe
     r.on_follower_fetch(3, 1, 0, now)  # caught up: asks to rejoin at once
     assert r.pending_isr == AlterIsr((1, 2, 3), 0, 1)
     r.on_alter_isr_response(ErrorCode.INVALID_UPDATE_VERSION)
-    assert r.on_follower_fetch(3, 1, 0, now + 50)[1] == []
-    assert r.on_follower_fetch(3, 1, 0, now + 100)[1] == [AlterIsr((1, 2, 3), 0, 1)]
+    assert r.on_follower_fetch(3, 1, 0, now + 50).actions == []
+    assert r.on_follower_fetch(3, 1, 0, now + 100).actions == [AlterIsr((1, 2, 3), 0, 1)]
 
 
 def test_caught_up_follower_rejoins_through_the_controller():
@@ -140,9 +141,9 @@ def test_caught_up_follower_rejoins_through_the_controller():
     r.on_append(10)
     r.on_follower_fetch(2, 10, 0, 1)
     assert r.hw == 10
-    _, actions = r.on_follower_fetch(3, 5, 0, 1)
+    actions = r.on_follower_fetch(3, 5, 0, 1).actions
     assert not any(isinstance(a, AlterIsr) for a in actions)  # behind the HW
-    _, actions = r.on_follower_fetch(3, 10, 0, 2)
+    actions = r.on_follower_fetch(3, 10, 0, 2).actions
     assert AlterIsr((1, 2, 3), 0, 0) in actions
     # Pending expansion already counts for the HW (maximal ISR).
     r.on_append(12)
@@ -158,7 +159,7 @@ def test_rejoining_needs_the_start_of_the_current_epoch():
     r = PartitionReplica(1, epochs((0, 0)), log_end_offset=20, high_watermark=5)
     r.become_leader(State(1, 1, 0, (1, 2), (1,)), 0)
     assert r.hw == 20  # alone in the ISR
-    _, actions = r.on_follower_fetch(2, 5, 1, 1)
+    actions = r.on_follower_fetch(2, 5, 1, 1).actions
     assert not any(isinstance(a, AlterIsr) for a in actions)
 
 
@@ -170,7 +171,7 @@ def test_acks_all_purgatory():
     assert r.await_replication("b", 3, deadline_ms=100) is None
     assert r.waiting == 2
     r.on_follower_fetch(2, 3, 0, 1)
-    _, actions = r.on_follower_fetch(3, 2, 0, 1)
+    actions = r.on_follower_fetch(3, 2, 0, 1).actions
     assert ProduceCompleted("a", ErrorCode.NONE) in actions and r.waiting == 1
     assert r.tick(100) == [ProduceCompleted("b", ErrorCode.REQUEST_TIMED_OUT)]
     assert r.await_replication("c", 2, deadline_ms=1) is ErrorCode.NONE  # already there
@@ -252,10 +253,10 @@ def test_errors_keep_the_question_open():
 def test_leader_answers_offsets_for_leader_epoch():
     r = PartitionReplica(1, epochs((0, 0), (2, 10), (5, 30)), log_end_offset=40, high_watermark=0)
     r.become_leader(State(1, 6, 0, (1, 2), (1, 2)), 0)
-    assert r.end_offset_for_epoch(6, 5) == (ErrorCode.NONE, 5, 40)
-    assert r.end_offset_for_epoch(6, 3) == (ErrorCode.NONE, 2, 30)
-    assert r.end_offset_for_epoch(5, 3)[0] is ErrorCode.FENCED_LEADER_EPOCH
-    assert r.end_offset_for_epoch(6, 7)[0] is ErrorCode.UNKNOWN_LEADER_EPOCH
+    assert r.end_offset_for_epoch(6, 5) == EpochEndOffset(ErrorCode.NONE, 5, 40)
+    assert r.end_offset_for_epoch(6, 3) == EpochEndOffset(ErrorCode.NONE, 2, 30)
+    assert r.end_offset_for_epoch(5, 3).error is ErrorCode.FENCED_LEADER_EPOCH
+    assert r.end_offset_for_epoch(6, 7).error is ErrorCode.UNKNOWN_LEADER_EPOCH
 
 
 def test_follower_hw_follows_the_leader_within_its_log():
@@ -272,7 +273,7 @@ def test_a_refused_copy_does_not_hide_an_applied_one():
     r = leader(isr=(1, 2))
     r.on_append(4)
     r.on_follower_fetch(2, 4, 0, 1)
-    _, actions = r.on_follower_fetch(3, 4, 0, 1)
+    actions = r.on_follower_fetch(3, 4, 0, 1).actions
     assert AlterIsr((1, 2, 3), 0, 0) in actions
     # One copy was applied (ISR 1,2,3 at partition epoch 1); the other copy's refusal
     # arrives first. 3 must keep counting for the HW.

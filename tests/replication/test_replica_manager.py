@@ -76,9 +76,9 @@ async def test_follower_fetch_is_fenced_by_epoch_and_consumers_by_leadership(mak
     assert error is ErrorCode.NOT_LEADER_OR_FOLLOWER
     conn.close()
     rm = cluster.nodes[1].rm
-    assert rm.follower_fetch(KEY, 2, 0, leader_epoch=-1) is ErrorCode.FENCED_LEADER_EPOCH
-    assert rm.follower_fetch(KEY, 2, 0, leader_epoch=5) is ErrorCode.UNKNOWN_LEADER_EPOCH
-    assert rm.follower_fetch(KEY, 2, 99, leader_epoch=0) is ErrorCode.OFFSET_OUT_OF_RANGE
+    assert rm.follower_fetch(KEY, 2, 0, leader_epoch=-1).error is ErrorCode.FENCED_LEADER_EPOCH
+    assert rm.follower_fetch(KEY, 2, 0, leader_epoch=5).error is ErrorCode.UNKNOWN_LEADER_EPOCH
+    assert rm.follower_fetch(KEY, 2, 99, leader_epoch=0).error is ErrorCode.OFFSET_OUT_OF_RANGE
 
 
 async def test_stopped_follower_leaves_the_isr_and_rejoins_when_caught_up(make_cluster):

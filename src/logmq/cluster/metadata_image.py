@@ -43,6 +43,7 @@ from logmq.cluster.security_image import (
     SecurityImage,
     SecurityRecordError,
 )
+from logmq.errors import ErrorCode, LogMQError
 
 TOPIC = "topic"
 BROKER = "broker"
@@ -51,8 +52,12 @@ REASSIGNMENT_THROTTLE = "reassignment.throttled.rate"  # bytes/s; set while move
 TopicPartition = tuple[str, int]
 
 
-class MetadataError(ValueError):
-    """A record that cannot apply to the image (the batch is rejected as a whole)."""
+class MetadataError(LogMQError, ValueError):
+    """A record that cannot apply to the image (the batch is rejected as a whole). The
+    controller's own records never break the image's rules, so this is the broker's
+    fault, answered UNKNOWN_SERVER_ERROR as the quorum answers a rejected batch."""
+
+    code = ErrorCode.UNKNOWN_SERVER_ERROR
 
 
 @dataclass(frozen=True, slots=True)

@@ -26,12 +26,16 @@ from typing import Any
 
 import msgpack
 
+from logmq.errors import ErrorCode, LogMQError
+
 NO_LEADER = -1
 BATCH_VERSION = 1
 
 
-class MetadataCodecError(ValueError):
-    pass
+class MetadataCodecError(LogMQError, ValueError):
+    """A metadata record or batch that cannot be decoded (the Raft entry is rejected)."""
+
+    code = ErrorCode.CORRUPT_MESSAGE
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,6 +19,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from logmq.errors import ErrorCode, LogMQError
+
 TopicPartition = tuple[str, int]
 Assignment = Mapping[TopicPartition, Sequence[int]]
 
@@ -26,8 +28,10 @@ PLAN_VERSION = 1
 _ENTRY_KEYS = {"topic", "partition", "replicas", "log_dirs"}
 
 
-class PlanError(ValueError):
+class PlanError(LogMQError, ValueError):
     """A plan file that cannot be used, or a plan that cannot be made; says why."""
+
+    code = ErrorCode.INVALID_REPLICA_ASSIGNMENT
 
 
 @dataclass(frozen=True, slots=True)

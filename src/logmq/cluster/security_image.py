@@ -28,7 +28,7 @@ from logmq.cluster.metadata_records import (
     RemoveUserScramCredential,
     UserScramCredentialRecord,
 )
-from logmq.errors import ErrorCode
+from logmq.errors import ErrorCode, LogMQError
 from logmq.security.acl import (
     AccessControlEntry,
     AclAuthorizer,
@@ -67,8 +67,11 @@ ScramKey = tuple[str, str]  # (user name, mechanism)
 _EMPTY: Mapping = MappingProxyType({})
 
 
-class SecurityRecordError(ValueError):
-    """A security record that cannot apply (MetadataDelta rejects its batch)."""
+class SecurityRecordError(LogMQError, ValueError):
+    """A security record that cannot apply (MetadataDelta rejects its batch, as a
+    MetadataError)."""
+
+    code = ErrorCode.UNKNOWN_SERVER_ERROR
 
 
 def quota_entity(parts: Mapping[str, str | None] | Iterable[tuple[str, str | None]]) -> QuotaEntity:

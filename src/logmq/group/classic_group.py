@@ -42,6 +42,7 @@ from .model import (
     GroupDescription,
     GroupListing,
     JoinAnswer,
+    LeaveAnswer,
     MemberDescription,
     MemberState,
     SyncAnswer,
@@ -470,12 +471,10 @@ class ClassicGroup(OffsetCommitsMixin):
             return ErrorCode.REBALANCE_IN_PROGRESS
         return ErrorCode.NONE
 
-    def leave(
-        self, members: Iterable[tuple[str, str | None]], now_ms: int = 0
-    ) -> tuple[ErrorCode, list[ErrorCode]]:
-        """LeaveGroup: (top-level error, one error per member asked to leave)."""
+    def leave(self, members: Iterable[tuple[str, str | None]], now_ms: int = 0) -> LeaveAnswer:
+        """LeaveGroup: the request's error, and one per member asked to leave."""
         if not self._members and not self._pending:
-            return ErrorCode.UNKNOWN_MEMBER_ID, []
+            return LeaveAnswer(ErrorCode.UNKNOWN_MEMBER_ID)
         errors = []
         removed = False
         for member_id, instance_id in members:
@@ -495,7 +494,7 @@ class ClassicGroup(OffsetCommitsMixin):
                 removed = True
         if removed:
             self._after_removal(now_ms)
-        return ErrorCode.NONE, errors
+        return LeaveAnswer(ErrorCode.NONE, tuple(errors))
 
     def _check_member(self, member_id: str, instance_id: str | None) -> ErrorCode:
         if instance_id is not None:

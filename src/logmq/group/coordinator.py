@@ -32,15 +32,17 @@ from .codec import GroupRecord, RecordType, coordinator_partition, decode_key
 from .consumer_group import NO_OPTIONS, ConsumerGroup
 from .model import (
     JOIN_EPOCH,
+    DescribeAnswer,
     GroupConfig,
-    GroupDescription,
     GroupListing,
     HeartbeatResult,
     JoinAnswer,
+    LeaveAnswer,
     MemberOptions,
+    OffsetFetchAnswer,
     SyncAnswer,
 )
-from .offsets import CommittedOffset, OffsetEntry, OpenTxnOffset
+from .offsets import OffsetEntry, OpenTxnOffset
 
 
 class GroupCoordinator:
@@ -212,11 +214,11 @@ class GroupCoordinator:
 
     def leave_group(
         self, group_id: str, members: Iterable[tuple[str, str | None]], now_ms: int = 0
-    ) -> tuple[ErrorCode, list[ErrorCode]]:
+    ) -> LeaveAnswer:
         members = list(members)
         group = self._classic(group_id)
         if isinstance(group, ErrorCode):
-            return group, [group] * len(members)
+            return LeaveAnswer(group, (group,) * len(members))
         result = group.leave(members, now_ms)
         self._done(group_id)
         return result
@@ -279,14 +281,14 @@ class GroupCoordinator:
 
     def fetch_offsets(
         self, group_id: str, partitions: Iterable[TopicPartition] | None = None
-    ) -> tuple[ErrorCode, dict[TopicPartition, CommittedOffset | None]]:
+    ) -> OffsetFetchAnswer:
         error = self.check_group_id(group_id)
         if error is not ErrorCode.NONE:
-            return error, {}
+            return OffsetFetchAnswer(error)
         group = self._groups.get(group_id)
         if group is None:
-            return ErrorCode.NONE, {tp: None for tp in partitions or ()}
-        return ErrorCode.NONE, group.fetch_offsets(partitions)
+            return OffsetFetchAnswer(ErrorCode.NONE, {tp: None for tp in partitions or ()})
+        return OffsetFetchAnswer(ErrorCode.NONE, group.fetch_offsets(partitions))
 
     def pending_offsets(
         self, group_id: str, partitions: Iterable[TopicPartition] | None = None
@@ -429,13 +431,13 @@ class GroupCoordinator:
         for group_id in [g for g, group in self._groups.items() if group.is_blank]:
             self._discard_if_blank(group_id)
 
-    def describe(self, group_id: str) -> tuple[ErrorCode, GroupDescription | None]:
+    def describe(self, group_id: str) -> DescribeAnswer:
         error = self.check_group_id(group_id)
         if error is ErrorCode.NONE and group_id not in self._groups:
             error = ErrorCode.GROUP_ID_NOT_FOUND
         if error is not ErrorCode.NONE:
-            return error, None
-        return ErrorCode.NONE, self._groups[group_id].describe()
+            return DescribeAnswer(error)
+        return DescribeAnswer(ErrorCode.NONE, self._groups[group_id].describe())
 
     # ---- time, metadata, persistence -----------------------------------------------
 

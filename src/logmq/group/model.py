@@ -187,3 +187,28 @@ class _Parked:
 
 
 PARKED = _Parked()
+
+
+@dataclass(slots=True, frozen=True)
+class LeaveAnswer:
+    """A LeaveGroup answer: the request's error, and one per member asked to leave."""
+
+    error: ErrorCode
+    members: tuple[ErrorCode, ...] = ()
+
+
+@dataclass(slots=True, frozen=True)
+class OffsetFetchAnswer:
+    """An OffsetFetch answer: the group's error, else the committed offset of each
+    partition asked about (None: none committed)."""
+
+    error: ErrorCode
+    offsets: dict[TopicPartition, CommittedOffset | None] = field(default_factory=dict)
+
+
+@dataclass(slots=True, frozen=True)
+class DescribeAnswer:
+    """A group's description, or why there is none (GROUP_ID_NOT_FOUND, INVALID_GROUP_ID)."""
+
+    error: ErrorCode
+    description: GroupDescription | None = None

@@ -27,7 +27,7 @@ from kio.schema.errors import ErrorCode as KioErrorCode
 from logmq.broker.coordinator.txn_verification import Guards, append_guard
 from logmq.broker.replica.fetch_results import PartitionRead, TopicRead, failed
 from logmq.broker.replica.fetch_sessions import FINAL_EPOCH, FetchSessionCache, FetchSessionError
-from logmq.broker.replica.produce_path import produce_result, record_errors
+from logmq.broker.replica.produce_path import ProduceResult
 from logmq.cluster.topic_names import is_internal, topic_name_error
 from logmq.errors import ErrorCode, LogMQError
 from logmq.kafka.codec import error_entity, response_class
@@ -92,8 +92,10 @@ def throttled_reply(reply: Reply, throttle_ms: int) -> Reply:
     return reply
 
 
-def _denied_topic(topic: str) -> LogMQError:
-    return LogMQError(f"not authorized to write to {topic!r}", ErrorCode.TOPIC_AUTHORIZATION_FAILED)
+def _denied_topic(topic: str) -> ProduceResult:
+    return ProduceResult(
+        ErrorCode.TOPIC_AUTHORIZATION_FAILED, f"not authorized to write to {topic!r}"
+    )
 
 
 def _by_topic_id(
@@ -368,7 +370,7 @@ class KafkaApis:
             denied = self.authz.denied_topics(
                 req.context, Op.WRITE, (t.name for t in body.topic_data)
             )
-        refused: dict[tuple[str, int], LogMQError] = {}
+        refused: dict[tuple[str, int], ProduceResult] = {}
         guard = None
         if body.transactional_id is not None:
             assert self.txn_produce is not None
@@ -398,15 +400,12 @@ class KafkaApis:
             parts = []
             for p in t.partition_data:
                 if t.name in denied:
-                    outcome: Any = _denied_topic(t.name)
+                    result = _denied_topic(t.name)
                 elif (t.name, p.index) in refused:
-                    outcome = refused[(t.name, p.index)]
+                    result = refused[(t.name, p.index)]
                 else:
-                    outcome = next(outcomes)
-                parts.append(self._partition_response(
-                    m, req.api_version, p.index, *produce_result(t.name, p.index, outcome),
-                    rejected=record_errors(outcome),
-                ))  # fmt: skip
+                    result = next(outcomes)
+                parts.append(self._partition_response(m, req.api_version, p.index, result))
             responses.append(m.TopicProduceResponse(name=t.name, partition_responses=tuple(parts)))
         throttle = 0
         if self.quotas is not None and self.quotas.active():
@@ -432,18 +431,14 @@ class KafkaApis:
         m: Any,
         version: int,
         index: int,
-        code: ErrorCode,
-        message: str | None,
-        base_offset: int,
-        append_time: int,
-        log_start: int,
-        rejected: tuple[tuple[int, str | None], ...] = (),
+        result: ProduceResult,
     ) -> Any:
         """One partition's answer; from v8 the records a refused batch names (KIP-467)."""
+        append_time = result.log_append_time
         fields: dict[str, Any] = {
             "index": index,
-            "error_code": kio_code(code),
-            "base_offset": base_offset,
+            "error_code": kio_code(result.error),
+            "base_offset": result.base_offset,
         }
         if version >= 2:
             fields["log_append_time"] = (
@@ -452,23 +447,24 @@ class KafkaApis:
                 else None
             )
         if version >= 5:
-            fields["log_start_offset"] = log_start
+            fields["log_start_offset"] = result.log_start_offset
         if version >= 8:
             fields["record_errors"] = tuple(
                 m.BatchIndexAndErrorMessage(batch_index=i, batch_index_error_message=why)
-                for i, why in rejected
+                for i, why in result.record_errors
             )
-            fields["error_message"] = message
+            fields["error_message"] = result.message
         return m.PartitionProduceResponse(**fields)
 
     def _produce_errors(self, m: Any, req: Request, code: ErrorCode, message: str) -> Reply:
+        refused = ProduceResult(code, message)
         if req.body.acks == 0:  # no answer is read: the closed connection is the error
             return Reply(None, silent=True, close=True)  # type: ignore[arg-type]
         responses = tuple(
             m.TopicProduceResponse(
                 name=t.name,
                 partition_responses=tuple(
-                    self._partition_response(m, req.api_version, p.index, code, message, -1, -1, -1)
+                    self._partition_response(m, req.api_version, p.index, refused)
                     for p in t.partition_data
                 ),
             )
@@ -639,16 +635,16 @@ class KafkaApis:
         for t in body.topics:
             parts = []
             for p in t.partitions:
-                error, epoch, end = self.replicas.epoch_end_offset(
+                found = self.replicas.epoch_end_offset(
                     t.topic, p.partition, getattr(p, "current_leader_epoch", -1), p.leader_epoch
                 )
                 parts.append(
                     build(
                         m.EpochEndOffset,
-                        error_code=kio_code(error),
+                        error_code=kio_code(found.error),
                         partition=p.partition,
-                        leader_epoch=epoch,
-                        end_offset=end,
+                        leader_epoch=found.leader_epoch,
+                        end_offset=found.end_offset,
                     )
                 )
             topics.append(m.OffsetForLeaderTopicResult(topic=t.topic, partitions=tuple(parts)))

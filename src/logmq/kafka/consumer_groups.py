@@ -181,7 +181,10 @@ class KafkaConsumerGroupApis:
         )
         out = []
         for group_id, result in zip(body.group_ids, results, strict=True):
-            code, d = (result.code, None) if isinstance(result, LogMQError) else result
+            if result.ok:
+                code, d = result.answer.error, result.answer.description
+            else:
+                code, d = result.error, None
             message = None
             if d is not None and d.classic is not None:
                 code, d = ErrorCode.GROUP_ID_NOT_FOUND, None

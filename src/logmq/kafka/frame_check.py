@@ -39,6 +39,7 @@ from kio.serial._introspect import (
     is_optional,
 )
 
+from logmq.errors import InvalidFrameError
 from logmq.net.limits import MAX_ARRAY_ELEMENTS, MAX_TAGGED_FIELDS
 
 _I16 = struct.Struct(">h")
@@ -68,7 +69,7 @@ MAX_VARINT_BYTES = 5  # lengths and counts are unsigned 32-bit varints
 Checker = Callable[[Any, int, int], int]
 
 
-class FrameShapeError(ValueError):
+class FrameShapeError(InvalidFrameError, ValueError):
     """The frame's structure is not what its API and version define (says where)."""
 
 

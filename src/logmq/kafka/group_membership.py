@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from logmq.errors import ErrorCode, LogMQError
-from logmq.group import JoinAnswer, SyncAnswer
+from logmq.group import JoinAnswer, LeaveAnswer, SyncAnswer
 from logmq.kafka.messages import NO_THROTTLE, build, kio_code, millis, response_module
 from logmq.net.codec import Request
 from logmq.net.reply import Reply
@@ -138,11 +138,12 @@ class KafkaGroupMembershipApis:
         else:
             leaving = [(body.member_id, None)]
 
-        def leave(core: GroupCoordinator, now_ms: int) -> tuple[ErrorCode, list[ErrorCode]]:
+        def leave(core: GroupCoordinator, now_ms: int) -> LeaveAnswer:
             return core.leave_group(body.group_id, leaving, now_ms)
 
         try:
-            top, errors = await self.groups.submit(body.group_id, leave)
+            answer = await self.groups.submit(body.group_id, leave)
+            top, errors = answer.error, list(answer.members)
         except LogMQError as e:
             top, errors = e.code, [e.code] * len(leaving)
         if not batch:

@@ -12,11 +12,12 @@ protocol, and each member's assignment encoded as Kafka's ConsumerProtocol assig
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode as KioErrorCode
 
+from logmq.broker.coordinator.group_service import GroupAnswer
 from logmq.errors import ErrorCode, LogMQError
 from logmq.group.consumer_protocol import encode_assignment
 from logmq.kafka.messages import NO_THROTTLE, UNKNOWN_OPERATIONS, build, kio_code, response_module
@@ -40,20 +41,6 @@ _STATES = {
 }
 
 
-async def per_group(
-    groups: GroupCoordinatorService, group_ids: Iterable[str], op: Callable[[str], Any]
-) -> list[Any]:
-    """Run ``op(group_id)`` on every group's shard at once: per group (in order) its
-    answer, or the LogMQError that refused it; anything else is raised."""
-    results = await asyncio.gather(
-        *(groups.submit(g, op(g)) for g in group_ids), return_exceptions=True
-    )
-    for result in results:
-        if isinstance(result, BaseException) and not isinstance(result, LogMQError):
-            raise result
-    return results
-
-
 async def per_allowed_group(
     groups: GroupCoordinatorService,
     authz: Authorization | None,
@@ -61,15 +48,15 @@ async def per_allowed_group(
     op: Op,
     group_ids: Sequence[str],
     make: Any,
-) -> list[Any]:
-    """``per_group`` over the groups the principal may ``op``; the others answer
+) -> list[GroupAnswer]:
+    """``submit_each`` over the groups the principal may ``op``; the others answer
     GROUP_AUTHORIZATION_FAILED in their own entries, as Kafka answers them."""
     denied: set[str] = set()
     if authz is not None and authz.enabled:
         denied = {g for g in group_ids if not authz.allowed(req.context, op, ResourceType.GROUP, g)}
     allowed = [g for g in group_ids if g not in denied]
-    done = iter(await per_group(groups, allowed, make))
-    refused = LogMQError(f"not authorized to {op.name}", ErrorCode.GROUP_AUTHORIZATION_FAILED)
+    done = iter(await groups.submit_each(allowed, make))
+    refused = GroupAnswer(ErrorCode.GROUP_AUTHORIZATION_FAILED, f"not authorized to {op.name}")
     return [refused if g in denied else next(done) for g in group_ids]
 
 
@@ -145,7 +132,10 @@ class KafkaGroupApis:
         )
         out = []
         for group_id, result in zip(body.groups, results, strict=True):
-            code, d = (result.code, None) if isinstance(result, LogMQError) else result
+            if result.ok:
+                code, d = result.answer.error, result.answer.description
+            else:
+                code, d = result.error, None
             if d is None:
                 # Kafka describes an unknown group as Dead with no error
                 dead = code in (ErrorCode.GROUP_ID_NOT_FOUND, ErrorCode.NONE)
@@ -206,7 +196,7 @@ class KafkaGroupApis:
         )
         out = []
         for group_id, result in zip(body.groups_names, results, strict=True):
-            code = result.code if isinstance(result, LogMQError) else result
+            code = result.answer if result.ok else result.error
             out.append(m.DeletableGroupResult(group_id=group_id, error_code=kio_code(code)))
         return Reply(m.DeleteGroupsResponse(throttle_time=NO_THROTTLE, results=tuple(out)))
 

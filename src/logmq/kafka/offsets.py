@@ -307,9 +307,9 @@ class KafkaOffsetApis:
         if not problem:
 
             def fetch(core: GroupCoordinator, now_ms: int):
-                error, offsets = core.fetch_offsets(group_id, tps)
+                fetched = core.fetch_offsets(group_id, tps)
                 pending = core.pending_offsets(group_id, tps) if require_stable else set()
-                return error, offsets, pending
+                return fetched.error, fetched.offsets, pending
 
             try:
                 code, found, unstable = await self.groups.shard_for(group_id).submit(fetch)

@@ -73,7 +73,7 @@ class KafkaPartitionAdminApis:
             results.items(),
             lambda name, parts: m.DeleteRecordsTopicResult(name=name, partitions=parts),
             lambda index, r: m.DeleteRecordsPartitionResult(
-                partition_index=index, low_watermark=r[0], error_code=kio_code(r[1])
+                partition_index=index, low_watermark=r.low_watermark, error_code=kio_code(r.error)
             ),
         )
         return Reply(m.DeleteRecordsResponse(throttle_time=NO_THROTTLE, topics=topics))

@@ -70,13 +70,14 @@ class KafkaProducerApis:
         for marker in req.body.markers:
             tps = [(t.name, p) for t in marker.topics for p in t.partition_indexes]
             if allowed:
-                codes = await self.markers.write(
+                outcomes = await self.markers.write(
                     marker.producer_id,
                     marker.producer_epoch,
                     marker.coordinator_epoch,
                     marker.transaction_result,
                     tps,
                 )
+                codes = {tp: outcome.error for tp, outcome in outcomes.items()}
             else:
                 codes = dict.fromkeys(tps, ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
             by_topic: dict[str, list[Any]] = {}

@@ -18,7 +18,7 @@ from functools import cache
 from kio.index import load_request_schema
 from kio.static.primitive import i64Timedelta
 
-from logmq.errors import ErrorCode
+from logmq.errors import ErrorCode, LogMQError
 from logmq.kafka.apis import kafka_error_reply
 from logmq.kafka.codec import KafkaWire
 from logmq.kafka.messages import build, kio_code, response_module
@@ -76,7 +76,11 @@ class KafkaSaslApis:
     async def sasl_handshake(self, req: Request) -> Reply:
         m = response_module(req.body)
         context = req.context
-        error = self.auth.handshake(context, req.body.mechanism)
+        try:
+            self.auth.handshake(context, req.body.mechanism)
+            error = ErrorCode.NONE
+        except LogMQError as e:
+            error = e.code
         mechanisms = self.auth.mechanisms(context)
         raw = req.api_version == 0 and error is ErrorCode.NONE
         if raw:

@@ -162,7 +162,8 @@ class KafkaTransactionApis:
         try:
             if verify_only:
                 return await self.txns.verify_partitions(txn_id, producer_id, epoch, tps)
-            code = await self.txns.add_partitions_to_txn(txn_id, producer_id, epoch, tps)
+            await self.txns.add_partitions_to_txn(txn_id, producer_id, epoch, tps)
+            code = ErrorCode.NONE
         except LogMQError as e:
             code = e.code
         return dict.fromkeys(tps, client_code(req, code))
@@ -177,9 +178,10 @@ class KafkaTransactionApis:
             code = ErrorCode.GROUP_AUTHORIZATION_FAILED
         else:
             try:
-                code = await self.txns.add_offsets_to_txn(
+                await self.txns.add_offsets_to_txn(
                     body.transactional_id, body.producer_id, body.producer_epoch, body.group_id
                 )
+                code = ErrorCode.NONE
             except LogMQError as e:
                 code = e.code
         return Reply(
@@ -195,9 +197,10 @@ class KafkaTransactionApis:
             code = ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
         else:
             try:
-                code = await self.txns.end_txn(
+                await self.txns.end_txn(
                     body.transactional_id, body.producer_id, body.producer_epoch, body.committed
                 )
+                code = ErrorCode.NONE
             except LogMQError as e:
                 code = e.code
         return Reply(

@@ -25,7 +25,7 @@ from logmq.broker.replica.fetch_sessions import (
     FetchSessionCache,
     FetchSessionError,
 )
-from logmq.broker.replica.produce_path import produce_result
+from logmq.broker.replica.produce_path import ProduceResult
 from logmq.errors import ErrorCode, LogMQError
 from logmq.gcpause import gc_paused
 from logmq.native.request_fields import InvalidRequestError, req_int, req_list, req_str
@@ -39,7 +39,7 @@ if TYPE_CHECKING:
     from logmq.broker.replica.consumer_reads import ConsumerReads
     from logmq.broker.replica.fetch_results import TopicRead
     from logmq.broker.replica.follower_reads import FollowerReads
-    from logmq.broker.replica.produce_path import Outcome, ProducePath
+    from logmq.broker.replica.produce_path import ProducePath
     from logmq.broker.replica.record_deletion import RecordDeletion
     from logmq.broker.replica.replica_manager import ReplicaManager
     from logmq.net.reply import FileRegion
@@ -169,8 +169,8 @@ class DataApi:
         else:
             outcomes = await self._transactional(req, txn_id, entries, acks, timeout_ms)
         results = [
-            self._result(req.api_key, topic, partition, outcome)
-            for (topic, partition, _), outcome in zip(entries, outcomes, strict=True)
+            self._result(req.api_key, partition, result)
+            for (_, partition, _), result in zip(entries, outcomes, strict=True)
         ]
         out = []
         i = 0
@@ -193,15 +193,15 @@ class DataApi:
         entries: list[tuple[str, int, memoryview]],
         acks: int,
         timeout_ms: int,
-    ) -> list[Outcome]:
-        """Outcomes of a transactional produce: the refused partitions' errors, the
+    ) -> list[ProduceResult]:
+        """The results of a transactional produce: the refused partitions' errors, the
         appends of the others (each guarded, as on the Kafka door, against its
         transaction ending between the check and the append)."""
         if not isinstance(txn_id, str):
             raise InvalidRequestError("field 'transactional_id' must be str")
         if self.txn_produce is None:
-            error = LogMQError(
-                "transactions are not served here", ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+            error = ProduceResult(
+                ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, "transactions are not served here"
             )
             return [error for _ in entries]
         guards: Guards = {}
@@ -212,18 +212,17 @@ class DataApi:
         )
         return [refused.get((t, p)) or next(appended) for t, p, _ in entries]
 
-    def _result(self, api_key: int, topic: str, partition: int, outcome: Outcome) -> dict:
-        """One partition's entry of a Produce answer (produce_path.append_all's outcome)."""
-        if isinstance(outcome, LogMQError):
-            self.metrics.error(api_key, outcome.code)
-        code, message, base, append_time, log_start = produce_result(topic, partition, outcome)
+    def _result(self, api_key: int, partition: int, result: ProduceResult) -> dict:
+        """One partition's entry of a Produce answer (produce_path.append_all's result)."""
+        if result.error is not ErrorCode.NONE:
+            self.metrics.error(api_key, result.error)
         return _perror(
             partition,
-            code,
-            message,
-            base_offset=base,
-            log_append_time=append_time,
-            log_start_offset=log_start,
+            result.error,
+            result.message,
+            base_offset=result.base_offset,
+            log_append_time=result.log_append_time,
+            log_start_offset=result.log_start_offset,
         )
 
     # -- Fetch ------------------------------------------------------------------------
@@ -317,13 +316,13 @@ class DataApi:
                 partition = req_int(p, "partition")
                 current = req_int(p, "current_leader_epoch", -1)
                 epoch = req_int(p, "leader_epoch")
-                error, found, end = rm.epoch_end_offset(name, partition, current, epoch)
+                found = rm.epoch_end_offset(name, partition, current, epoch)
                 results.append(
                     {
                         "partition": partition,
-                        "error": int(error),
-                        "leader_epoch": found,
-                        "end_offset": end,
+                        "error": int(found.error),
+                        "leader_epoch": found.leader_epoch,
+                        "end_offset": found.end_offset,
                     }
                 )
             out.append({"topic": name, "partitions": results})
@@ -340,10 +339,14 @@ class DataApi:
                 offsets[(name, req_int(p, "partition"))] = req_int(p, "offset")
         results = await self.deletions.delete_records(offsets, timeout_ms)
         out: dict[str, list[dict[str, Any]]] = {}
-        for (name, partition), (low, error, message) in results.items():
-            entry = {"partition": partition, "error": int(error), "low_watermark": low}
-            if message is not None:
-                entry["message"] = message
+        for (name, partition), r in results.items():
+            entry = {
+                "partition": partition,
+                "error": int(r.error),
+                "low_watermark": r.low_watermark,
+            }
+            if r.message is not None:
+                entry["message"] = r.message
             out.setdefault(name, []).append(entry)
         return Reply({"topics": [{"topic": n, "partitions": ps} for n, ps in out.items()]})
 

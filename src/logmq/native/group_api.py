@@ -455,12 +455,12 @@ class GroupApi:
             return core.fetch_offsets(group_id, tps)
 
         try:
-            code, found = await self.groups.shard_for(group_id).submit(fetch)
+            fetched = await self.groups.shard_for(group_id).submit(fetch)
         except LogMQError as exc:
             return answer(exc.code, str(exc), [])
-        if code is not ErrorCode.NONE:
-            return answer(code, _message(code), [])
-        return answer(ErrorCode.NONE, None, entries(found))
+        if fetched.error is not ErrorCode.NONE:
+            return answer(fetched.error, _message(fetched.error), [])
+        return answer(ErrorCode.NONE, None, entries(fetched.offsets))
 
     # -- ListGroups ---------------------------------------------------------------------
     async def list_groups(self, req: Request) -> Reply:
@@ -511,46 +511,40 @@ class GroupApi:
     async def consumer_group_describe(self, req: Request) -> Reply:
         group_ids = self._group_ids(req.body)
         denied = self._denied_groups(req, Op.DESCRIBE, group_ids)
-        pending = []
-        for group_id in group_ids:
-            if group_id in denied:
-                continue
 
-            def describe(core: GroupCoordinator, now_ms: int, group_id: str = group_id):
-                return core.describe(group_id)
+        def describe(group_id: str):
+            return lambda core, now_ms: core.describe(group_id)
 
-            pending.append(self._submit(group_id, describe))
+        allowed = [g for g in group_ids if g not in denied]
+        results = iter(await self.groups.submit_each(allowed, describe))
         out = []
-        results = iter(await _gather(pending))
         for group_id in group_ids:
             if group_id in denied:
                 code = ErrorCode.GROUP_AUTHORIZATION_FAILED
                 out.append(_described(group_id, code, "not authorized to DESCRIBE", None))
                 continue
             result = next(results)
-            if isinstance(result, LogMQError):
-                out.append(_described(group_id, result.code, str(result), None))
+            if not result.ok:
+                out.append(_described(group_id, result.error, result.message, None))
             else:
-                code, description = result
-                out.append(_described(group_id, code, _message(code), description))
+                code = result.answer.error
+                out.append(_described(group_id, code, _message(code), result.answer.description))
         return Reply({"groups": out})
 
     # -- DeleteGroups -------------------------------------------------------------------
     async def delete_groups(self, req: Request) -> Reply:
         group_ids = self._group_ids(req.body)
-        pending = []
-        for group_id in group_ids:
 
-            def delete(core: GroupCoordinator, now_ms: int, group_id: str = group_id):
-                return core.delete_group(group_id)
+        def delete(group_id: str):
+            return lambda core, now_ms: core.delete_group(group_id)
 
-            pending.append(self._submit(group_id, delete))
         out = []
-        for group_id, result in zip(group_ids, await _gather(pending), strict=True):
-            if isinstance(result, LogMQError):
-                code, message = result.code, str(result)
+        results = await self.groups.submit_each(group_ids, delete)
+        for group_id, result in zip(group_ids, results, strict=True):
+            if result.ok:
+                code, message = result.answer, _message(result.answer)
             else:
-                code, message = result, _message(result)
+                code, message = result.error, result.message
             out.append({"group_id": group_id, "error": int(code), "message": message})
         return Reply({"groups": out})
 
@@ -574,10 +568,11 @@ class GroupApi:
         def delete(core: GroupCoordinator, now_ms: int):
             return core.delete_offsets(group_id, tps)
 
-        result = await _gather([self._submit(group_id, delete)])
-        if isinstance(result[0], LogMQError):
-            return answer(result[0].code, str(result[0]))
-        return answer(result[0], _message(result[0]))
+        try:
+            code = await self.groups.submit(group_id, delete)
+        except LogMQError as exc:
+            return answer(exc.code, str(exc))
+        return answer(code, _message(code))
 
     # -- helpers ------------------------------------------------------------------------
     @staticmethod
@@ -593,18 +588,6 @@ class GroupApi:
         if authz is None or not authz.enabled:
             return set()
         return {g for g in group_ids if not authz.allowed(req.context, op, ResourceType.GROUP, g)}
-
-    def _submit(self, group_id: str, fn: Any) -> asyncio.Future[Any]:
-        return self.groups.submit(group_id, fn)
-
-
-async def _gather(futures: list[asyncio.Future[Any]]) -> list[Any]:
-    """Results, with each LogMQError in place of its result (other errors propagate)."""
-    results = await asyncio.gather(*futures, return_exceptions=True)
-    for result in results:
-        if isinstance(result, BaseException) and not isinstance(result, LogMQError):
-            raise result
-    return results
 
 
 def _described(

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 
-from logmq.errors import ErrorCode
+from logmq.errors import ErrorCode, LogMQError
 from logmq.native.request_fields import req_field, req_str
 from logmq.net.codec import Request
 from logmq.net.reply import Reply
@@ -29,7 +29,11 @@ class NativeSaslApi:
 
     async def sasl_handshake(self, req: Request) -> Reply:
         context = req.context
-        error = self.auth.handshake(context, req_str(req.body, "mechanism"))
+        try:
+            self.auth.handshake(context, req_str(req.body, "mechanism"))
+            error = ErrorCode.NONE
+        except LogMQError as e:
+            error = e.code
         return Reply(
             {"error": int(error), "mechanisms": list(self.auth.mechanisms(context))},
             close=error is ErrorCode.ILLEGAL_SASL_STATE,

@@ -161,7 +161,7 @@ class TxnApi:
         out = []
         for marker in req_list(req.body, "markers"):
             producer_id = req_int(marker, "producer_id")
-            codes = await self.writer.write(
+            outcomes = await self.writer.write(
                 producer_id,
                 req_int(marker, "producer_epoch"),
                 req_int(marker, "coordinator_epoch"),
@@ -169,6 +169,7 @@ class TxnApi:
                 _partitions(marker),
                 req_field(marker, "job_id", int, None),  # logmq's coordinators name the job
             )
+            codes = {tp: outcome.error for tp, outcome in outcomes.items()}
             out.append({"producer_id": producer_id, "topics": _by_topic(codes)})
         return Reply({"markers": out})
 
@@ -208,7 +209,8 @@ class TxnApi:
             message = f"no such partitions: {sorted(unknown)}"
         else:
             try:
-                code = await self.txns.add_partitions_to_txn(txn_id, producer_id, epoch, tps)
+                await self.txns.add_partitions_to_txn(txn_id, producer_id, epoch, tps)
+                code = ErrorCode.NONE
             except LogMQError as e:
                 code, message = e.code, str(e)
             codes = dict.fromkeys(tps, code)
@@ -326,15 +328,13 @@ class TxnApi:
         return Reply({"topics": [{"topic": t, "partitions": ps} for t, ps in topics.items()]})
 
 
-async def _code_answer(pending: Awaitable[ErrorCode]) -> Reply:
-    """``{"error", "message"?}`` for a coordinator call that answers one code."""
+async def _code_answer(pending: Awaitable[None]) -> Reply:
+    """``{"error", "message"?}`` for a coordinator call that succeeds or raises."""
     try:
-        code = await pending
+        await pending
     except LogMQError as e:
         return Reply({"error": int(e.code), "message": str(e)})
-    if code is ErrorCode.NONE:
-        return Reply({"error": 0})
-    return Reply({"error": int(code), "message": code.name})
+    return Reply({"error": 0})
 
 
 def _complete(

@@ -17,7 +17,10 @@ import os
 
 
 class ShortFileError(OSError):
-    """The file ended before the announced region did (truncated under us)."""
+    """The file ended before the announced region did (truncated under us).
+
+    An OSError on purpose: the connection's writer treats it as any failed send (the
+    connection closes; the answer is half written, so no error code can follow it)."""
 
 
 async def wait_writable(loop: asyncio.AbstractEventLoop, fd: int) -> None:

@@ -156,6 +156,25 @@ Action = (
 )
 
 
+@dataclass(frozen=True, slots=True)
+class FollowerFetch:
+    """What a follower's fetch did to the leader's state: NONE, or why it is refused
+    (nothing changed then), and the actions that follow (an ISR request, an HW move)."""
+
+    error: ErrorCode
+    actions: list[Action]
+
+
+@dataclass(frozen=True, slots=True)
+class EpochEndOffset:
+    """Where a leader epoch ends (KIP-101): the largest epoch up to the one asked about
+    that the leader has, and the offset it ends at; or the error, with both undefined."""
+
+    error: ErrorCode
+    leader_epoch: int = UNDEFINED_EPOCH
+    end_offset: int = UNDEFINED_OFFSET
+
+
 @dataclass(slots=True)
 class FollowerState:
     leo: int = UNDEFINED_OFFSET  # unknown until it fetches in the current epoch
@@ -357,22 +376,22 @@ class PartitionReplica:
         current_leader_epoch: int,
         now_ms: int,
         log_start_offset: int = UNDEFINED_OFFSET,
-    ) -> tuple[ErrorCode, list[Action]]:
+    ) -> FollowerFetch:
         """A follower fetches from ``fetch_offset`` (its LEO). Answer with ``self.hw``.
 
         ``log_start_offset`` is the follower's own, for the low watermark.
         """
         if not self.is_leader:
-            return ErrorCode.NOT_LEADER_OR_FOLLOWER, []
+            return FollowerFetch(ErrorCode.NOT_LEADER_OR_FOLLOWER, [])
         if current_leader_epoch < self.leader_epoch:
-            return ErrorCode.FENCED_LEADER_EPOCH, []
+            return FollowerFetch(ErrorCode.FENCED_LEADER_EPOCH, [])
         if current_leader_epoch > self.leader_epoch:
-            return ErrorCode.UNKNOWN_LEADER_EPOCH, []
+            return FollowerFetch(ErrorCode.UNKNOWN_LEADER_EPOCH, [])
         follower = self.followers.get(replica_id)
         if follower is None:
-            return ErrorCode.NOT_LEADER_OR_FOLLOWER, []
+            return FollowerFetch(ErrorCode.NOT_LEADER_OR_FOLLOWER, [])
         if not 0 <= fetch_offset <= self.leo:
-            return ErrorCode.OFFSET_OUT_OF_RANGE, []
+            return FollowerFetch(ErrorCode.OFFSET_OUT_OF_RANGE, [])
         # Caught up now, or at least up to where we were at its previous fetch.
         if fetch_offset >= self.leo:
             follower.last_caught_up_ms = max(follower.last_caught_up_ms, now_ms)
@@ -383,7 +402,7 @@ class PartitionReplica:
         follower.leo = fetch_offset
         follower.log_start_offset = log_start_offset
         actions = self._maybe_expand_isr(replica_id, follower, now_ms)
-        return ErrorCode.NONE, actions + self._advance_hw()
+        return FollowerFetch(ErrorCode.NONE, actions + self._advance_hw())
 
     def _maybe_expand_isr(
         self, replica_id: int, follower: FollowerState, now_ms: int
@@ -552,18 +571,16 @@ class PartitionReplica:
 
     # -- OffsetsForLeaderEpoch -------------------------------------------------------------------
 
-    def end_offset_for_epoch(
-        self, current_leader_epoch: int, epoch: int
-    ) -> tuple[ErrorCode, int, int]:
-        """Leader side: (error, largest epoch <= ``epoch`` we have, where it ends)."""
+    def end_offset_for_epoch(self, current_leader_epoch: int, epoch: int) -> EpochEndOffset:
+        """Leader side: the largest epoch <= ``epoch`` we have, and where it ends."""
         if not self.is_leader:
-            return ErrorCode.NOT_LEADER_OR_FOLLOWER, UNDEFINED_EPOCH, UNDEFINED_OFFSET
+            return EpochEndOffset(ErrorCode.NOT_LEADER_OR_FOLLOWER)
         if current_leader_epoch < self.leader_epoch:
-            return ErrorCode.FENCED_LEADER_EPOCH, UNDEFINED_EPOCH, UNDEFINED_OFFSET
+            return EpochEndOffset(ErrorCode.FENCED_LEADER_EPOCH)
         if current_leader_epoch > self.leader_epoch or epoch > self.leader_epoch:
-            return ErrorCode.UNKNOWN_LEADER_EPOCH, UNDEFINED_EPOCH, UNDEFINED_OFFSET
+            return EpochEndOffset(ErrorCode.UNKNOWN_LEADER_EPOCH)
         found, end = self.epochs.end_offset_for_epoch(epoch, self.leo)
-        return ErrorCode.NONE, found, end
+        return EpochEndOffset(ErrorCode.NONE, found, end)
 
     def on_leader_epoch_answer(self, error: ErrorCode, epoch: int, end_offset: int) -> list[Action]:
         """Follower side: the leader's answer to our AskLeaderEpoch."""

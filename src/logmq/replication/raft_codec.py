@@ -29,6 +29,7 @@ from typing import Any
 
 import msgpack
 
+from logmq.errors import CorruptRecordError
 from logmq.replication.raft_messages import (
     MAX_ENTRIES_PER_MESSAGE,
     AppendRequest,
@@ -46,7 +47,7 @@ from logmq.replication.raft_messages import (
 )
 
 
-class RaftCodecError(ValueError):
+class RaftCodecError(CorruptRecordError, ValueError):
     pass
 
 

@@ -25,13 +25,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from logmq.errors import ErrorCode
+from logmq.errors import ErrorCode, LogMQError
 from logmq.net.pipeline import ANONYMOUS, ConnectionContext
 from logmq.security.sasl import (
     SaslAuthenticationError,
     SaslServer,
     SaslSessionLifetime,
-    UnsupportedSaslMechanismError,
     new_server,
 )
 from logmq.security.scram import ScramCredential, ScramServer
@@ -140,28 +139,30 @@ class Authenticator:
     def mechanisms(self, context: ConnectionContext) -> tuple[str, ...]:
         return self.settings.of(context.listener).mechanisms
 
-    def handshake(self, context: ConnectionContext, mechanism: str) -> ErrorCode:
-        """Start an exchange with ``mechanism`` (a re-authentication if already in)."""
+    def handshake(self, context: ConnectionContext, mechanism: str) -> None:
+        """Start an exchange with ``mechanism`` (a re-authentication if already in).
+
+        Refused with UnsupportedSaslMechanismError, or a LogMQError ILLEGAL_SASL_STATE
+        (the connection is then closed): no SASL on this listener, a handshake in the
+        middle of an exchange, nothing to renew, another mechanism on re-authentication.
+        """
         sec = self.settings.of(context.listener)
         if not sec.listener.sasl:
-            return ErrorCode.ILLEGAL_SASL_STATE
+            raise _illegal(f"listener {sec.name} takes no SASL login")
         state = context.auth
         if state is None:
             state = context.auth = SaslState()
         if state.server is not None and not state.server.complete:
-            return ErrorCode.ILLEGAL_SASL_STATE  # a second handshake mid-exchange
+            raise _illegal("a SASL exchange is already under way")
         if context.authenticated and state.expires_at_ms is None:
-            return ErrorCode.ILLEGAL_SASL_STATE  # no session to renew (KIP-368)
-        try:
-            state.server = self._server(sec, mechanism)
-        except UnsupportedSaslMechanismError:
-            return ErrorCode.UNSUPPORTED_SASL_MECHANISM
+            raise _illegal("the session has no lifetime to renew")  # KIP-368
+        server = self._server(sec, mechanism)  # UnsupportedSaslMechanismError
+        state.server = server
         state.reauthenticating = context.authenticated
         if state.reauthenticating and mechanism != state.mechanism:
             state.server = None
-            return ErrorCode.ILLEGAL_SASL_STATE  # Kafka: the same mechanism on re-auth
+            raise _illegal(f"re-authentication must use {state.mechanism}")  # as Kafka
         state.mechanism = mechanism
-        return ErrorCode.NONE
 
     def _server(self, sec: ListenerSecurity, mechanism: str) -> SaslServer:
         if mechanism.startswith("SCRAM-") and mechanism in sec.mechanisms:
@@ -232,3 +233,7 @@ class Authenticator:
         )
         state.server = None
         return AuthAnswer(ErrorCode.SASL_AUTHENTICATION_FAILED, why, close=True)
+
+
+def _illegal(why: str) -> LogMQError:
+    return LogMQError(why, ErrorCode.ILLEGAL_SASL_STATE)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from logmq.errors import ErrorCode, LogMQError
 from logmq.security.acl import (
     AccessControlEntry,
     AclBinding,
@@ -19,8 +20,10 @@ from logmq.security.acl import (
 from logmq.security.scram import ScramCredential
 
 
-class SecurityBodyError(ValueError):
-    """A native security body that does not say what it must (INVALID_REQUEST)."""
+class SecurityBodyError(LogMQError, ValueError):
+    """A native security body that does not say what it must."""
+
+    code = ErrorCode.INVALID_REQUEST
 
 
 def binding_body(binding: AclBinding) -> dict[str, Any]:

@@ -28,6 +28,7 @@ from typing import Any
 
 import jwt
 
+from logmq.errors import ErrorCode, LogMQError
 from logmq.security.sasl import SaslAuthenticationError
 from logmq.security.scram import unescape_username
 
@@ -78,9 +79,11 @@ class OAuthBearerConfig:
         )
 
 
-class OAuthBearerValidationError(Exception):
+class OAuthBearerValidationError(LogMQError):
     """Why a token was refused (for the broker's log; the client only sees invalid_token).
     ``unknown_kid`` tells the shell a JWKS refresh may help."""
+
+    code = ErrorCode.SASL_AUTHENTICATION_FAILED
 
     def __init__(self, reason: str, *, unknown_kid: bool = False) -> None:
         super().__init__(reason)

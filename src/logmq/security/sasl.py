@@ -21,6 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
+from logmq.errors import ErrorCode, LogMQError
+
 if TYPE_CHECKING:
     from logmq.security.oauthbearer import OAuthBearerValidator
     from logmq.security.scram import ScramCredential
@@ -32,14 +34,18 @@ PLAIN_FAILED = "Authentication failed: Invalid username or password"
 MAX_PLAIN_BYTES = 16 * 1024  # authzid, authcid and password together; far above any real one
 
 
-class SaslAuthenticationError(Exception):
+class SaslAuthenticationError(LogMQError):
     """The exchange failed; str() is safe to send to the client (it names no secret and
     does not tell an unknown user from a wrong password)."""
 
+    code = ErrorCode.SASL_AUTHENTICATION_FAILED
 
-class UnsupportedSaslMechanismError(Exception):
+
+class UnsupportedSaslMechanismError(LogMQError):
     """A mechanism this listener does not enable (SaslHandshake answers
     UNSUPPORTED_SASL_MECHANISM with ``enabled`` as its mechanism list)."""
+
+    code = ErrorCode.UNSUPPORTED_SASL_MECHANISM
 
     def __init__(self, mechanism: str, enabled: Iterable[str]) -> None:
         self.mechanism = mechanism

@@ -37,7 +37,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Literal
 
-from logmq.errors import InvalidConfigError
+from logmq.errors import ErrorCode, InvalidConfigError, LogMQError
 
 __all__ = [
     "CertificateReloader",
@@ -439,8 +439,10 @@ def client_context(settings: TlsSettings) -> ssl.SSLContext:
 # --------------------------------------------------------------------------- principals
 
 
-class NoMatchingRuleError(ValueError):
+class NoMatchingRuleError(LogMQError, ValueError):
     """No rule mapped the name; Kafka fails the authentication in this case."""
+
+    code = ErrorCode.SASL_AUTHENTICATION_FAILED
 
 
 _RULE = r"(DEFAULT)|RULE:((\\.|[^\\/])*)/((\\.|[^\\/])*)/([LU]?).*?|(.*?)"

@@ -130,6 +130,8 @@ class _Partition:
     segments: list[_Segment] = field(default_factory=list)
 
 
+# Control flow inside this module only (the scan stops at the damage and reports it as
+# FormatUpgradeError): never raised to a caller, so outside the LogMQError tree.
 class _Damage(Exception):
     def __init__(self, pos: int, expect: int, reason: str) -> None:
         super().__init__(reason)

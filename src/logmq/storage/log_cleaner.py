@@ -70,7 +70,10 @@ _KEY = itemgetter(2)
 
 
 class CleaningAborted(Exception):
-    """The cleaner is stopping; the cleaning in progress leaves the log as it was."""
+    """The cleaner is stopping; the cleaning in progress leaves the log as it was.
+
+    Control flow between the cleaner's thread and its loop, caught by the cleaner: no
+    client or operator hears of it, so it is outside the LogMQError tree."""
 
 
 @dataclass(slots=True)

@@ -45,7 +45,7 @@ from typing import Any, NamedTuple
 
 import msgpack
 
-from logmq.errors import CorruptRecordError
+from logmq.errors import CorruptRecordError, ErrorCode, LogMQError
 from logmq.storage import batch as b
 from logmq.storage import records_codec
 from logmq.storage.batch_scan import (
@@ -77,8 +77,10 @@ class ControlRecord(NamedTuple):
     coordinator_epoch: int  # -1 for types that are not transaction markers
 
 
-class TxnSnapshotError(ValueError):
+class TxnSnapshotError(LogMQError, ValueError):
     """A transaction snapshot that cannot be read: use an older one or replay more."""
+
+    code = ErrorCode.CORRUPT_MESSAGE
 
 
 # -- control records ----------------------------------------------------------------

@@ -7,7 +7,8 @@ kinds), a value is a map with a format version ``v`` so fields can be added with
 breaking old readers (unknown fields are ignored, a newer version is refused).
 
 Everything decoded here comes from disk or a replica and may be damaged: every decoder
-raises :class:`TxnRecordError` (a ValueError) for anything malformed, never another error.
+raises :class:`TxnRecordError` (a LogMQError and a ValueError) for anything malformed,
+never another error.
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ from typing import Any
 
 import msgpack
 import xxhash
+
+from logmq.errors import ErrorCode, LogMQError
 
 TXN_STATE_TOPIC = "__transaction_state"
 FORMAT_VERSION = 0
@@ -33,8 +36,10 @@ MAX_INT32 = (1 << 31) - 1
 MAX_ID_BYTES = 1024  # a transactional id is part of every key
 
 
-class TxnRecordError(ValueError):
+class TxnRecordError(LogMQError, ValueError):
     """A ``__transaction_state`` key or value that cannot be read."""
+
+    code = ErrorCode.CORRUPT_MESSAGE
 
 
 class TxnState(IntEnum):

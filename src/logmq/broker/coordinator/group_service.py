@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from logmq.broker.coordinator.group_shard import GroupShard
 from logmq.broker.coordinator.sharded_service import ShardedCoordinatorService
-from logmq.errors import ErrorCode, LogMQError
+from logmq.errors import ErrorCode, LogMQError, Outcome
 from logmq.group import (
     OFFSETS_TOPIC,
     GroupConfig,
@@ -52,6 +53,15 @@ OFFSETS_TOPIC_CONFIGS = {
 # Configs an operator may not change on the offsets topic: any other value would let
 # retention delete a key's newest value, i.e. forget groups and committed offsets.
 PROTECTED_OFFSETS_CONFIGS = ("cleanup.policy", "retention.ms", "retention.bytes")
+
+
+@dataclass(frozen=True, slots=True)
+class GroupAnswer(Outcome):
+    """One group's entry of a many-group request (``submit_each``): the core's
+    ``answer``, or the error that kept the request from the group's shard (this broker
+    does not coordinate it, its shard is loading, an invalid id) and no answer."""
+
+    answer: Any = None
 
 
 class GroupCoordinatorService(ShardedCoordinatorService[GroupShard]):
@@ -162,6 +172,25 @@ class GroupCoordinatorService(ShardedCoordinatorService[GroupShard]):
         not coordinate the group (yet): callers gather many without a try each.
         """
         return self._on_shard(group_id, lambda shard: shard.submit(fn))
+
+    async def submit_each(
+        self, group_ids: Sequence[str], make: Callable[[str], Any]
+    ) -> list[GroupAnswer]:
+        """``make(group_id)`` queued on every group's shard at once (DescribeGroups,
+        DeleteGroups...): one answer per group, in order. A LogMQError refusing a group
+        is that group's entry; any other exception is the broker's fault and raised."""
+        results = await asyncio.gather(
+            *(self.submit(g, make(g)) for g in group_ids), return_exceptions=True
+        )
+        out = []
+        for result in results:
+            if isinstance(result, LogMQError):
+                out.append(GroupAnswer.failed(result))
+            elif isinstance(result, BaseException):
+                raise result
+            else:
+                out.append(GroupAnswer(answer=result))
+        return out
 
     def submit_parked(self, group_id: str, fn: Any) -> asyncio.Future[Any]:
         """Queue ``fn(core, now_ms, ticket)`` for a request that may wait (JoinGroup,

@@ -162,8 +162,7 @@ class GroupShard(CoordinatorShard[_GroupCore]):
             return
         core = run.core
         for group_id in core.group_ids():
-            _error, offsets = core.fetch_offsets(group_id)
-            for (topic, partition), committed in offsets.items():
+            for (topic, partition), committed in core.fetch_offsets(group_id).offsets.items():
                 if committed is not None:
                     yield group_id, topic, partition, committed.offset
 

@@ -166,16 +166,17 @@ Operation = Callable[[C, int], T]  # (core, now_ms) -> answer
 class ShardReplication(Protocol):
     """How a shard's appends become durable beyond this broker's disk."""
 
-    def check(self) -> tuple[ErrorCode, int]:
-        """Before appending: (error, the leader epoch to stamp), as for an acks=all produce."""
+    def check(self) -> int:
+        """Before appending: the leader epoch to stamp, or LogMQError, as for an acks=all
+        produce."""
         ...
 
     def appended(self, plog: PartitionLog) -> None:
         """The shard appended to ``plog`` (the HW may move, reads wake)."""
         ...
 
-    async def replicated(self, offset: int, timeout_ms: int) -> ErrorCode:
-        """Wait until the high watermark reaches ``offset``; NONE or why not."""
+    async def replicated(self, offset: int, timeout_ms: int) -> None:
+        """Wait until the high watermark reaches ``offset``; LogMQError if it will not."""
         ...
 
 
@@ -193,17 +194,19 @@ class LeaderReplication:
         self._key = (topic, partition)
         self._get_log = get_log
 
-    def check(self) -> tuple[ErrorCode, int]:
+    def check(self) -> int:
         plog = self._get_log()
         if plog is None:
-            return ErrorCode.NOT_LEADER_OR_FOLLOWER, -1
+            raise LogMQError(
+                f"{self._key[0]}-{self._key[1]} is not here", ErrorCode.NOT_LEADER_OR_FOLLOWER
+            )
         return self._replicas.check_append(self._key, -1, plog.config.min_insync_replicas)
 
     def appended(self, plog: PartitionLog) -> None:
         self._replicas.on_append(self._key, plog)
 
-    async def replicated(self, offset: int, timeout_ms: int) -> ErrorCode:
-        return await self._replicas.wait_replicated(self._key, offset, timeout_ms)
+    async def replicated(self, offset: int, timeout_ms: int) -> None:
+        await self._replicas.wait_replicated(self._key, offset, timeout_ms)
 
 
 class ShardOptions(TypedDict, total=False):
@@ -608,10 +611,11 @@ class CoordinatorShard(Generic[C]):
                     size += sum(len(r.key) + len(r.value or b"") for r in records)
             wrote = bool(batches[0])
             if wrote:
-                error, epoch = self._replication.check()
-                if error is not ErrorCode.NONE:
+                try:
+                    epoch = self._replication.check()
+                except LogMQError as exc:
                     # Nothing appended, but the core applied it: rebuild it from the log.
-                    code = self._map_error(error)
+                    code = self._map_error(exc.code)
                     reason = f"{self.name} cannot take writes: {code.name}"
                     self._reload(run, answers, reason, code)
                     return
@@ -648,7 +652,10 @@ class CoordinatorShard(Generic[C]):
             error = ErrorCode.NONE
             if round_.wrote or run.plog.high_watermark < round_.end_offset:
                 remaining_ms = max(0, int((round_.deadline - loop.time()) * 1000))
-                error = await self._replication.replicated(round_.end_offset, remaining_ms)
+                try:
+                    await self._replication.replicated(round_.end_offset, remaining_ms)
+                except LogMQError as exc:
+                    error = exc.code
             run.syncing = None
             if error is not ErrorCode.NONE:
                 code = self._map_error(error)

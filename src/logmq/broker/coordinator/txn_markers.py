@@ -34,7 +34,7 @@ from collections import OrderedDict, defaultdict, deque
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from logmq.errors import ErrorCode, LogMQError
+from logmq.errors import OK, ErrorCode, LogMQError, Outcome
 from logmq.net.codec import ApiKey
 from logmq.storage.txn_state import CONTROL_ABORT, CONTROL_COMMIT, encode_control_batch
 from logmq.txn import MarkerJob
@@ -84,8 +84,8 @@ class MarkerWriter:
         commit: bool,
         partitions: Iterable[TopicPartition],
         job_id: int | None = None,
-    ) -> dict[TopicPartition, ErrorCode]:
-        """Append one marker to each partition (concurrently); an error per partition.
+    ) -> dict[TopicPartition, Outcome]:
+        """Append one marker to each partition (concurrently); an outcome per partition.
         ``job_id``: the coordinator's job; a partition that has its marker already
         answers NONE without a second one."""
         tps = list(dict.fromkeys(partitions))
@@ -97,10 +97,10 @@ class MarkerWriter:
             timestamp=int(time.time() * 1000),
         )
         job = None if job_id is None else (coordinator_epoch, job_id)
-        codes = await asyncio.gather(
+        outcomes = await asyncio.gather(
             *(self._write_one(tp, data, producer_id, commit, job) for tp in tps)
         )
-        return dict(zip(tps, codes, strict=True))
+        return dict(zip(tps, outcomes, strict=True))
 
     async def _write_one(
         self,
@@ -109,24 +109,24 @@ class MarkerWriter:
         producer_id: int,
         commit: bool,
         job: JobKey | None = None,
-    ) -> ErrorCode:
+    ) -> Outcome:
         try:
             plog = self.replicas.leader_log(*tp)
             if job is not None and job in self._written.get((tp, producer_id), ()):
                 log.debug("marker of job %s for %s-%d written already", job, *tp)
-                return ErrorCode.NONE
+                return OK
             await self.appends.append(tp, plog, data, -1, self.timeout_ms, control=True)
         except LogMQError as e:
-            return e.code
-        except Exception:
+            return Outcome.failed(e)
+        except Exception as e:
             log.exception("writing a transaction marker to %s-%d failed", *tp)
-            return ErrorCode.UNKNOWN_SERVER_ERROR
+            return Outcome(ErrorCode.UNKNOWN_SERVER_ERROR, f"{type(e).__name__}: {e}")
         if job is not None:
             # only once replicated: a copy answered NONE must find the marker durable
             self._remember((tp, producer_id), job)
         if tp[0] == self.offsets_topic and self.on_offsets_marker is not None:
             await self.on_offsets_marker(tp[1], producer_id, commit)
-        return ErrorCode.NONE
+        return OK
 
     def _remember(self, key: tuple[TopicPartition, int], job: JobKey) -> None:
         written = self._written
@@ -155,28 +155,29 @@ class MarkerSender:
         self.writer = writer
         self.clients = clients
 
-    async def send(self, job: MarkerJob) -> dict[TopicPartition, ErrorCode]:
+    async def send(self, job: MarkerJob) -> dict[TopicPartition, Outcome]:
+        """Each partition's marker, from its leader: an outcome per partition."""
         image = self.image()
         by_leader: dict[int, list[TopicPartition]] = defaultdict(list)
-        out: dict[TopicPartition, ErrorCode] = {}
+        out: dict[TopicPartition, Outcome] = {}
         for tp in job.partitions:
             part = image.partition(*tp)
             if part is None:
-                out[tp] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                out[tp] = Outcome(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "not in the metadata")
             elif not part.has_leader:
-                out[tp] = ErrorCode.LEADER_NOT_AVAILABLE
+                out[tp] = Outcome(ErrorCode.LEADER_NOT_AVAILABLE, "no leader")
             else:
                 by_leader[part.leader].append(tp)
         results = await asyncio.gather(
             *(self._send_to(leader, job, tps) for leader, tps in by_leader.items())
         )
-        for codes in results:
-            out.update(codes)
+        for outcomes in results:
+            out.update(outcomes)
         return out
 
     async def _send_to(
         self, leader: int, job: MarkerJob, tps: list[TopicPartition]
-    ) -> Mapping[TopicPartition, ErrorCode]:
+    ) -> Mapping[TopicPartition, Outcome]:
         if leader == self.node_id:
             return await self.writer.write(
                 job.producer_id,
@@ -190,7 +191,7 @@ class MarkerSender:
         try:
             answer = await self.clients.call(leader, ApiKey.WRITE_TXN_MARKERS, body)
         except LogMQError as e:
-            return dict.fromkeys(tps, e.code)
+            return dict.fromkeys(tps, Outcome.failed(e))
         return parse_marker_answer(answer, tps)
 
 
@@ -211,16 +212,17 @@ def marker_body(job: MarkerJob, tps: Iterable[TopicPartition]) -> dict[str, Any]
 
 def parse_marker_answer(
     answer: Mapping[str, Any], tps: list[TopicPartition]
-) -> dict[TopicPartition, ErrorCode]:
+) -> dict[TopicPartition, Outcome]:
     """Per partition from a WriteTxnMarkers answer; a partition it leaves out failed."""
-    out = dict.fromkeys(tps, ErrorCode.UNKNOWN_SERVER_ERROR)
+    out = dict.fromkeys(tps, Outcome(ErrorCode.UNKNOWN_SERVER_ERROR, "not in the answer"))
     for marker in answer.get("markers") or ():
         for t in marker.get("topics") or ():
             for p in t.get("partitions") or ():
                 tp = (t.get("topic"), p.get("partition"))
                 if tp in out:
                     try:
-                        out[tp] = ErrorCode(p.get("error", -1))
+                        code = ErrorCode(p.get("error", -1))
                     except ValueError:
-                        out[tp] = ErrorCode.UNKNOWN_SERVER_ERROR
+                        code = ErrorCode.UNKNOWN_SERVER_ERROR
+                    out[tp] = OK if code is ErrorCode.NONE else Outcome(code)
     return out

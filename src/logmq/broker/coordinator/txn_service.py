@@ -29,7 +29,7 @@ from logmq.broker.coordinator.group_service import OFFSETS_TOPIC_CONFIGS
 from logmq.broker.coordinator.shard_runtime import CoordinatorError
 from logmq.broker.coordinator.sharded_service import ShardedCoordinatorService
 from logmq.broker.coordinator.txn_shard import TxnShard
-from logmq.errors import ErrorCode
+from logmq.errors import ErrorCode, error_for
 from logmq.group import OFFSETS_TOPIC
 from logmq.group import coordinator_partition as group_partition
 from logmq.txn import (
@@ -200,12 +200,15 @@ class TransactionCoordinatorService(ShardedCoordinatorService[TxnShard]):
         producer_id: int,
         producer_epoch: int,
         partitions: Iterable[TopicPartition],
-    ) -> ErrorCode:
-        """AddPartitionsToTxn from a producer: one code for all its partitions."""
+    ) -> None:
+        """AddPartitionsToTxn from a producer: all its partitions join, or the LogMQError
+        (the coordinator's code) answers every one of them."""
         if _id_invalid(transactional_id):
-            return ErrorCode.INVALID_REQUEST
+            raise error_for(ErrorCode.INVALID_REQUEST)
         shard = self.shard_for(transactional_id)
-        return await shard.add_partitions(transactional_id, producer_id, producer_epoch, partitions)
+        _raise_if_refused(
+            await shard.add_partitions(transactional_id, producer_id, producer_epoch, partitions)
+        )
 
     async def verify_partitions(
         self,
@@ -225,29 +228,34 @@ class TransactionCoordinatorService(ShardedCoordinatorService[TxnShard]):
 
     async def add_offsets_to_txn(
         self, transactional_id: str, producer_id: int, producer_epoch: int, group_id: str
-    ) -> ErrorCode:
-        """AddOffsetsToTxn: the group's offsets partition joins the transaction."""
+    ) -> None:
+        """AddOffsetsToTxn: the group's offsets partition joins the transaction (or the
+        LogMQError with the coordinator's code)."""
         if _id_invalid(transactional_id):
-            return ErrorCode.INVALID_REQUEST
+            raise error_for(ErrorCode.INVALID_REQUEST)
         if not group_id:
-            return ErrorCode.INVALID_GROUP_ID
+            raise error_for(ErrorCode.INVALID_GROUP_ID)
         shard = self.shard_for(transactional_id)
-        return await shard.add_offsets(
+        code = await shard.add_offsets(
             transactional_id,
             producer_id,
             producer_epoch,
             group_id,
             self.offsets_partition_for(group_id),
         )
+        _raise_if_refused(code)
 
     async def end_txn(
         self, transactional_id: str, producer_id: int, producer_epoch: int, commit: bool
-    ) -> ErrorCode:
-        """EndTxn: answered once Prepare* is durable; markers and Complete* follow."""
+    ) -> None:
+        """EndTxn: answered once Prepare* is durable; markers and Complete* follow. The
+        LogMQError carries the coordinator's code when it refuses."""
         if _id_invalid(transactional_id):
-            return ErrorCode.INVALID_REQUEST
+            raise error_for(ErrorCode.INVALID_REQUEST)
         shard = self.shard_for(transactional_id)
-        return await shard.end_txn(transactional_id, producer_id, producer_epoch, commit)
+        _raise_if_refused(
+            await shard.end_txn(transactional_id, producer_id, producer_epoch, commit)
+        )
 
     async def describe_transactions(
         self, transactional_ids: Iterable[str]
@@ -323,16 +331,18 @@ class TransactionCoordinatorService(ShardedCoordinatorService[TxnShard]):
                 log.warning("sending markers of %r failed: %s", job.transactional_id, exc)
                 results = {}
             for tp in sorted(remaining):
-                code = results.get(tp)
-                if code is ErrorCode.NONE:
+                outcome = results.get(tp)
+                if outcome is None:
+                    continue
+                if outcome.ok:
                     remaining.discard(tp)
-                elif code in _MARKER_FENCED:
+                elif outcome.error in _MARKER_FENCED:
                     log.warning(
                         "marker of %r for %s-%d refused: %s",
                         job.transactional_id,
                         tp[0],
                         tp[1],
-                        code.name,
+                        outcome.error.name,
                     )
                     return False
             # Only once a send failed: this broker's image may lag behind a new topic.
@@ -343,7 +353,7 @@ class TransactionCoordinatorService(ShardedCoordinatorService[TxnShard]):
                 "markers of %r pending for %s: %s",
                 job.transactional_id,
                 sorted(remaining),
-                {tp: getattr(results.get(tp), "name", None) for tp in remaining},
+                {tp: getattr(results.get(tp), "error", None) for tp in remaining},
             )
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(delay):
@@ -360,6 +370,13 @@ class TransactionCoordinatorService(ShardedCoordinatorService[TxnShard]):
     def stats(self) -> int:
         """Transactional ids over the loaded shards."""
         return sum(shard.transaction_count() for shard in list(self._shards.values()))
+
+
+def _raise_if_refused(code: ErrorCode) -> None:
+    """The core's answer to a whole request, as the service's exception (its message is
+    the code's name, as the native door answered it before)."""
+    if code is not ErrorCode.NONE:
+        raise error_for(code)
 
 
 def _id_invalid(transactional_id: str) -> bool:

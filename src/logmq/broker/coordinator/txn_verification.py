@@ -23,7 +23,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from logmq.errors import ErrorCode, LogMQError
+from logmq.broker.replica.produce_path import ProduceResult
+from logmq.errors import OK, ErrorCode, LogMQError, Outcome
 from logmq.net.codec import ApiKey
 from logmq.security.acl import AclOperation as Op
 from logmq.security.acl import ResourceType as RT
@@ -89,18 +90,18 @@ class TxnVerifier:
         epoch: int,
         tps: list[TopicPartition],
         guards: Guards | None = None,
-    ) -> dict[TopicPartition, ErrorCode]:
-        """NONE for each partition the transaction holds (or that holds it already), else
-        why not: INVALID_TXN_STATE when the coordinator does not list it, a coordinator
-        error (retriable) when it could not be asked. ``guards`` gets the guard taken on
-        each partition led here, for ``append_guard``."""
+    ) -> dict[TopicPartition, Outcome]:
+        """Per partition: OK if the transaction holds it (or it holds the transaction
+        already), else why not: INVALID_TXN_STATE when the coordinator does not list it,
+        a coordinator error (retriable) when it could not be asked. ``guards`` gets the
+        guard taken on each partition led here, for ``append_guard``."""
         if guards is not None:
             for tp in tps:
                 plog = self.local_log(*tp)
                 if plog is not None:
                     token = plog.producer_state.start_verification(producer_id)
                     guards[tp] = (plog, producer_id, epoch, token)
-        out = {tp: ErrorCode.NONE for tp in tps if self.open_here(tp, producer_id, epoch)}
+        out = {tp: OK for tp in tps if self.open_here(tp, producer_id, epoch)}
         ask = [tp for tp in tps if tp not in out]
         if not ask:
             return out
@@ -114,8 +115,12 @@ class TxnVerifier:
             code = e.code
             if code in (ErrorCode.NOT_COORDINATOR, ErrorCode.COORDINATOR_LOAD_IN_PROGRESS):
                 code = ErrorCode.NOT_ENOUGH_REPLICAS  # retriable to a producer, as Kafka maps it
-            found = dict.fromkeys(ask, code)
-        out.update((tp, found.get(tp, ErrorCode.INVALID_TXN_STATE)) for tp in ask)
+            failed = Outcome(code, f"the transaction coordinator could not verify: {e}")
+            out.update(dict.fromkeys(ask, failed))
+            return out
+        for tp in ask:
+            code = found.get(tp, ErrorCode.INVALID_TXN_STATE)
+            out[tp] = OK if code is ErrorCode.NONE else Outcome(code)
         return out
 
     async def _remote(
@@ -141,8 +146,8 @@ class TransactionalProduceCheck:
         txn_id: str,
         entries: list[tuple[str, int, Any]],
         guards: Guards | None = None,
-    ) -> dict[TopicPartition, LogMQError]:
-        """The partitions of the produce that may not be appended, and why. ``guards``
+    ) -> dict[TopicPartition, ProduceResult]:
+        """The partitions of the produce that may not be appended, and their answers. ``guards``
         gets the verifications' guards: pass ``append_guard(guards)`` to the produce
         path, so a transaction that ends before the append is not reopened."""
         if not entries:
@@ -153,32 +158,32 @@ class TransactionalProduceCheck:
             and authz.enabled
             and not authz.allowed(context, Op.WRITE, RT.TRANSACTIONAL_ID, txn_id)
         ):
-            error = LogMQError(
-                f"not authorized to WRITE transactional id {txn_id!r}",
+            error = ProduceResult(
                 ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+                f"not authorized to WRITE transactional id {txn_id!r}",
             )
             return {(t, p): error for t, p, _ in entries}
-        refused: dict[TopicPartition, LogMQError] = {}
+        refused: dict[TopicPartition, ProduceResult] = {}
         producers: dict[tuple[int, int], list[TopicPartition]] = {}
         for topic, partition, records in entries:
             if len(records) < b.HEADER_SIZE:
                 continue  # the append refuses it, with the reason
             h = b.read_header(records, 0)
             if not h.attributes & b.ATTR_TRANSACTIONAL or h.producer_id < 0:
-                refused[(topic, partition)] = LogMQError(
-                    "a transactional producer's batches must be transactional",
+                refused[(topic, partition)] = ProduceResult(
                     ErrorCode.INVALID_RECORD,
+                    "a transactional producer's batches must be transactional",
                 )
                 continue
             producers.setdefault((h.producer_id, h.producer_epoch), []).append((topic, partition))
         for (producer_id, epoch), tps in producers.items():
-            codes = await self.verifier.verify(txn_id, producer_id, epoch, tps, guards)
-            for tp, code in codes.items():
-                if code is not ErrorCode.NONE:
-                    refused[tp] = LogMQError(
+            verified = await self.verifier.verify(txn_id, producer_id, epoch, tps, guards)
+            for tp, outcome in verified.items():
+                if not outcome.ok:
+                    refused[tp] = ProduceResult(
+                        outcome.error,
                         f"{tp[0]}-{tp[1]} is not in an ongoing transaction of "
                         f"{txn_id!r} (producer {producer_id}, epoch {epoch})",
-                        code,
                     )
         return refused
 

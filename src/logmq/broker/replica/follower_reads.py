@@ -60,9 +60,9 @@ class FollowerReads:
                 else:
                     hw_before = plog.high_watermark if plog is not None else -1
                     start = log_starts.get(key, -1) if log_starts else -1
-                    error = rm.follower_fetch(key, replica_id, offset, epoch, start)
-                    if error is not ErrorCode.NONE:
-                        errors[key] = error
+                    fetched = rm.follower_fetch(key, replica_id, offset, epoch, start)
+                    if not fetched.ok:
+                        errors[key] = fetched.error
                     elif plog is not None and plog.high_watermark != hw_before:
                         moved = True
         loop = self.replicas.loop()
@@ -112,11 +112,11 @@ class FollowerReads:
             if plog is not None and sp.fetch_offset < plog.log_start_offset:
                 errors[key] = ErrorCode.OFFSET_OUT_OF_RANGE
                 continue
-            error = self.replicas.follower_fetch(
+            fetched = self.replicas.follower_fetch(
                 key, replica_id, sp.fetch_offset, sp.leader_epoch, sp.log_start_offset
             )
-            if error is not ErrorCode.NONE:
-                errors[key] = error
+            if not fetched.ok:
+                errors[key] = fetched.error
         deadline = loop.time() + max_wait_ms / 1000
         more = self._below_leo
         while True:

@@ -12,7 +12,6 @@ from collections.abc import Coroutine
 from typing import TYPE_CHECKING, Any
 
 from logmq.broker.replica.replica_manager import LEADER_EPOCH
-from logmq.errors import ErrorCode, LogMQError
 
 if TYPE_CHECKING:
     from logmq.broker.replica.replica_manager import ReplicaManager
@@ -75,9 +74,7 @@ class LeaderAppends:
                 plog.high_watermark = plog.log_end_offset
                 self.waiters.notify(key)
             return info, None
-        error, epoch = self.replicas.check_append(key, acks, plog.config.min_insync_replicas)
-        if error is not ErrorCode.NONE:
-            raise LogMQError(f"cannot append to {key[0]}-{key[1]}: {error.name}", error)
+        epoch = self.replicas.check_append(key, acks, plog.config.min_insync_replicas)
         info = logs.write(plog, data, leader_epoch=epoch, control=control)
         sync = logs.must_sync(plog, info)
         if not sync:
@@ -110,10 +107,4 @@ class LeaderAppends:
                 self.replicas.on_append(key, plog)
         if acks == -1:
             # A retried duplicate waits too: its first attempt may not be replicated yet.
-            error = await self.replicas.wait_replicated(key, info.last_offset + 1, timeout_ms)
-            if error is not ErrorCode.NONE:
-                raise LogMQError(
-                    f"{key[0]}-{key[1]} offsets {info.first_offset}..{info.last_offset}: "
-                    f"{error.name}",
-                    error,
-                )
+            await self.replicas.wait_replicated(key, info.last_offset + 1, timeout_ms)

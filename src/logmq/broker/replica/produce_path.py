@@ -13,11 +13,12 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Coroutine, Iterable, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from logmq.broker.metadata.topic_creation import PendingTopics
 from logmq.cluster.topic_names import is_internal
-from logmq.errors import ErrorCode, LogMQError
+from logmq.errors import ErrorCode, InvalidRecordError, LogMQError, Outcome
 
 if TYPE_CHECKING:
     from logmq.broker.metadata.image_topics import TopicInfo
@@ -28,34 +29,43 @@ if TYPE_CHECKING:
     from logmq.storage.stamping import AppendInfo
 
 
-Outcome = tuple["AppendInfo", "PartitionLog"] | Exception  # one partition's append
-
 log = logging.getLogger("logmq.broker")
 
 
-def produce_result(
-    topic: str, partition: int, outcome: Outcome
-) -> tuple[ErrorCode, str | None, int, int, int]:
-    """``(error, message, base offset, log append time, log start offset)`` of one
-    partition's append, as both doors answer it: a fault of the broker's own (not a
-    LogMQError) is logged and answered UNKNOWN_SERVER_ERROR with its message; the append
-    time is the batch's stamp for a LogAppendTime topic, else -1."""
-    if isinstance(outcome, LogMQError):
-        return outcome.code, str(outcome), -1, -1, -1
-    if isinstance(outcome, Exception):
-        log.error("append to %s-%d failed", topic, partition, exc_info=outcome)
-        return ErrorCode.UNKNOWN_SERVER_ERROR, f"{type(outcome).__name__}: {outcome}", -1, -1, -1
-    info, plog = outcome
+@dataclass(frozen=True, slots=True)
+class ProduceResult(Outcome):
+    """One partition's answer to a produce, as both doors answer it.
+
+    ``log_append_time`` is the batch's stamp for a LogAppendTime topic, else -1;
+    ``record_errors`` the records a refused batch names, ``(index, message)`` (KIP-467:
+    a keyless record in a compacted topic)."""
+
+    base_offset: int = -1
+    log_append_time: int = -1
+    log_start_offset: int = -1
+    record_errors: tuple[tuple[int, str | None], ...] = ()
+
+
+def appended(info: AppendInfo, plog: PartitionLog) -> ProduceResult:
+    """The answer of a partition whose append succeeded."""
     append_time = (
         info.max_timestamp if plog.config.message_timestamp_type == "LogAppendTime" else -1
     )
-    return ErrorCode.NONE, None, info.first_offset, append_time, plog.log_start_offset
+    return ProduceResult(
+        ErrorCode.NONE, None, info.first_offset, append_time, plog.log_start_offset
+    )
 
 
-def record_errors(outcome: Outcome) -> tuple[tuple[int, str | None], ...]:
-    """The records a refused append names, ``(index, message)`` (KIP-467's
-    ``record_errors``): a keyless record in a compacted topic; otherwise none."""
-    return getattr(outcome, "record_errors", ()) if isinstance(outcome, LogMQError) else ()
+def refused(topic: str, partition: int, exc: BaseException) -> ProduceResult:
+    """The answer of a partition whose append raised: a LogMQError's code and message; a
+    fault of the broker's own (any other exception) is logged and answered
+    UNKNOWN_SERVER_ERROR with its message."""
+    if isinstance(exc, InvalidRecordError):
+        return ProduceResult(exc.code, str(exc), record_errors=exc.record_errors)
+    if isinstance(exc, LogMQError):
+        return ProduceResult(exc.code, str(exc))
+    log.error("append to %s-%d failed", topic, partition, exc_info=exc)
+    return ProduceResult(ErrorCode.UNKNOWN_SERVER_ERROR, f"{type(exc).__name__}: {exc}")
 
 
 class AutoCreator(Protocol):
@@ -93,9 +103,9 @@ class ProducePath:
         acks: int,
         timeout_ms: int,
         guard: Callable[[str, int], None] | None = None,
-    ) -> list[Outcome]:
-        """Every ``(topic, partition, data)`` append of one produce request, outcomes in
-        request order: ``(AppendInfo, PartitionLog)``, or the exception for the client.
+    ) -> list[ProduceResult]:
+        """Every ``(topic, partition, data)`` append of one produce request: one result
+        per partition, in request order.
 
         Pipelined requests run concurrently but must write in the order they arrived.
         Each append is written at once, in order, in the handler's first step, with no
@@ -109,18 +119,18 @@ class ProducePath:
 
         ``guard``: run in the same step as each append, just before it (a transactional
         produce's KIP-890 guard, txn_verification.append_guard); what it raises is
-        that partition's outcome.
+        that partition's answer.
         """
         await self.before_appends((topic, partition) for topic, partition, _ in entries)
-        out: list[Outcome | None] = [None] * len(entries)
-        waits: list[tuple[int, Awaitable[Any]]] = []
+        out: list[ProduceResult | None] = [None] * len(entries)
+        waits: list[tuple[int, Awaitable[ProduceResult]]] = []
         for i, (topic, partition, data) in enumerate(entries):
             try:
                 if guard is not None:
                     guard(topic, partition)
                 now = self.append_now(topic, partition, data, acks, timeout_ms)
             except Exception as e:  # the client gets it in its answer
-                out[i] = e
+                out[i] = refused(topic, partition, e)
                 continue
             if now is None:
                 task = asyncio.ensure_future(
@@ -130,42 +140,37 @@ class ProducePath:
                 continue
             info, plog, rest = now
             if rest is None:
-                out[i] = (info, plog)
+                out[i] = appended(info, plog)
             else:
                 waits.append((i, self._finish(info, plog, rest)))
         if waits:
             done = await asyncio.gather(*(w for _, w in waits), return_exceptions=True)
-            for (i, _), outcome in zip(waits, done, strict=True):
-                if isinstance(outcome, BaseException) and not isinstance(outcome, Exception):
-                    raise outcome  # cancelled, or the loop is going down
-                out[i] = outcome
+            for (i, _), result in zip(waits, done, strict=True):
+                if isinstance(result, ProduceResult):
+                    out[i] = result
+                elif isinstance(result, Exception):
+                    topic, partition, _ = entries[i]
+                    out[i] = refused(topic, partition, result)
+                else:
+                    raise result  # cancelled, or the loop is going down
         return out  # type: ignore[return-value]  # every slot is filled
 
     @staticmethod
     async def _finish(
         info: AppendInfo, plog: PartitionLog, rest: Coroutine[Any, Any, None]
-    ) -> tuple[AppendInfo, PartitionLog]:
+    ) -> ProduceResult:
         await rest
-        return info, plog
+        return appended(info, plog)
 
     async def _append_later(
         self, topic: str, partition: int, data: Any, acks: int, timeout_ms: int
-    ) -> tuple[AppendInfo, PartitionLog]:
+    ) -> ProduceResult:
         """An append to a topic being auto-created: after it exists, in arrival order."""
         await self.pending_topics.wait(topic)  # auto-create runs on the controller
         info, plog, rest = self._write(topic, partition, data, acks, timeout_ms)
         if rest is not None:
             await rest
-        return info, plog
-
-    async def append(
-        self, topic: str, partition: int, data: Any, acks: int, timeout_ms: int
-    ) -> tuple[AppendInfo, PartitionLog]:
-        """Append one partition's batches; LogMQError with the code the client gets."""
-        (outcome,) = await self.append_all([(topic, partition, data)], acks, timeout_ms)
-        if isinstance(outcome, BaseException):
-            raise outcome
-        return outcome
+        return appended(info, plog)
 
     def append_now(
         self, topic: str, partition: int, data: Any, acks: int, timeout_ms: int

@@ -9,14 +9,22 @@ change (``partition_changed``), and each waiting answer is settled then.
 from __future__ import annotations
 
 import asyncio
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from logmq.errors import ErrorCode, LogMQError
+from logmq.errors import ErrorCode, LogMQError, Outcome
 
 if TYPE_CHECKING:
     from logmq.broker.replica.replica_manager import ReplicaManager
 
 TopicPartition = tuple[str, int]
+
+
+@dataclass(frozen=True, slots=True)
+class DeletedRecords(Outcome):
+    """One partition's DeleteRecords answer: its low watermark (-1 on an error)."""
+
+    low_watermark: int = -1
 
 
 class RecordDeletion:
@@ -40,15 +48,16 @@ class RecordDeletion:
 
     async def delete_records(
         self, offsets: dict[TopicPartition, int], timeout_ms: int
-    ) -> dict[TopicPartition, tuple[int, ErrorCode, str | None]]:
-        """DeleteRecords for both front doors: per partition (low watermark, error, message),
-        all partitions at once."""
+    ) -> dict[TopicPartition, DeletedRecords]:
+        """DeleteRecords for both front doors: one answer per partition, all partitions at
+        once."""
 
-        async def one(key: TopicPartition, offset: int) -> tuple[int, ErrorCode, str | None]:
+        async def one(key: TopicPartition, offset: int) -> DeletedRecords:
             try:
-                return await self._delete_records(*key, offset, timeout_ms), ErrorCode.NONE, None
+                low = await self._delete_records(*key, offset, timeout_ms)
             except LogMQError as e:
-                return -1, e.code, str(e)
+                return DeletedRecords.failed(e)
+            return DeletedRecords(low_watermark=low)
 
         results = await asyncio.gather(*(one(k, o) for k, o in offsets.items()))
         return dict(zip(offsets, results, strict=True))

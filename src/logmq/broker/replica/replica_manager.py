@@ -39,10 +39,11 @@ from typing import TYPE_CHECKING, Literal, Protocol
 
 from logmq.broker.replica.fetcher import FetcherConfig, ReplicaFetcher
 from logmq.broker.replica.isr_changes import AlterPartitions, IsrChangeQueue
-from logmq.errors import DiskFullError, ErrorCode, LogMQError
+from logmq.errors import OK, DiskFullError, ErrorCode, LogMQError, Outcome
 from logmq.replication.partition_replica import (
     AlterIsr,
     AskLeaderEpoch,
+    EpochEndOffset,
     HighWatermarkChanged,
     PartitionReplica,
     ProduceCompleted,
@@ -508,23 +509,25 @@ class ReplicaManager:
     def replica(self, key: TopicPartition) -> PartitionReplica | None:
         return self.replicas.get(key)
 
-    def check_append(
-        self, key: TopicPartition, acks: int, min_insync_replicas: int
-    ) -> tuple[ErrorCode, int]:
-        """(error, leader epoch to stamp) before a produce appends.
+    def check_append(self, key: TopicPartition, acks: int, min_insync_replicas: int) -> int:
+        """The leader epoch to stamp on a produce about to append; LogMQError when this
+        replica may not take it (not the leader, too few in sync for acks=all).
 
         ``min_insync_replicas`` is the topic's current setting (configs change at runtime).
         """
         replica = self.replicas.get(key)
         if replica is None:
             if self.replicated:
-                return ErrorCode.NOT_LEADER_OR_FOLLOWER, -1
-            return ErrorCode.NONE, LEADER_EPOCH
+                raise _cannot_append(key, ErrorCode.NOT_LEADER_OR_FOLLOWER)
+            return LEADER_EPOCH
         if replica.config.min_insync_replicas != min_insync_replicas:
             replica.config = dataclasses.replace(
                 replica.config, min_insync_replicas=min_insync_replicas
             )
-        return replica.check_append(acks), replica.leader_epoch
+        error = replica.check_append(acks)
+        if error is not ErrorCode.NONE:
+            raise _cannot_append(key, error)
+        return replica.leader_epoch
 
     def on_append(self, key: TopicPartition, plog: PartitionLog) -> None:
         """The leader appended to ``plog``: move its HW (or let its replica) and wake reads."""
@@ -537,22 +540,26 @@ class ReplicaManager:
 
     async def wait_replicated(
         self, key: TopicPartition, required_offset: int, timeout_ms: int
-    ) -> ErrorCode:
-        """acks=all: wait until the HW reaches ``required_offset`` (or an error)."""
+    ) -> None:
+        """acks=all: wait until the HW reaches ``required_offset``; LogMQError when it
+        will not (leadership lost, the ISR below min.insync.replicas, the timeout)."""
         replica = self.replicas.get(key)
         if replica is None:
-            return ErrorCode.NONE if not self.replicated else ErrorCode.NOT_LEADER_OR_FOLLOWER
+            if self.replicated:
+                raise _not_replicated(key, required_offset, ErrorCode.NOT_LEADER_OR_FOLLOWER)
+            return
         ack_key = next(self._ack_keys)
         deadline = self.clock() + max(timeout_ms, 0)
         error = replica.await_replication(ack_key, required_offset, deadline)
-        if error is not None:
-            return error
-        fut: asyncio.Future[ErrorCode] = self.loop().create_future()
-        self._acks[ack_key] = fut
-        try:
-            return await fut
-        finally:
-            self._acks.pop(ack_key, None)
+        if error is None:
+            fut: asyncio.Future[ErrorCode] = self.loop().create_future()
+            self._acks[ack_key] = fut
+            try:
+                error = await fut
+            finally:
+                self._acks.pop(ack_key, None)
+        if error is not ErrorCode.NONE:
+            raise _not_replicated(key, required_offset, error)
 
     # -- leader side: DeleteRecords ------------------------------------------------------
 
@@ -613,28 +620,29 @@ class ReplicaManager:
         fetch_offset: int,
         leader_epoch: int,
         log_start_offset: int = -1,
-    ) -> ErrorCode:
+    ) -> Outcome:
         """A follower fetches from ``fetch_offset``: that is its LEO now (and
-        ``log_start_offset`` its log start, which DeleteRecords waits on)."""
+        ``log_start_offset`` its log start, which DeleteRecords waits on). OK, or why
+        the fetch is refused (the partition's entry of the answer)."""
         replica = self.replicas.get(key)
         if replica is None:
-            return ErrorCode.NOT_LEADER_OR_FOLLOWER
+            return _NOT_LEADER
         plog = self.logs.get_log(*key)
         if plog is not None and replica.is_leader and plog.log_end_offset > replica.leo:
             # An append still waiting for its fsync has not reported yet, but followers
             # can read it already: count it now.
             self._run(key, replica.on_append(plog.log_end_offset, self.clock()))
-        error, actions = replica.on_follower_fetch(
+        fetched = replica.on_follower_fetch(
             replica_id, fetch_offset, leader_epoch, self.clock(), log_start_offset
         )
-        self._run(key, actions)
+        self._run(key, fetched.actions)
         self._changed(key)
-        return error
+        return OK if fetched.error is ErrorCode.NONE else Outcome(fetched.error)
 
     def epoch_end_offset(
         self, topic: str, partition: int, current_leader_epoch: int, epoch: int
-    ) -> tuple[ErrorCode, int, int]:
-        """(error, epoch, end offset): where ``epoch`` ends in this leader's log (KIP-101).
+    ) -> EpochEndOffset:
+        """Where ``epoch`` ends in this leader's log (KIP-101), or why it cannot say.
 
         A replicated partition asks its replica; a single broker's partition answers
         from its own epoch history, fenced by the leader epoch of the metadata image
@@ -645,21 +653,34 @@ class ReplicaManager:
             return self.end_offset_for_epoch(key, current_leader_epoch, epoch)
         plog = self.local_log(topic, partition)
         if plog is None:
-            return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, -1, -1
+            return EpochEndOffset(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
         try:
             self._check_leader(topic, partition, current_leader_epoch)
         except LogMQError as e:
-            return e.code, -1, -1
+            return EpochEndOffset(e.code)
         found, end = plog.leader_epochs.end_offset_for_epoch(epoch, plog.log_end_offset)
-        return ErrorCode.NONE, found, end
+        return EpochEndOffset(ErrorCode.NONE, found, end)
 
     def end_offset_for_epoch(
         self, key: TopicPartition, current_leader_epoch: int, epoch: int
-    ) -> tuple[ErrorCode, int, int]:
+    ) -> EpochEndOffset:
         replica = self.replicas.get(key)
         if replica is None:
-            return ErrorCode.NOT_LEADER_OR_FOLLOWER, -1, -1
+            return EpochEndOffset(ErrorCode.NOT_LEADER_OR_FOLLOWER)
         plog = self.logs.get_log(*key)
         if plog is not None:
             replica.leo = max(replica.leo, plog.log_end_offset)
         return replica.end_offset_for_epoch(current_leader_epoch, epoch)
+
+
+_NOT_LEADER = Outcome(ErrorCode.NOT_LEADER_OR_FOLLOWER)
+
+
+def _cannot_append(key: TopicPartition, error: ErrorCode) -> LogMQError:
+    return LogMQError(f"cannot append to {key[0]}-{key[1]}: {error.name}", error)
+
+
+def _not_replicated(key: TopicPartition, required_offset: int, error: ErrorCode) -> LogMQError:
+    return LogMQError(
+        f"{key[0]}-{key[1]} not replicated up to offset {required_offset}: {error.name}", error
+    )
