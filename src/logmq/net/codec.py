@@ -136,8 +136,8 @@ class _ItemBudget:
         return entries
 
 
-class _TooManyItems(ValueError):
-    pass
+class _TooManyItems(InvalidFrameError):
+    """Raised from inside msgpack's hooks (so it stops the decode there)."""
 
 
 _LIMITS = {
