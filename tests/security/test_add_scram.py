@@ -22,13 +22,16 @@ MECHANISMS = "SCRAM-SHA-256,SCRAM-SHA-512"
 
 
 def _secure(broker: BrokerProcess) -> None:
-    """A PLAINTEXT listener (the harness's) and a SASL_PLAINTEXT one offering SCRAM."""
+    """A PLAINTEXT listener (the harness's) and a SASL_PLAINTEXT one offering SCRAM; the
+    native listener stays PLAINTEXT (else it would take the SASL listener's protocol, and
+    a cluster's brokers would need a login of their own on it)."""
     broker.sasl_port = free_port()
     listeners = (
         f"PLAINTEXT://127.0.0.1:{broker.kafka_port},SASL_PLAINTEXT://127.0.0.1:{broker.sasl_port}"
     )
     broker.extra_args += ["--override", f"listeners={listeners}"]
     broker.extra_args += ["--override", f"sasl.enabled.mechanisms={MECHANISMS}"]
+    broker.extra_args += ["--override", "listener.security.protocol.map=NATIVE:PLAINTEXT"]
 
 
 def _logs_in(broker: BrokerProcess, mechanism: str, user: str, password: str) -> bool:
