@@ -50,6 +50,25 @@ def test_peer_addresses_override_where_a_peer_is_dialled(tmp_path):
     assert quorum.broker_address(3) == ("h3", 9)  # unlisted: the registered address
 
 
+async def test_a_node_elected_but_not_yet_controller_never_calls_itself(tmp_path):
+    """Between winning the Raft election and loading as the active controller, the
+    controller id is this node's own: a forwarded request sent to its own port was
+    forwarded there again and again until the first copy timed out (15 s)."""
+    from types import SimpleNamespace
+
+    from logmq.errors import LogMQError
+
+    quorum = MetadataQuorum(1, tmp_path, None, lambda: ("127.0.0.1", 9))
+    delta = MetadataDelta(EMPTY_IMAGE)
+    delta.replay(RegisterBroker(1, 1, "a", "127.0.0.1", 9))
+    quorum.loader.image = delta.apply(1)
+    quorum.raft = SimpleNamespace(running=True, leader_id=1)  # elected, not loaded
+    assert quorum.controller_id == 1 and not quorum.is_controller
+    with pytest.raises(LogMQError) as e:
+        await quorum.call_controller(ApiKey.CREATE_TOPICS, {"topic": "t"})
+    assert e.value.code is ErrorCode.NOT_CONTROLLER and e.value.retriable
+
+
 class Recorder:
     def __init__(self):
         self.calls = []

@@ -382,7 +382,13 @@ class MetadataQuorum:
     async def call_controller(
         self, api_key: int, body: dict[str, Any], timeout: float = 10.0
     ) -> dict[str, Any]:
-        """Send a request to the controller's client port (forwarding, registration)."""
+        """Send a request to the controller's client port (forwarding, registration).
+
+        Never to this node itself: elected but not yet the active controller (still
+        loading), it would forward the request to itself again and again until the
+        first copy timed out; NOT_CONTROLLER (retriable) makes the caller wait instead."""
+        if self.controller_id == self.node_id:
+            raise LogMQError("this node is becoming the controller", ErrorCode.NOT_CONTROLLER)
         address = self.controller_address()
         if address is None:
             raise LogMQError("no controller is known yet", ErrorCode.NOT_CONTROLLER)
