@@ -55,7 +55,7 @@ OFFSETS_TOPIC_CONFIGS = {
 PROTECTED_OFFSETS_CONFIGS = ("cleanup.policy", "retention.ms", "retention.bytes")
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class GroupAnswer(Outcome):
     """One group's entry of a many-group request (``submit_each``): the core's
     ``answer``, or the error that kept the request from the group's shard (this broker

@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("logmq.broker")
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class ProduceResult(Outcome):
     """One partition's answer to a produce, as both doors answer it.
 

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 TopicPartition = tuple[str, int]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class DeletedRecords(Outcome):
     """One partition's DeleteRecords answer: its low watermark (-1 on an error)."""
 
