@@ -5,19 +5,11 @@ from __future__ import annotations
 
 import struct
 
+from logmq.kafka.fetch_response import uvarint
 from logmq.storage import batch as b
 from logmq.storage import records_codec
 
 INT64_MAX = 2**63 - 1
-
-
-def _uvarint(n: int) -> bytes:
-    out = bytearray()
-    while n >= 0x80:
-        out.append(n & 0x7F | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
 
 
 def raw_batch(
@@ -89,7 +81,7 @@ KAFKA: dict[str, bytes] = {
     + b"\x00",
     # ApiVersions v3 whose header holds 10,001 unknown tagged fields (Kafka 4.4: 10,000)
     "tagged-fields-over-the-limit": bytes.fromhex("00120003000000010000" + "914e")
-    + b"".join(_uvarint(tag) + b"\x00" for tag in range(10_001))
+    + b"".join(uvarint(tag) + b"\x00" for tag in range(10_001))
     + b"\x02a\x021\x00",
 }
 

@@ -18,6 +18,7 @@ from kio.serial import entity_writer
 from kio.static.primitive import Records
 
 from logmq.kafka.codec import _request_class as request_class
+from logmq.kafka.fetch_response import uvarint
 from logmq.kafka.registry import SERVED
 
 
@@ -79,16 +80,6 @@ def produce_v9(topic: str, records: bytes, acks: int = -1, timeout_s: float = 10
         timeout=datetime.timedelta(seconds=timeout_s),
         topic_data=(m.TopicProduceData(name=topic, partition_data=(part,)),),
     )
-
-
-def uvarint(n: int) -> bytes:
-    """Kafka's unsigned varint (compact lengths and counts are the value + 1)."""
-    out = bytearray()
-    while n >= 0x80:
-        out.append(n & 0x7F | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
 
 
 def list_groups_with_empty_states(n: int, corr: int = 7) -> bytes:

@@ -40,6 +40,7 @@ from kio.serial._introspect import (
 )
 
 from logmq.errors import InvalidFrameError
+from logmq.kafka.fetch_response import uvarint
 from logmq.net.limits import MAX_ARRAY_ELEMENTS, MAX_TAGGED_FIELDS
 
 _I16 = struct.Struct(">h")
@@ -102,21 +103,12 @@ def without_unknown_tags(buf: Any, unknown: list[UnknownTags]) -> bytes:
     at = 0
     for count_start, count_end, count, spans in sorted(unknown):
         out += buf[at:count_start]
-        out += _encode_uvarint(count - len(spans))
+        out += uvarint(count - len(spans))
         at = count_end
         for start, stop in spans:
             out += buf[at:start]
             at = stop
     out += buf[at:]
-    return bytes(out)
-
-
-def _encode_uvarint(value: int) -> bytes:
-    out = bytearray()
-    while value >= 0x80:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
     return bytes(out)
 
 
