@@ -124,6 +124,29 @@ def logmq(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+async def test_a_peer_that_resets_the_connection_does_not_hang_the_probe():
+    """A port that accepts, then resets (a cut link, a dying broker): the client, which
+    probes an address that failed its handshake, used to wait for ever on the probe's
+    ``wait_closed`` (the fault suite's cut-link test hung on it under uvloop)."""
+    import asyncio
+    import socket
+
+    from logmq.client.kafka_probe import PROBE_TIMEOUT, diagnose, speaks_kafka, speaks_tls
+
+    async def reset(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.read(1)
+        sock = writer.get_extra_info("socket")
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        writer.transport.abort()
+
+    server = await asyncio.start_server(reset, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    async with server, asyncio.timeout(4 * PROBE_TIMEOUT):
+        assert await speaks_tls("127.0.0.1", port) is False
+        assert await speaks_kafka("127.0.0.1", port) is False
+        assert await diagnose("127.0.0.1", port, "PLAINTEXT") is None
+
+
 def test_connection_options_after_the_subcommand_e2e(broker):
     created = logmq("topic", "create", "after", "--bootstrap", broker.bootstrap)
     assert created.returncode == 0, created.stderr

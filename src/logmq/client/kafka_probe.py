@@ -24,6 +24,7 @@ from logmq.errors import BootstrapError
 
 NATIVE_DEFAULT_PORT = 9192  # logmq-server --port
 PROBE_TIMEOUT = 2.0
+CLOSE_WAIT = 0.25  # for a probe's connection to close
 API_VERSIONS = 18
 _CORRELATION = 0x6C6D7170  # "lmqp": an answer echoing it is to this probe
 _CLIENT_ID = b"logmq-probe"
@@ -129,9 +130,7 @@ async def speaks_kafka(
                     return False
                 return is_api_versions_answer(await reader.readexactly(size))
             finally:
-                writer.close()
-                with contextlib.suppress(OSError):
-                    await writer.wait_closed()
+                await _closed(writer)
     except (OSError, TimeoutError, asyncio.IncompleteReadError):
         return False
 
@@ -156,9 +155,17 @@ async def speaks_tls(host: str, port: int, timeout: float = PROBE_TIMEOUT) -> bo
     except (OSError, TimeoutError):
         return None
     finally:
-        sock_writer.close()
-        with contextlib.suppress(OSError, ssl.SSLError):
-            await sock_writer.wait_closed()
+        await _closed(sock_writer)
+
+
+async def _closed(writer: asyncio.StreamWriter) -> None:
+    """Close ``writer`` and wait for it, briefly: after a reset or a failed TLS handshake
+    ``wait_closed`` may never return (seen on uvloop), and a probe on the failure path
+    must not hang the client whose failure it explains."""
+    writer.close()
+    with contextlib.suppress(OSError, ssl.SSLError, TimeoutError):
+        async with asyncio.timeout(CLOSE_WAIT):
+            await writer.wait_closed()
 
 
 async def diagnose(host: str, port: int, protocol: str) -> ListenerMismatchError | None:
