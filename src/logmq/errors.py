@@ -110,6 +110,9 @@ class ErrorCode(IntEnum):
     INCONSISTENT_CLUSTER_ID = 104
     TRANSACTIONAL_ID_NOT_FOUND = 105
     INELIGIBLE_REPLICA = 107
+    # KIP-405: a follower's fetch offset is below the leader's local log start; the
+    # follower builds its state from the remote tier and fetches the local tail
+    OFFSET_MOVED_TO_TIERED_STORAGE = 109
     FENCED_MEMBER_EPOCH = 110
     UNSUPPORTED_ASSIGNOR = 112
     STALE_MEMBER_EPOCH = 113

@@ -1,0 +1,75 @@
+"""What the cluster knows about one segment copied to the remote tier.
+
+Kafka's RemoteLogSegmentMetadata, kept in the metadata quorum (docs/design.md says why
+the quorum and not an internal topic): every broker's image holds, per partition, the
+remote segments in base-offset order, so any broker that becomes leader, any follower
+building its state, and any broker answering a fetch below the local log start, reads
+the same list. A segment's life is COPY_STARTED -> COPY_FINISHED -> DELETE_STARTED ->
+DELETE_FINISHED (then it leaves the image); a COPY_STARTED one whose copier lost the
+leadership is an orphan the next leader deletes (COPY_STARTED -> DELETE_STARTED).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import IntEnum
+
+
+class SegmentState(IntEnum):
+    COPY_STARTED = 0
+    COPY_FINISHED = 1
+    DELETE_STARTED = 2
+    DELETE_FINISHED = 3
+
+
+# The moves a segment may make (Kafka's RemoteLogSegmentState.isValidTransition).
+VALID_TRANSITIONS: dict[SegmentState, frozenset[SegmentState]] = {
+    SegmentState.COPY_STARTED: frozenset({SegmentState.COPY_FINISHED, SegmentState.DELETE_STARTED}),
+    SegmentState.COPY_FINISHED: frozenset({SegmentState.DELETE_STARTED}),
+    SegmentState.DELETE_STARTED: frozenset({SegmentState.DELETE_FINISHED}),
+    SegmentState.DELETE_FINISHED: frozenset(),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class RemoteSegment:
+    """One copied segment: where it is, what offsets and epochs it holds, its state.
+
+    ``end_offset`` is the segment's last offset (inclusive, as Kafka's endOffset).
+    ``leader_epochs`` are the (epoch, start offset) entries of the leader-epoch
+    checkpoint that fall within the segment, so a reader or a follower can answer
+    OffsetForLeaderEpoch over the remote part. ``checksum`` is the xxh3-64 (hex) of the
+    segment's manifest object, which itself holds the checksum of every chunk and
+    file, so a corrupted or truncated object is never served.
+    """
+
+    topic_id: str
+    partition: int
+    segment_id: str  # a fresh uuid4 hex per copy attempt: a re-copy never reuses a key
+    base_offset: int
+    end_offset: int
+    max_timestamp: int
+    size_bytes: int  # the .log object's size
+    leader_epochs: tuple[tuple[int, int], ...]  # (epoch, start offset), ascending
+    copier_epoch: int  # the leader epoch of the broker that copied it
+    broker_id: int
+    state: SegmentState = SegmentState.COPY_STARTED
+    checksum: str = ""  # the manifest's xxh3-64 hex; set at COPY_FINISHED
+    event_ms: int = 0  # when the last state change was asked for
+
+    def with_state(
+        self, state: SegmentState, *, checksum: str | None = None, event_ms: int | None = None
+    ) -> RemoteSegment:
+        from dataclasses import replace
+
+        return replace(
+            self,
+            state=state,
+            checksum=self.checksum if checksum is None else checksum,
+            event_ms=self.event_ms if event_ms is None else event_ms,
+        )
+
+    @property
+    def readable(self) -> bool:
+        """Served to fetches: copied and not being deleted."""
+        return self.state is SegmentState.COPY_FINISHED
