@@ -105,6 +105,9 @@ def test_the_generated_decoder_agrees_with_the_field_by_field_one(code, data):
                  "b": st.binary(max_size=3), "f": st.floats(allow_nan=False),
                  "E": st.lists(st.lists(st.text(max_size=2) | st.none(), min_size=2,
                                         max_size=2).filter(lambda p: p[0] is not None),
+                               max_size=3),
+                 "k": st.text(max_size=3),
+                 "P": st.lists(st.lists(st.integers(-2, 2), min_size=2, max_size=2),
                                max_size=3)}[kind.rstrip("?")]  # fmt: skip
         if kind.endswith("?"):
             right = st.none() | right

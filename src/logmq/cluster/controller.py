@@ -33,6 +33,8 @@ Rules (Kafka's KRaft semantics):
   are all in the ISR (checked after every ISR change and on every tick, so a new
   controller carries on a move from the committed state), and removes the reassignment
   throttle when the last move ends.
+* Remote segments (KIP-405; remote_segments.py has the rules): a partition leader's
+  copies and deletions, fenced by its current leader epoch.
 """
 
 from __future__ import annotations
@@ -40,7 +42,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
-from logmq.cluster import reassignment
+from logmq.cluster import reassignment, remote_segments
 from logmq.cluster.controller_api import (
     OK,
     AclDeleteResult,
@@ -56,6 +58,7 @@ from logmq.cluster.controller_api import (
     ProducerIdsResponse,
     ReassignmentResult,
     RegistrationResponse,
+    RemoteSegmentChange,
 )
 from logmq.cluster.metadata_image import (
     BROKER,
@@ -914,6 +917,18 @@ class Controller:
                 [ConfigRecord(BROKER, CLUSTER_WIDE, REASSIGNMENT_THROTTLE, None)]
             )
         return records
+
+    # -- remote segments from leaders --------------------------------------------------------
+
+    def alter_remote_segments(
+        self, broker_id: int, broker_epoch: int, changes: Sequence[RemoteSegmentChange]
+    ) -> ControllerResult[list[ApiResult]]:
+        """Remote-segment changes of a partition leader: each judged on its own, the
+        accepted ones one batch (remote_segments.py)."""
+        records, results = remote_segments.alter_remote_segments(
+            self._image, broker_id, broker_epoch, changes
+        )
+        return ControllerResult(self._commit(records), results)
 
     # -- ISR changes from leaders --------------------------------------------------------------
 

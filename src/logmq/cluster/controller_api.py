@@ -14,6 +14,7 @@ from logmq.cluster.metadata_image import PartitionRegistration, TopicPartition
 from logmq.cluster.metadata_records import Record
 from logmq.errors import ErrorCode
 from logmq.security.acl import AclBinding
+from logmq.storage.remote.segment_metadata import RemoteSegment, SegmentState
 
 T = TypeVar("T")
 
@@ -143,3 +144,50 @@ class ClientQuotaAlteration:
 
     entity: Mapping[str, str | None]
     ops: Mapping[str, float | None]
+
+
+@dataclass(frozen=True, slots=True)
+class RemoteSegmentChange:
+    """One change a partition leader asks for (cluster/remote_segments.py has the rules).
+
+    Either ``segment`` is set (a new copy, in COPY_STARTED; ``state`` is then
+    COPY_STARTED and ``segment_id`` its id) or it is None and the segment ``segment_id``
+    moves to ``state`` (``checksum``: set at COPY_FINISHED; "" keeps the segment's).
+    Build them with ``copy_started`` and ``state_change``.
+    """
+
+    topic_id: str
+    partition: int
+    leader_epoch: int  # the requester's leader epoch of the partition
+    segment_id: str
+    state: SegmentState
+    segment: RemoteSegment | None = None
+    checksum: str = ""
+    event_ms: int = 0
+
+    @classmethod
+    def copy_started(cls, segment: RemoteSegment, leader_epoch: int) -> RemoteSegmentChange:
+        return cls(
+            segment.topic_id,
+            segment.partition,
+            leader_epoch,
+            segment.segment_id,
+            SegmentState.COPY_STARTED,
+            segment,
+            segment.checksum,
+            segment.event_ms,
+        )
+
+    @classmethod
+    def state_change(
+        cls,
+        topic_id: str,
+        partition: int,
+        segment_id: str,
+        state: SegmentState,
+        leader_epoch: int,
+        *,
+        checksum: str = "",
+        event_ms: int = 0,
+    ) -> RemoteSegmentChange:
+        return cls(topic_id, partition, leader_epoch, segment_id, state, None, checksum, event_ms)

@@ -31,10 +31,19 @@ from logmq.cluster.metadata_records import (
     ProducerIdsBlock,
     Record,
     RegisterBroker,
+    RemoteSegmentRecord,
+    RemoteSegmentStateChange,
     RemoveTopic,
     TopicRecord,
     decode_records,
     encode_records,
+)
+from logmq.cluster.remote_image import (
+    EMPTY_REMOTE,
+    RemotePartition,
+    RemoteSegmentError,
+    RemoteSegmentsDelta,
+    RemoteSegmentsImage,
 )
 from logmq.cluster.security_image import (
     EMPTY_SECURITY,
@@ -44,6 +53,7 @@ from logmq.cluster.security_image import (
     SecurityRecordError,
 )
 from logmq.errors import ErrorCode, LogMQError
+from logmq.storage.remote.segment_metadata import RemoteSegment
 
 TOPIC = "topic"
 BROKER = "broker"
@@ -178,6 +188,8 @@ class MetadataImage:
     next_producer_id: int = 0  # ids below were allocated to brokers (ProducerIdsBlock)
     # SCRAM credentials, ACLs and client quotas (security_image.py)
     security: SecurityImage = field(default_factory=lambda: EMPTY_SECURITY)
+    # remote segments by topic id and partition (remote_image.py)
+    remote: RemoteSegmentsImage = field(default_factory=lambda: EMPTY_REMOTE)
 
     # -- queries -----------------------------------------------------------------------------
 
@@ -228,6 +240,27 @@ class MetadataImage:
     def topics_by_uuid(self) -> Mapping[uuid.UUID, str]:
         """Topic names by id (the inverse of ``topic_uuids``), built once per image."""
         return {tid: name for name, tid in self.topic_uuids.items()}
+
+    @cached_property
+    def topic_names_by_id(self) -> Mapping[str, str]:
+        """Topic names by id (any string id), built once per image."""
+        return {t.topic_id: name for name, t in self.topics.items()}
+
+    def remote_segments(self, topic_id: str, partition: int) -> tuple[RemoteSegment, ...]:
+        """The partition's remote segments in (base_offset, segment_id) order, every
+        state but DELETE_FINISHED (those have left); () if none. Cheap: no copy."""
+        return self.remote.segments(topic_id, partition)
+
+    def remote_segment(
+        self, topic_id: str, partition: int, segment_id: str
+    ) -> RemoteSegment | None:
+        return self.remote.segment(topic_id, partition, segment_id)
+
+    def orphaned_remote_partitions(self) -> list[RemotePartition]:
+        """(topic id, partition) holding remote segments of a topic that is gone (deleted,
+        or recreated under a new id), sorted: their objects are still to delete."""
+        names = self.topic_names_by_id
+        return [key for key in self.remote.partitions() if key[0] not in names]
 
     @cached_property
     def _reassigning(self) -> tuple[PartitionRegistration, ...]:
@@ -283,6 +316,7 @@ class MetadataImage:
         for (rtype, rname), values in sorted(self.configs.items()):
             out.extend(ConfigRecord(rtype, rname, k, v) for k, v in sorted(values.items()))
         out.extend(self.security.to_records())
+        out.extend(self.remote.to_records())
         return out
 
     def to_bytes(self) -> bytes:
@@ -321,6 +355,7 @@ class MetadataDelta:
         self._configs: dict[tuple[str, str], dict[str, str] | None] = {}
         self.removed_topics: dict[str, TopicImage] = {}
         self._security: SecurityDelta | None = None  # made by the first security record
+        self._remote: RemoteSegmentsDelta | None = None  # by the first remote-segment record
 
     # -- reading through the delta ---------------------------------------------------------
 
@@ -345,6 +380,18 @@ class MetadataDelta:
     def changed_partitions(self) -> dict[TopicPartition, PartitionRegistration]:
         return dict(self._partitions)
 
+    @property
+    def changed_remote_partitions(self) -> set[RemotePartition]:
+        """(topic id, partition) whose remote segments changed in this delta."""
+        return self._remote.changed_partitions if self._remote is not None else set()
+
+    def remote_segment(
+        self, topic_id: str, partition: int, segment_id: str
+    ) -> RemoteSegment | None:
+        if self._remote is not None:
+            return self._remote.segment(topic_id, partition, segment_id)
+        return self.image.remote.segment(topic_id, partition, segment_id)
+
     # -- replay --------------------------------------------------------------------------------
 
     def replay(self, record: Record) -> None:
@@ -354,6 +401,14 @@ class MetadataDelta:
             try:
                 self._security.replay(record)
             except SecurityRecordError as err:
+                raise MetadataError(str(err)) from None
+            return
+        if isinstance(record, (RemoteSegmentRecord, RemoteSegmentStateChange)):
+            if self._remote is None:
+                self._remote = RemoteSegmentsDelta(self.image.remote)
+            try:
+                self._remote.replay(record)
+            except RemoteSegmentError as err:
                 raise MetadataError(str(err)) from None
             return
         match record:
@@ -477,6 +532,7 @@ class MetadataDelta:
         security = image.security
         if self._security is not None:
             security = self._security.apply(offset)
+        remote = self._remote.apply() if self._remote is not None else image.remote
         return MetadataImage(
             cluster_id=self._cluster_id,
             next_producer_id=self._next_producer_id,
@@ -485,6 +541,7 @@ class MetadataDelta:
             configs=configs,
             offset=image.offset if offset is None else offset,
             security=security,
+            remote=remote,
         )
 
     def local_changes(self, broker_id: int) -> LocalReplicaChanges:

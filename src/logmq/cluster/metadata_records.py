@@ -218,6 +218,44 @@ class ClientQuotaRecord:
     value: float | None
 
 
+@dataclass(frozen=True, slots=True)
+class RemoteSegmentRecord:
+    """A segment copied (being copied) to the remote tier: every field of
+    storage/remote/segment_metadata.RemoteSegment, ``state`` as its number.
+
+    Written at COPY_STARTED by the controller, and in snapshots in whatever state the
+    segment is in. Keyed by topic id, not name: a deleted topic's segments stay in the
+    image until their objects are deleted (metadata_image.orphaned_remote_partitions).
+    """
+
+    topic_id: str
+    partition: int
+    segment_id: str
+    base_offset: int
+    end_offset: int
+    max_timestamp: int
+    size_bytes: int
+    leader_epochs: tuple[tuple[int, int], ...]  # (epoch, start offset), ascending
+    copier_epoch: int
+    broker_id: int
+    state: int = 0  # a SegmentState
+    checksum: str = ""
+    event_ms: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class RemoteSegmentStateChange:
+    """A remote segment moved to ``state`` (a SegmentState); DELETE_FINISHED removes it
+    from the image. An empty ``checksum`` keeps the segment's."""
+
+    topic_id: str
+    partition: int
+    segment_id: str
+    state: int
+    checksum: str = ""
+    event_ms: int = 0
+
+
 Record = (
     ClusterIdRecord
     | RegisterBroker
@@ -235,6 +273,8 @@ Record = (
     | AccessControlEntryRecord
     | RemoveAccessControlEntry
     | ClientQuotaRecord
+    | RemoteSegmentRecord
+    | RemoteSegmentStateChange
 )
 
 # Type codes are part of the log format: append only, never renumber.
@@ -255,11 +295,15 @@ _TYPES: dict[int, type] = {
     14: AccessControlEntryRecord,
     15: RemoveAccessControlEntry,
     16: ClientQuotaRecord,
+    17: RemoteSegmentRecord,
+    18: RemoteSegmentStateChange,
 }
 _CODES = {cls: code for code, cls in _TYPES.items()}
 
 # Field kinds: i int, s str, I int tuple, b bytes, f float, E a client-quota entity (an
-# array of [type, name-or-None] pairs); a trailing "?" allows None.
+# array of [type, name-or-None] pairs), k a short str (an id or a checksum, at most
+# MAX_ID_CHARS), P an array of [int, int] pairs (at most MAX_PAIRS); a trailing "?"
+# allows None.
 _KINDS: dict[type, str] = {
     ClusterIdRecord: "s",
     RegisterBroker: "i i s s i s? s? i s?",
@@ -277,11 +321,17 @@ _KINDS: dict[type, str] = {
     AccessControlEntryRecord: "s i s i s s i i",
     RemoveAccessControlEntry: "s",
     ClientQuotaRecord: "E s f?",
+    RemoteSegmentRecord: "k i k i i i i P i i i k i",
+    RemoteSegmentStateChange: "k i k i k i",
 }
 # bounds on what untrusted bytes can make the codec build: a SCRAM salt or key is tens
 # of bytes, and a quota entity has one component per entity type
 MAX_BYTES_FIELD = 1024
 MAX_ENTITY_PARTS = 4
+# a topic id, a remote segment id (uuid hex) or a checksum (xxh3-64 hex) is tens of
+# characters; a segment's leader epochs are one per election within it
+MAX_ID_CHARS = 128
+MAX_PAIRS = 4096
 
 
 def encode_record(record: Record) -> list[Any]:
@@ -351,9 +401,18 @@ _FAST_CHECKS = {
         "len(p) == 2 and type(p[0]) is str and (p[1] is None or type(p[1]) is str) "
         "for p in {v})"
     ),
+    "k": "type({v}) is str and len({v}) <= MAX_ID_CHARS",
+    "P": (
+        "type({v}) is list and len({v}) <= MAX_PAIRS and all(type(p) is list and "
+        "len(p) == 2 and type(p[0]) is int and type(p[1]) is int for p in {v})"
+    ),
 }
 # how a checked field becomes the dataclass value (as is, unless named here)
-_FAST_ARGS = {"I": "tuple({v})", "E": "tuple((p[0], p[1]) for p in {v})"}
+_FAST_ARGS = {
+    "I": "tuple({v})",
+    "E": "tuple((p[0], p[1]) for p in {v})",
+    "P": "tuple((p[0], p[1]) for p in {v})",
+}
 
 
 @cache
@@ -380,6 +439,8 @@ def _fast_decoder(cls: type) -> Callable[[list[Any]], Any]:
         "cls": cls,
         "MAX_BYTES_FIELD": MAX_BYTES_FIELD,
         "MAX_ENTITY_PARTS": MAX_ENTITY_PARTS,
+        "MAX_ID_CHARS": MAX_ID_CHARS,
+        "MAX_PAIRS": MAX_PAIRS,
     }
     exec(source, namespace)  # built from the fixed kinds table above, never from input
     return namespace["decode"]
@@ -451,6 +512,30 @@ def _entity(value: Any) -> tuple[tuple[str, str | None], ...]:
     return tuple(out)
 
 
+def _short_str(value: Any) -> str:
+    if type(value) is not str:
+        raise MetadataCodecError(f"expected a string, got {value!r:.40}")
+    if len(value) > MAX_ID_CHARS:
+        raise MetadataCodecError(f"a {len(value)}-character id, at most {MAX_ID_CHARS} allowed")
+    return value
+
+
+def _pairs(value: Any) -> tuple[tuple[int, int], ...]:
+    if not isinstance(value, list) or len(value) > MAX_PAIRS:
+        raise MetadataCodecError(
+            f"expected an array of at most {MAX_PAIRS} [int, int] pairs, got {value!r:.40}"
+        )
+    for pair in value:
+        if not (
+            isinstance(pair, list)
+            and len(pair) == 2
+            and type(pair[0]) is int
+            and type(pair[1]) is int
+        ):
+            raise MetadataCodecError(f"expected an [int, int] pair, got {pair!r:.40}")
+    return tuple((p[0], p[1]) for p in value)
+
+
 def _optional(decode: Callable[[Any], Any]) -> Callable[[Any], Any]:
     return lambda value: None if value is None else decode(value)
 
@@ -466,4 +551,6 @@ _DECODE: dict[str, Callable[[Any], Any]] = {
     "f": _float,
     "f?": _optional(_float),
     "E": _entity,
+    "k": _short_str,
+    "P": _pairs,
 }

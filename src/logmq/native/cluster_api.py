@@ -1,13 +1,14 @@
 """Handlers of the cluster APIs: DescribeCluster, DescribeQuorum, and the broker-to-controller
-BrokerRegistration, BrokerHeartbeat, AllocateProducerIds and AlterPartition.
+BrokerRegistration, BrokerHeartbeat, AllocateProducerIds, AlterPartition and
+AlterRemoteSegments.
 
 DescribeCluster and DescribeQuorum answer from any broker (its metadata image and its
 view of the quorum) for ``logmq cluster describe``. Registration and heartbeats are what
 brokers send the controller over its client port (broker/metadata/quorum_service.py); a broker that
 is not the controller answers NOT_CONTROLLER and the sender looks for the leader again.
 Body schemas are in docs/protocol.md; the broker side of these calls is in
-controller_forwarding.py (``allocate_producer_ids``, ``alter_partition``) and
-broker/metadata/quorum_service.py.
+controller_forwarding.py (``allocate_producer_ids``, ``alter_partition``),
+broker/metadata/remote_segments.py and broker/metadata/quorum_service.py.
 """
 
 from __future__ import annotations
@@ -15,9 +16,15 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from logmq.broker.metadata.quorum_service import now_ms
-from logmq.cluster.controller_api import AlterPartitionRequest, AlterPartitionResponse
+from logmq.cluster.controller_api import (
+    AlterPartitionRequest,
+    AlterPartitionResponse,
+    RemoteSegmentChange,
+)
 from logmq.cluster.metadata_image import PartitionRegistration
-from logmq.errors import ErrorCode
+from logmq.cluster.metadata_records import MAX_PAIRS
+from logmq.cluster.remote_segments import MAX_REMOTE_CHANGES
+from logmq.errors import ErrorCode, LogMQError, Outcome
 from logmq.native.request_fields import (
     InvalidRequestError,
     req_field,
@@ -28,6 +35,7 @@ from logmq.native.request_fields import (
 from logmq.net.codec import Request
 from logmq.net.reply import Reply
 from logmq.replication.raft_service import NotLeaderError
+from logmq.storage.remote.segment_metadata import RemoteSegment, SegmentState
 
 if TYPE_CHECKING:
     from logmq.broker.metadata.quorum_service import MetadataQuorum
@@ -199,6 +207,126 @@ class ClusterApi:
         if many:
             return Reply({"error": 0, "partitions": [alter_partition_body(r) for r in results]})
         return Reply(alter_partition_body(results[0]))
+
+    async def alter_remote_segments(self, req: Request) -> Reply:
+        """Remote-segment changes of a partition leader, answered one result per change
+        in request order (cluster/remote_segments.py has the rules)."""
+        body = req.body
+        broker_id = req_int(body, "broker_id")
+        broker_epoch = req_int(body, "broker_epoch")
+        items = req_list(body, "changes")
+        if len(items) > MAX_REMOTE_CHANGES:
+            raise InvalidRequestError(f"at most {MAX_REMOTE_CHANGES} changes per request")
+        changes = [remote_segment_change(item) for item in items]
+        quorum = self.quorum
+        if not quorum.is_controller:
+            raise NotLeaderError(leader_id=quorum.controller_id)
+        results = await quorum.submit(
+            lambda c: c.alter_remote_segments(broker_id, broker_epoch, changes)
+        )
+        out: dict[str, Any] = {
+            "error": 0,
+            "changes": [{"error": int(r.error), "message": r.message or None} for r in results],
+        }
+        if body.get("forwarded_by") is not None:  # the sender waits until it has the change
+            out["metadata_offset"] = quorum.image.offset
+        return Reply(out)
+
+
+def remote_segment_change_body(c: RemoteSegmentChange) -> dict[str, Any]:
+    """One change of an AlterRemoteSegments request (docs/protocol.md)."""
+    s = c.segment
+    return {
+        "topic_id": c.topic_id,
+        "partition": c.partition,
+        "leader_epoch": c.leader_epoch,
+        "segment_id": c.segment_id,
+        "state": int(c.state),
+        "checksum": c.checksum,
+        "event_ms": c.event_ms,
+        "segment": None
+        if s is None
+        else {
+            "base_offset": s.base_offset,
+            "end_offset": s.end_offset,
+            "max_timestamp": s.max_timestamp,
+            "size_bytes": s.size_bytes,
+            "leader_epochs": [list(e) for e in s.leader_epochs],
+            "copier_epoch": s.copier_epoch,
+            "broker_id": s.broker_id,
+        },
+    }
+
+
+def remote_segment_change(item: Any) -> RemoteSegmentChange:
+    """The inverse of ``remote_segment_change_body``, every field checked."""
+    topic_id = req_str(item, "topic_id")
+    partition = req_int(item, "partition")
+    segment_id = req_str(item, "segment_id")
+    try:
+        state = SegmentState(req_int(item, "state"))
+    except ValueError:
+        raise InvalidRequestError(f"unknown remote segment state {item['state']}") from None
+    checksum = req_str(item, "checksum", "")
+    event_ms = req_int(item, "event_ms", 0)
+    raw = req_field(item, "segment", dict, None)
+    segment = None
+    if raw is not None:
+        epochs = req_list(raw, "leader_epochs")
+        if len(epochs) > MAX_PAIRS or not all(
+            isinstance(e, list) and len(e) == 2 and all(type(x) is int for x in e) for e in epochs
+        ):
+            raise InvalidRequestError(
+                f"'leader_epochs' must list at most {MAX_PAIRS} [epoch, start offset] pairs"
+            )
+        segment = RemoteSegment(
+            topic_id,
+            partition,
+            segment_id,
+            req_int(raw, "base_offset"),
+            req_int(raw, "end_offset"),
+            req_int(raw, "max_timestamp"),
+            req_int(raw, "size_bytes"),
+            tuple((e[0], e[1]) for e in epochs),
+            req_int(raw, "copier_epoch"),
+            req_int(raw, "broker_id"),
+            state,
+            checksum,
+            event_ms,
+        )
+    return RemoteSegmentChange(
+        topic_id,
+        partition,
+        req_int(item, "leader_epoch"),
+        segment_id,
+        state,
+        segment,
+        checksum,
+        event_ms,
+    )
+
+
+def remote_segment_results(body: dict[str, Any], count: int) -> list[Outcome]:
+    """The per-change results of an AlterRemoteSegments answer (``count`` changes sent)."""
+    answers = body.get("changes")
+    if not isinstance(answers, list) or len(answers) != count:
+        code = _code(body.get("error") or ErrorCode.UNKNOWN_SERVER_ERROR)
+        raise LogMQError(str(body.get("message") or "AlterRemoteSegments refused"), code)
+    out = []
+    for a in answers:
+        if not isinstance(a, dict):
+            out.append(Outcome(ErrorCode.UNKNOWN_SERVER_ERROR, "a malformed answer"))
+            continue
+        message = a.get("message")
+        out.append(Outcome(_code(a.get("error", 0)), message if isinstance(message, str) else None))
+    return out
+
+
+def _code(value: Any) -> ErrorCode:
+    try:
+        return ErrorCode(value)
+    except ValueError:
+        return ErrorCode.UNKNOWN_SERVER_ERROR
 
 
 def alter_partition_body(r: AlterPartitionResponse) -> dict[str, Any]:

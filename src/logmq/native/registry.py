@@ -188,6 +188,13 @@ NATIVE_APIS = ApiRegistry(
             throttled=False,
         ),
         ApiSpec(K.ALTER_PARTITION, V0, ClusterApi.alter_partition, BrokersOnly(), throttled=False),
+        ApiSpec(
+            K.ALTER_REMOTE_SEGMENTS,
+            V0,
+            ClusterApi.alter_remote_segments,
+            BrokersOnly(),
+            throttled=False,
+        ),
         ApiSpec(K.WRITE_TXN_MARKERS, V0, TxnApi.write_txn_markers, BrokersOnly(), throttled=False),
         ApiSpec(K.ADD_PARTITIONS_TO_TXN, V0, TxnApi.add_partitions_to_txn, ADD_PARTITIONS),
         ApiSpec(K.ADD_OFFSETS_TO_TXN, V0, TxnApi.add_offsets_to_txn, ADD_OFFSETS),

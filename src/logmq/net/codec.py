@@ -87,6 +87,8 @@ class ApiKey(IntEnum):
     ALLOCATE_PRODUCER_IDS = 67  # broker -> controller (cluster_api)
     CONSUMER_GROUP_HEARTBEAT = 68
     CONSUMER_GROUP_DESCRIBE = 69
+    # logmq's own, above Kafka's keys (the Kafka door never serves them)
+    ALTER_REMOTE_SEGMENTS = 1000  # partition leader -> controller: remote tier (cluster_api)
 
 
 @dataclass(slots=True)
