@@ -4,19 +4,28 @@ Operators already know ``segment.bytes`` and ``retention.ms``; keeping the names
 DescribeConfigs output and docs read the same as Kafka's. Values arrive as strings (from
 the wire, the CLI or the on-disk override file) and are validated here, once.
 
-Every other Kafka 3.9 topic config (``STORED_CONFIG_KEYS``: tiered storage, compression
-levels, timestamp bounds, ...) is accepted, type-checked as Kafka does, kept and
-described, but changes nothing here: provisioning tools send them and must not fail.
+Every other Kafka 3.9 topic config (``STORED_CONFIG_KEYS``: compression levels,
+timestamp bounds, ...) is accepted, type-checked as Kafka does, kept and described, but
+changes nothing here: provisioning tools send them and must not fail.
+
+Tiered storage (KIP-405, KIP-950) has typed fields; its cross-field rules, which need
+the broker's ``remote.log.storage.system.enable`` and the topic's previous config, are
+in ``validate_remote_storage``, called by the topic-admin paths.
 """
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from logmq.errors import InvalidConfigError
 from logmq.storage.batch import Compression
+from logmq.storage.stored_configs import (  # noqa: F401 - STORED_CONFIG_KEYS, StoredKey: public here
+    STORED_BY_NAME,
+    STORED_CONFIG_KEYS,
+    StoredKey,
+    parse_stored,
+)
 
 GiB = 1 << 30
 MiB = 1 << 20
@@ -33,6 +42,7 @@ class ConfigKey:
     doc: str
     choices: tuple[str, ...] = ()
     minimum: int | None = None
+    maximum: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,6 +67,12 @@ class LogConfig:
     min_cleanable_dirty_ratio: float = 0.5
     min_compaction_lag_ms: int = 0
     max_compaction_lag_ms: int | None = None
+    # tiered storage (KIP-405/KIP-950); -2 = follow retention.ms / retention.bytes
+    remote_storage_enable: bool = False
+    local_retention_ms: int = -2
+    local_retention_bytes: int = -2
+    remote_copy_disable: bool = False
+    remote_delete_on_disable: bool = False
     # Kafka configs kept with no effect: (name, normalised value), sorted, defaults left out
     stored: tuple[tuple[str, str], ...] = ()
 
@@ -75,6 +91,30 @@ class LogConfig:
         """The codec compression.type stores batches in; None keeps the producer's."""
         return BROKER_CODECS[self.compression_type]
 
+    @property
+    def copies_to_remote(self) -> bool:
+        """Closed segments go to the remote tier: enabled and copying not stopped."""
+        return self.remote_storage_enable and not self.remote_copy_disable
+
+    @property
+    def effective_local_retention_ms(self) -> int:
+        """How long a copied segment stays on local disk; -1 keeps it for ever.
+
+        -2 follows retention.ms. With copying off (no tier, or remote.log.copy.disable)
+        nothing new reaches the tier, so the local log keeps the total retention
+        (KIP-950) rather than deleting segments that exist nowhere else.
+        """
+        if not self.copies_to_remote or self.local_retention_ms == LOCAL_FOLLOWS_TOTAL:
+            return self.retention_ms
+        return self.local_retention_ms
+
+    @property
+    def effective_local_retention_bytes(self) -> int:
+        """The local log's size bound for copied segments; -1 = none. As above."""
+        if not self.copies_to_remote or self.local_retention_bytes == LOCAL_FOLLOWS_TOTAL:
+            return self.retention_bytes
+        return self.local_retention_bytes
+
     @classmethod
     def from_dict(cls, d: dict[str, str], base: LogConfig | None = None) -> LogConfig:
         """Build from dotted Kafka keys; unknown keys and bad values raise InvalidConfigError."""
@@ -86,12 +126,12 @@ class LogConfig:
             if spec is not None:
                 changes[spec.field] = _parse(spec, raw)
                 continue
-            kept = _STORED_BY_NAME.get(key)
+            kept = STORED_BY_NAME.get(key)
             if kept is None:
                 raise InvalidConfigError(f"unknown topic config {key!r}")
-            stored[key] = _parse_stored(kept, raw)
+            stored[key] = parse_stored(kept, raw)
         changes["stored"] = tuple(
-            sorted((k, v) for k, v in stored.items() if v != _STORED_BY_NAME[k].default)
+            sorted((k, v) for k, v in stored.items() if v != STORED_BY_NAME[k].default)
         )
         cfg = replace(base, **changes)
         cfg._check()
@@ -152,6 +192,8 @@ def _parse(spec: ConfigKey, raw: Any) -> Any:
         raise InvalidConfigError(f"{spec.name} must be an integer, got {raw!r}") from None
     if spec.minimum is not None and value < spec.minimum:
         raise InvalidConfigError(f"{spec.name} must be >= {spec.minimum}, got {value}")
+    if spec.maximum is not None and value > spec.maximum:
+        raise InvalidConfigError(f"{spec.name} must be <= {spec.maximum}, got {value}")
     return value
 
 
@@ -174,6 +216,8 @@ def _format(value: Any) -> str:
 
 
 _INT31 = (1 << 31) - 1
+_LONG = (1 << 63) - 1
+LOCAL_FOLLOWS_TOTAL = -2  # local.retention.* default: use retention.ms / retention.bytes
 
 # compression.type values: Kafka's names, plus "none" (what our producers call it).
 BROKER_CODECS: dict[str, int | None] = {
@@ -329,166 +373,56 @@ TOPIC_CONFIG_KEYS: tuple[ConfigKey, ...] = (
         (),
         1,
     ),
+    ConfigKey(
+        "remote.storage.enable",
+        "remote_storage_enable",
+        "bool",
+        "Copy closed segments to the remote tier (needs remote.log.storage.system.enable "
+        "on the brokers); fetches below the local log start read them back.",
+    ),
+    ConfigKey(
+        "local.retention.ms",
+        "local_retention_ms",
+        "int",
+        "With remote storage: delete a copied segment locally once this old; -2 follows "
+        "retention.ms, -1 keeps it.",
+        (),
+        -2,
+        _LONG,
+    ),
+    ConfigKey(
+        "local.retention.bytes",
+        "local_retention_bytes",
+        "int",
+        "With remote storage: delete copied segments locally while the local log is "
+        "larger; -2 follows retention.bytes, -1 means no limit.",
+        (),
+        -2,
+        _LONG,
+    ),
+    ConfigKey(
+        "remote.log.copy.disable",
+        "remote_copy_disable",
+        "bool",
+        "Stop copying to the remote tier; what is there stays readable and expires by "
+        "retention.ms/retention.bytes, which the local log then follows too.",
+    ),
+    ConfigKey(
+        "remote.log.delete.on.disable",
+        "remote_delete_on_disable",
+        "bool",
+        "Required to turn remote.storage.enable off: the topic's remote data is deleted.",
+    ),
 )
 
 _BY_NAME: dict[str, ConfigKey] = {k.name: k for k in TOPIC_CONFIG_KEYS}
 assert {k.field for k in TOPIC_CONFIG_KEYS} | {"stored"} == {f.name for f in fields(LogConfig)}
-
-
-@dataclass(frozen=True, slots=True)
-class StoredKey:
-    """A Kafka topic config logmq keeps and describes but does not act on.
-
-    ``kind`` is Kafka's type ("bool", "int" (32-bit), "long", "replicas" (a throttled
-    replica list), "version" (a Kafka release)); ``minimum``/``maximum`` its range and
-    ``also`` a value allowed outside it (gzip's -1).
-    """
-
-    name: str
-    kind: str
-    default: str
-    doc: str
-    minimum: int | None = None
-    maximum: int | None = None
-    also: int | None = None
-
-
-_INT32 = (-(1 << 31), (1 << 31) - 1)
-_INT64 = (-(1 << 63), (1 << 63) - 1)
-_LONG_MAX = str(_INT64[1])
-
-STORED_CONFIG_KEYS: tuple[StoredKey, ...] = (
-    StoredKey("compression.gzip.level", "int", "-1", "Level of broker-side gzip.", 1, 9, also=-1),
-    StoredKey("compression.lz4.level", "int", "9", "Level of broker-side lz4.", 1, 17),
-    StoredKey("compression.zstd.level", "int", "3", "Level of broker-side zstd.", -131072, 22),
-    StoredKey(
-        "follower.replication.throttled.replicas",
-        "replicas",
-        "",
-        "Replicas ('partition:broker' or '*') throttled on the follower side.",
-    ),
-    StoredKey(
-        "leader.replication.throttled.replicas",
-        "replicas",
-        "",
-        "Replicas ('partition:broker' or '*') throttled on the leader side.",
-    ),
-    StoredKey("local.retention.bytes", "long", "-2", "Local retention with tiered storage.", -2),
-    StoredKey("local.retention.ms", "long", "-2", "Local retention with tiered storage.", -2),
-    StoredKey(
-        "message.downconversion.enable",
-        "bool",
-        "true",
-        "Down-convert to old formats for old consumers.",
-    ),
-    StoredKey(
-        "message.format.version",
-        "version",
-        "3.0-IV1",
-        "Deprecated in Kafka 3.x and ignored there too: batches are always v2.",
-    ),
-    StoredKey(
-        "message.timestamp.after.max.ms",
-        "long",
-        _LONG_MAX,
-        "Refuse records this far ahead of the broker's clock.",
-        0,
-    ),
-    StoredKey(
-        "message.timestamp.before.max.ms",
-        "long",
-        _LONG_MAX,
-        "Refuse records this far behind the broker's clock.",
-        0,
-    ),
-    StoredKey(
-        "message.timestamp.difference.max.ms",
-        "long",
-        _LONG_MAX,
-        "Deprecated form of the two bounds above.",
-        0,
-    ),
-    StoredKey("preallocate", "bool", "false", "Preallocate segment files."),
-    StoredKey(
-        "remote.log.copy.disable", "bool", "false", "Stop copying segments to tiered storage."
-    ),
-    StoredKey(
-        "remote.log.delete.on.disable",
-        "bool",
-        "false",
-        "Delete tiered data when tiered storage is turned off.",
-    ),
-    StoredKey(
-        "remote.storage.enable",
-        "bool",
-        "false",
-        "Tiered storage; logmq has none, so only false is accepted (as a Kafka broker "
-        "without remote storage refuses true).",
-    ),
-    StoredKey("segment.jitter.ms", "long", "0", "Random jitter on segment.ms rolls.", 0),
-)
-_STORED_BY_NAME: dict[str, StoredKey] = {k.name: k for k in STORED_CONFIG_KEYS}
-assert not set(_STORED_BY_NAME) & set(_BY_NAME)
-
-# Kafka releases message.format.version names: 0.8.0-0.11.0 (three parts), 1.0-3.9,
-# each optionally with a patch number or an "-IVn" inter-broker-protocol suffix.
-_KAFKA_VERSION = re.compile(
-    r"(0\.8\.[0-2]|0\.9\.0|0\.10\.[0-2]|0\.11\.0|1\.[01]|2\.[0-8]|3\.[0-9])"
-    r"(-IV\d+|\.\d+)?"
-)
-_THROTTLED_REPLICA = re.compile(r"[0-9]+:[0-9]+")
-
-
-def _parse_stored(spec: StoredKey, raw: Any) -> str:
-    """Check a stored config as Kafka's ConfigDef would; return its normalised text."""
-    text = str(raw).strip()
-    if spec.kind == "bool":
-        low = text.lower()
-        if low not in ("true", "false"):
-            raise InvalidConfigError(f"{spec.name} must be true or false, got {raw!r}")
-        if spec.name == "remote.storage.enable" and low == "true":
-            raise InvalidConfigError(
-                "remote.storage.enable=true: logmq has no tiered storage (a Kafka broker "
-                "without remote log storage refuses it too)"
-            )
-        return low
-    if spec.kind == "replicas":
-        items = [x.strip() for x in text.split(",")] if text else []
-        if items != ["*"] and not all(_THROTTLED_REPLICA.fullmatch(x) for x in items):
-            raise InvalidConfigError(
-                f"{spec.name} must be '*' or a list of partition:broker pairs, got {raw!r}"
-            )
-        return ",".join(items)
-    if spec.kind == "version":
-        if not _KAFKA_VERSION.fullmatch(text):
-            raise InvalidConfigError(
-                f"{spec.name} must be a Kafka version such as 3.0, got {raw!r}"
-            )
-        return text
-    low, high = _INT32 if spec.kind == "int" else _INT64
-    try:
-        value = int(text)
-    except ValueError:
-        raise InvalidConfigError(f"{spec.name} must be an integer, got {raw!r}") from None
-    if not low <= value <= high:
-        raise InvalidConfigError(f"{spec.name} is out of range: {raw!r}")
-    if value != spec.also and (
-        (spec.minimum is not None and value < spec.minimum)
-        or (spec.maximum is not None and value > spec.maximum)
-    ):
-        bounds = (
-            f">= {spec.minimum}"
-            if spec.maximum is None
-            else (f"between {spec.minimum} and {spec.maximum}")
-        )
-        extra = "" if spec.also is None else f" (or {spec.also})"
-        raise InvalidConfigError(f"{spec.name} must be {bounds}{extra}, got {value}")
-    return str(value)
+assert not set(STORED_BY_NAME) & set(_BY_NAME)
 
 
 def is_stored_only(key: str) -> bool:
     """A Kafka topic config logmq accepts and describes but does not act on."""
-    return key in _STORED_BY_NAME
+    return key in STORED_BY_NAME
 
 
 def is_list_config(key: str) -> bool:
@@ -496,18 +430,82 @@ def is_list_config(key: str) -> bool:
     spec = _BY_NAME.get(key)
     if spec is not None:
         return spec.kind == "policy"
-    kept = _STORED_BY_NAME.get(key)
+    kept = STORED_BY_NAME.get(key)
     return kept is not None and kept.kind == "replicas"
 
 
 def config_doc(key: str) -> str:
     """Documentation of one key (for DescribeConfigs and docs)."""
     spec = _BY_NAME.get(key)
-    return spec.doc if spec is not None else _STORED_BY_NAME[key].doc
+    return spec.doc if spec is not None else STORED_BY_NAME[key].doc
 
 
 def default_value(key: str) -> str:
     spec = _BY_NAME.get(key)
     if spec is None:
-        return _STORED_BY_NAME[key].default
+        return STORED_BY_NAME[key].default
     return _format(getattr(LogConfig(), spec.field))
+
+
+def validate_remote_storage(new: LogConfig, old: LogConfig | None, system_enabled: bool) -> None:
+    """Kafka 3.9's tiered-storage rules for a topic's config, on create and on alter.
+
+    ``new`` and ``old`` are effective configs (broker topic defaults merged with the
+    topic's overrides); ``old`` is None on create. ``system_enabled`` is the broker's
+    ``remote.log.storage.system.enable``. Raises InvalidConfigError (INVALID_CONFIG on
+    the wire) naming the config. Not part of ``from_dict``: a config stored before the
+    broker's settings changed must still load; only a create or an alter is refused.
+    """
+    if not new.remote_storage_enable:
+        if old is not None and old.remote_storage_enable and not new.remote_delete_on_disable:
+            raise InvalidConfigError(
+                "remote.storage.enable=false on a topic that has remote data needs "
+                "remote.log.delete.on.disable=true (its remote data is then deleted); to "
+                "keep that data readable and copy no more, leave remote.storage.enable=true "
+                "and set remote.log.copy.disable=true"
+            )
+        return
+    if not system_enabled:
+        raise InvalidConfigError(
+            "remote.storage.enable=true: tiered storage is off on this broker "
+            "(remote.log.storage.system.enable=false)"
+        )
+    if new.compact:
+        raise InvalidConfigError(
+            f"remote.storage.enable=true with cleanup.policy={new.cleanup_policy}: a "
+            "compacted topic cannot use remote storage (copied segments are never cleaned)"
+        )
+    _local_within_total(
+        "local.retention.ms", new.local_retention_ms, "retention.ms", new.retention_ms
+    )
+    _local_within_total(
+        "local.retention.bytes", new.local_retention_bytes, "retention.bytes", new.retention_bytes
+    )
+    if new.remote_copy_disable:
+        pairs = (
+            ("local.retention.ms", new.local_retention_ms, "retention.ms", new.retention_ms),
+            (
+                "local.retention.bytes",
+                new.local_retention_bytes,
+                "retention.bytes",
+                new.retention_bytes,
+            ),
+        )
+        for local_name, local, total_name, total in pairs:
+            if local not in (LOCAL_FOLLOWS_TOTAL, total):
+                raise InvalidConfigError(
+                    f"{local_name}={local} with remote.log.copy.disable=true: nothing more "
+                    f"is copied, so it must be -2 or equal {total_name} ({total})"
+                )
+
+
+def _local_within_total(local_name: str, local: int, total_name: str, total: int) -> None:
+    """The local bound is at most the total one (-2 follows it; a total of -1 has none)."""
+    if total == -1 or local == LOCAL_FOLLOWS_TOTAL:
+        return
+    if local == -1:
+        raise InvalidConfigError(
+            f"{local_name}=-1 (keep locally for ever) is more than {total_name}={total}"
+        )
+    if local > total:
+        raise InvalidConfigError(f"{local_name}={local} is more than {total_name}={total}")
