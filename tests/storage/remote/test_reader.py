@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import threading
 from collections import OrderedDict
 from dataclasses import replace
 
@@ -19,7 +20,15 @@ from logmq.storage.remote.reader import RemoteReader
 from logmq.storage.remote.segment_files import RemoteCorruptionError, object_key
 from logmq.storage.remote.store import RemoteObjectNotFound, RemoteStorageError
 
-from .helpers import TOPIC, MemoryStore, build_segments, build_txn_segments, copy
+from .helpers import (
+    TOPIC,
+    MemoryStore,
+    build_segments,
+    build_txn_segments,
+    copy,
+    open_log,
+    roll,
+)
 
 
 def new_reader(store, *, chunk_bytes=1 << 22, index_bytes=1 << 22, **kw) -> RemoteReader:
@@ -322,6 +331,32 @@ async def test_forget_drops_a_segments_cached_bytes(segments):
     assert reader.chunks.size_bytes and reader.indexes.size_bytes
     reader.forget(meta.segment_id)
     assert reader.chunks.size_bytes == reader.indexes.size_bytes == 0
+
+
+async def test_big_chunks_are_checksummed_off_the_event_loop(tmp_path, monkeypatch):
+    from logmq.storage.remote import reader as reader_module
+
+    log = open_log(tmp_path)
+    for i in range(12):
+        log.append(b.encode_values([bytes([i]) * 100_000], timestamp=1000 + i))
+    c = roll(log)
+    store = MemoryStore()
+    meta, _ = await copy(store, c, chunk_size=1 << 20)
+    loop_thread = threading.get_ident()
+    threads = []
+    real = reader_module.checksum
+
+    def spy(data):
+        threads.append((len(data), threading.get_ident()))
+        return real(data)
+
+    monkeypatch.setattr(reader_module, "checksum", spy)
+    reader = new_reader(store)
+    assert await reader.read(TOPIC, meta, 0, 1 << 21) == local(log, 0, 1 << 21)
+    await reader.drain()
+    big = [t for n, t in threads if n >= 1 << 20]
+    assert big and loop_thread not in big
+    log.close()
 
 
 # -- the caches -----------------------------------------------------------------------------

@@ -267,3 +267,28 @@ async def test_copies_wait_on_the_rate_limiter(tmp_path):
     # every upload reserved its bytes; the last one waits until the whole debt is paid
     assert max(slept) == pytest.approx((total - 100) / 100)
     assert limiter.waited_s == pytest.approx(sum(slept))
+
+
+class FailingStore(MemoryStore):
+    def __init__(self, suffix, error):
+        super().__init__()
+        self.suffix, self.error = suffix, error
+
+    async def put_bytes(self, key, data):
+        if key.endswith("." + self.suffix):
+            raise self.error
+        await super().put_bytes(key, data)
+
+
+@pytest.mark.parametrize("retriable", [True, False])
+async def test_a_failed_upload_raises_the_stores_error_and_writes_no_manifest(tmp_path, retriable):
+    _, closed = build_segments(tmp_path, segments=1, batches=5)
+    store = FailingStore("index", RemoteStorageError("slow down", retriable=retriable))
+    with pytest.raises(RemoteStorageError, match="slow down") as e:
+        await copy(store, closed[0], chunk_size=256)
+    assert e.value.retriable is retriable
+    assert not any(k.endswith(".manifest") for k in store.objects)
+    store = FailingStore("timeindex", OSError("connection reset"))
+    with pytest.raises(RemoteStorageError, match="connection reset") as e:
+        await copy(store, closed[0], chunk_size=256)
+    assert e.value.retriable

@@ -153,7 +153,8 @@ class RemoteReader:
             idx_off, idx_pos = idx.lookup_position(min(limit, size))
             if idx_pos > end and (max_offset is None or idx_off <= max_offset):
                 end = idx_pos
-            while end < size:
+            # a batch is at least a header: one that cannot fit needs no fetch to say so
+            while end < size and end + b.HEADER_SIZE <= limit:
                 h = await view.header(end)
                 if end + h.size > limit or (max_offset is not None and h.base_offset >= max_offset):
                     break

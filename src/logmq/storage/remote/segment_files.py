@@ -334,10 +334,13 @@ async def copy_segment(
             await rate_limiter.acquire(len(data))
         await store.put_bytes(object_key(topic, meta, suffix), data)
 
-    async with asyncio.TaskGroup() as tg:  # a failure cancels the other uploads
-        tg.create_task(put_log())
-        for suffix, data in side.items():
-            tg.create_task(put_side(suffix, data))
+    try:
+        async with asyncio.TaskGroup() as tg:  # a failure cancels the other uploads
+            tg.create_task(put_log())
+            for suffix, data in side.items():
+                tg.create_task(put_side(suffix, data))
+    except ExceptionGroup as group:
+        raise _first_error(group) from None
     manifest = Manifest(
         segment_id=meta.segment_id,
         base_offset=meta.base_offset,
@@ -350,6 +353,19 @@ async def copy_segment(
     raw = manifest.to_bytes()
     await store.put_bytes(object_key(topic, meta, MANIFEST), raw)
     return manifest, manifest_checksum(raw)
+
+
+def _first_error(group: BaseExceptionGroup) -> BaseException:
+    """The error a caller of ``copy_segment`` sees: the uploads' first (a store's
+    RemoteStorageError, not the TaskGroup's wrapper, so retriable stays readable)."""
+    first = group.exceptions[0]
+    while isinstance(first, BaseExceptionGroup):
+        first = first.exceptions[0]
+    if not isinstance(first, RemoteStorageError) and isinstance(first, Exception):
+        err = RemoteStorageError(f"remote copy failed: {first!r}")
+        err.__cause__ = first
+        return err
+    return first
 
 
 async def delete_segment(store: RemoteStore, topic: str, meta: RemoteSegment) -> None:
