@@ -38,6 +38,7 @@ OUTSIDE_THE_TREE = {
     "caught in the same loop of the Raft transport (logged, then reconnect)",
     ("testing/__init__.py", "BrokerStartError"): "the test harness's, not the broker's",
     ("testing/_kafka.py", "KafkaError"): "the test harness's, not the broker's",
+    ("testing/s3.py", "MotoStartError"): "the test harness's, not the broker's",
 }
 
 # The packages whose public functions must not answer with a bare code

@@ -53,6 +53,7 @@ from logmq.broker.replica.local_logs import LocalLogs, RemovedLogs
 from logmq.broker.replica.partition_views import PartitionViews
 from logmq.broker.replica.produce_path import ProducePath
 from logmq.broker.replica.record_deletion import RecordDeletion
+from logmq.broker.replica.remote_log import RemoteLogManager, build_remote_log
 from logmq.broker.replica.replica_manager import ReplicaManager, ReplicationConfig
 from logmq.client.security import ClientSecurity
 from logmq.cluster.controller_api import ControllerConfig
@@ -85,6 +86,7 @@ from logmq.native.errors import native_api_name, native_error_reply
 from logmq.native.group_api import GroupApi
 from logmq.native.reassignment_api import ReassignmentApi
 from logmq.native.registry import NATIVE_APIS
+from logmq.native.remote_segment_updates import RemoteSegmentUpdates
 from logmq.native.sasl_api import NativeSaslApi
 from logmq.native.security_api import SecurityApi
 from logmq.native.throttling import throttled
@@ -106,6 +108,7 @@ from logmq.security.settings import (
 from logmq.storage.config import LogConfig
 from logmq.storage.dir_lock import DataDirLock
 from logmq.storage.log_manager import LogManager
+from logmq.storage.remote.config import RemoteStorageSettings
 from logmq.txn import TxnConfig
 
 log = logging.getLogger("logmq.broker")
@@ -158,6 +161,11 @@ class Broker:
                 else None
             ),
         )
+        # the remote tier's settings (remote.log.*, rsm.config.*): a bad one stops the start
+        self.remote_settings = RemoteStorageSettings.from_properties(config.properties)
+        for key in self.remote_settings.unrecognised:
+            log.warning("unknown tiered storage setting %s (ignored)", key)
+        self.remote_log: RemoteLogManager | None = None
         # how this broker reaches the others' native listener (replication, the controller)
         self.inter_broker_security = _inter_broker_security(self.security, self.replicated)
         # --add-scram: written at format by the first controller, created later if missing
@@ -174,6 +182,7 @@ class Broker:
                 default_partitions=config.default_partitions,
                 default_replication_factor=config.default_replication_factor,
                 topic_defaults=dict(config.topic_defaults),
+                remote_storage_enabled=self.remote_settings.enabled,
             ),
             heartbeat_ms=config.broker_heartbeat_interval_ms,
             bootstrap_scram=[(u.name, u.credential) for u in self._add_scram],
@@ -380,6 +389,7 @@ class Broker:
             },
             min_free_bytes=cfg.min_free_bytes,
             max_open_segments=open_segment_budget(),
+            tiered_storage=self.remote_settings.enabled,
         )
         await self.logs.start()
         self._build_services()
@@ -403,6 +413,8 @@ class Broker:
             await self.quorum.start()
             await _listen(self.server.start, self._planned(self.security.native.name))
             await self.quorum.wait_ready()
+            if self.remote_log is not None:  # the store checked: a wrong setting is named
+                await self.remote_log.start()
             # before the ready line: a client that logs in next finds the users
             await apply_add_scram(self.security_admin, lambda: self.quorum.image, self._add_scram)
             self.groups.start()  # caught up: load the shards of what we lead now
@@ -430,6 +442,8 @@ class Broker:
             await self.txns.stop()
             await self.groups.stop()
             self.broker_clients.close()
+            if self.remote_log is not None:
+                await self.remote_log.stop()
             await self.replicas.stop()
             if getattr(self.quorum, "raft", None) is not None:
                 await self.quorum.stop()
@@ -457,7 +471,23 @@ class Broker:
         self.replicas = self._replica_manager()
         # the data paths over the replicas, each one concept (broker/replica/replica_manager.py)
         self.appends = LeaderAppends(self.replicas)
-        self.reads = ConsumerReads(self.replicas)
+        if self.remote_settings.enabled:
+            self.remote_log = build_remote_log(
+                cfg.node_id,
+                self.remote_settings,
+                logs,
+                lambda: self.quorum.image,
+                RemoteSegmentUpdates(
+                    self.forwarder.run_on_controller,
+                    cfg.node_id,
+                    lambda: self.quorum.broker_epoch,
+                ),
+                lambda: self.quorum.is_controller,
+            )
+            self.metrics.register_remote_tier(self.remote_log)
+        self.reads = ConsumerReads(
+            self.replicas, self.remote_log, self.remote_settings.remote_fetch_max_wait_ms
+        )
         self.follower_reads = FollowerReads(self.replicas)
         self.deletions = RecordDeletion(self.replicas)
         self.groups = GroupCoordinatorService(
@@ -664,6 +694,8 @@ class Broker:
         await self.txns.stop()  # after the connections: their requests were answered
         await self.groups.stop()
         self.broker_clients.close()
+        if self.remote_log is not None:
+            await self.remote_log.stop()
         await self.replicas.stop()
         self.topic_creator.stop()
         self.produce_path.stop()

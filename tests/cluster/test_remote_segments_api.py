@@ -3,7 +3,7 @@ forwarder, the native handler, the Raft commit and the image every handler reads
 
 from __future__ import annotations
 
-from logmq.broker.metadata.remote_segments import RemoteSegmentUpdates
+from logmq.native.remote_segment_updates import RemoteSegmentUpdates
 from logmq.cluster.controller_api import RemoteSegmentChange
 from logmq.errors import ErrorCode, LogMQError
 from logmq.native.cluster_api import remote_segment_change, remote_segment_change_body

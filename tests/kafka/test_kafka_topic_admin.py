@@ -241,11 +241,6 @@ def test_confluent_stores_and_describes_kafka_only_topic_configs(kbroker):
     assert described["retention.ms"].is_default
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="until the topic-admin paths call storage.config.validate_remote_storage "
-    "(the integrator wires it; then remove this mark)",
-)
 def test_remote_storage_enable_is_refused_while_the_brokers_tier_is_off(kbroker):
     """The test broker runs with remote.log.storage.system.enable=false (the default),
     so remote.storage.enable=true is INVALID_CONFIG on create and on alter, as on Kafka."""

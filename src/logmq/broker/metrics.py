@@ -85,6 +85,24 @@ class _PartitionCollector:
         yield size
 
 
+class _RemoteTierCollector:
+    """The remote tier's counters and gauges, read at scrape time from its
+    ``metric_samples()``: (name, help, "counter" | "gauge", [(labels, value), ...])."""
+
+    def __init__(self, tier: Any):
+        self._tier = tier
+
+    def collect(self):
+        for name, help_text, kind, samples in self._tier.metric_samples():
+            labels = sorted({k for lab, _ in samples for k in lab})
+            family = (CounterMetricFamily if kind == "counter" else GaugeMetricFamily)(
+                name, help_text, labels=labels
+            )
+            for lab, value in samples:
+                family.add_metric([lab.get(k, "") for k in labels], value)
+            yield family
+
+
 class _ReassignmentThrottleCollector:
     """Reads the reassignment quotas' counters at scrape time (they count, not us)."""
 
@@ -337,6 +355,10 @@ class BrokerMetrics:
         self.registry.register(
             _ReassignmentThrottleCollector({"inbound": inbound, "outbound": outbound})
         )
+
+    def register_remote_tier(self, tier: Any) -> None:
+        """The remote tier's copies, deletes, fetches, errors and caches (remote_log.py)."""
+        self.registry.register(_RemoteTierCollector(tier))
 
     # -- storage ---------------------------------------------------------------------------
     def register_storage(self, disk: DiskSpace) -> None:

@@ -100,7 +100,7 @@ from logmq.cluster.topic_names import topic_name_error
 from logmq.errors import ErrorCode, InvalidConfigError
 from logmq.security.acl import AclBinding, AclBindingFilter, validate_binding, validate_filter
 from logmq.security.scram import ScramCredential
-from logmq.storage.config import LogConfig
+from logmq.storage.config import LogConfig, validate_remote_storage
 
 UNCLEAN_KEY = "unclean.leader.election.enable"
 
@@ -461,6 +461,11 @@ class Controller:
             ), []
         try:
             LogConfig.from_dict(dict(spec.configs))
+            validate_remote_storage(
+                LogConfig.from_dict({**self.config.topic_defaults, **spec.configs}),
+                None,
+                self.config.remote_storage_enabled,
+            )
         except InvalidConfigError as err:
             return CreateTopicResult(ErrorCode.INVALID_CONFIG, str(err)), []
         active = image.active_brokers()
@@ -665,6 +670,12 @@ class Controller:
                 merged[key] = value
         try:
             LogConfig.from_dict(merged)
+            defaults = self.config.topic_defaults
+            validate_remote_storage(
+                LogConfig.from_dict({**defaults, **merged}),
+                LogConfig.from_dict({**defaults, **current}),
+                self.config.remote_storage_enabled,
+            )
         except InvalidConfigError as err:
             return ControllerResult([], ApiResult(ErrorCode.INVALID_CONFIG, str(err)))
         records: list[Record] = [

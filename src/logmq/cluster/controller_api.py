@@ -29,6 +29,8 @@ class ControllerConfig:
     # the controller's broker-wide topic config defaults (--topic-config), under each
     # topic's own settings when it checks them (e.g. min.insync.replicas of a move)
     topic_defaults: Mapping[str, str] = field(default_factory=dict)
+    # remote.log.storage.system.enable: topics may set remote.storage.enable=true
+    remote_storage_enabled: bool = False
 
 
 @dataclass(frozen=True, slots=True)

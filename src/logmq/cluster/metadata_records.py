@@ -241,6 +241,7 @@ class RemoteSegmentRecord:
     state: int = 0  # a SegmentState
     checksum: str = ""
     event_ms: int = 0
+    topic: str = ""  # the topic's name at copy time (the objects' keys hold it)
 
 
 @dataclass(frozen=True, slots=True)
@@ -321,7 +322,7 @@ _KINDS: dict[type, str] = {
     AccessControlEntryRecord: "s i s i s s i i",
     RemoveAccessControlEntry: "s",
     ClientQuotaRecord: "E s f?",
-    RemoteSegmentRecord: "k i k i i i i P i i i k i",
+    RemoteSegmentRecord: "k i k i i i i P i i i k i s",
     RemoteSegmentStateChange: "k i k i k i",
 }
 # bounds on what untrusted bytes can make the codec build: a SCRAM salt or key is tens

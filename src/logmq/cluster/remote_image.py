@@ -86,6 +86,7 @@ def to_record(s: RemoteSegment) -> RemoteSegmentRecord:
         int(s.state),
         s.checksum,
         s.event_ms,
+        s.topic,
     )
 
 
@@ -104,6 +105,7 @@ def from_record(r: RemoteSegmentRecord) -> RemoteSegment:
         _state(r.state),
         r.checksum,
         r.event_ms,
+        r.topic,
     )
 
 

@@ -47,7 +47,6 @@ from logmq.security.acl import AclOperation as Op
 from logmq.security.acl import ResourceType
 from logmq.security.authorization import CLUSTER, Authorization
 from logmq.security.quota_enforcer import QuotaEnforcer
-from logmq.storage.offset_search import EARLIEST, offset_for
 
 if TYPE_CHECKING:
     from logmq.broker.coordinator.txn_verification import TransactionalProduceCheck
@@ -62,7 +61,6 @@ log = logging.getLogger("logmq.kafka")
 
 MAX_PRODUCER_EPOCH = 32767
 ZERO_UUID = uuid.UUID(int=0)  # Kafka's topic id of a topic it does not know
-EARLIEST_LOCAL, LATEST_TIERED = -4, -5  # ListOffsets v8 and v9 special timestamps
 CONSUMER = -1  # the replica id of a consumer's fetch session (followers use the native door)
 
 
@@ -598,12 +596,9 @@ class KafkaApis:
                     if t.name in denied:
                         raise _denied_topic(t.name)
                     plog = self.replicas.leader_log(t.name, p.partition_index, epoch)
-                    if ts == LATEST_TIERED:  # v9 (KIP-1005): nothing is tiered, as on Kafka
-                        offset, found = -1, -1
-                    else:  # v8's earliest local (KIP-405) is the log start: all is local
-                        offset, found = offset_for(
-                            plog, EARLIEST if ts == EARLIEST_LOCAL else ts, committed
-                        )
+                    # over both tiers: v8's earliest local (KIP-405), v9's latest tiered
+                    # (KIP-1005) and timestamps searched in the remote tier too
+                    offset, found = await self.reads.list_offset(plog, ts, committed)
                     code = ErrorCode.NONE
                     leader_epoch = plog.leader_epochs.latest_epoch if offset >= 0 else -1
                 except LogMQError as e:

@@ -8,7 +8,7 @@ brokers send the controller over its client port (broker/metadata/quorum_service
 is not the controller answers NOT_CONTROLLER and the sender looks for the leader again.
 Body schemas are in docs/protocol.md; the broker side of these calls is in
 controller_forwarding.py (``allocate_producer_ids``, ``alter_partition``),
-broker/metadata/remote_segments.py and broker/metadata/quorum_service.py.
+native/remote_segment_updates.py and broker/metadata/quorum_service.py.
 """
 
 from __future__ import annotations

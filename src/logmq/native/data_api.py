@@ -31,7 +31,6 @@ from logmq.gcpause import gc_paused
 from logmq.native.request_fields import InvalidRequestError, req_int, req_list, req_str
 from logmq.net.codec import Request
 from logmq.net.reply import Reply
-from logmq.storage.offset_search import offset_for
 
 if TYPE_CHECKING:
     from logmq.broker.coordinator.txn_verification import TransactionalProduceCheck
@@ -361,7 +360,7 @@ class DataApi:
                 partition, ts = req_int(p, "partition"), req_int(p, "timestamp")
                 try:
                     plog = self.replicas.leader_log(name, partition)
-                    offset, found_ts = offset_for(plog, ts, committed)
+                    offset, found_ts = await self.reads.list_offset(plog, ts, committed)
                     results.append(
                         {
                             "partition": partition,

@@ -166,6 +166,7 @@ class LogManager:
         cleaner_interval_ms: int = DEFAULT_INTERVAL_MS,
         cleaner_buffer_bytes: int = DEFAULT_BUFFER_BYTES,
         min_free_bytes: int | None = None,
+        tiered_storage: bool = False,
     ) -> None:
         """``topic_overrides``: per-topic config overrides (or a callable returning them,
         called once by ``start``) that the logs found on disk open with.
@@ -175,7 +176,11 @@ class LogManager:
         (about 128 bytes per distinct key; more keys take several passes).
 
         ``min_free_bytes``: below this much free space client appends are refused
-        (disk_space.py; None: the smaller of 1 GiB and 5% of the disk)."""
+        (disk_space.py; None: the smaller of 1 GiB and 5% of the disk).
+
+        ``tiered_storage`` (remote.log.storage.system.enable): the logs of topics with
+        remote.storage.enable are left to the remote tier's planner, which deletes a
+        local segment only once its copy is finished; plain retention skips them."""
         self.data_dir = Path(data_dir)
         self.default_config = default_config or LogConfig()
         self.cache = OpenFileCache(max_open_segments)
@@ -203,6 +208,7 @@ class LogManager:
         self.recovered_logs: list[str] = []  # logs that went through crash recovery
         self.offline_logs: dict[tuple[str, int], str] = {}  # logs that failed to open
         self.disk = DiskSpace(self.data_dir, min_free_bytes)
+        self.tiered_storage = tiered_storage
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -678,6 +684,10 @@ class LogManager:
                 continue
             try:
                 plog.roll_if_old()
+                if self.tiered_storage and plog.config.remote_storage_enable:
+                    # the remote tier's planner deletes local segments once copied
+                    plog.delete_expired_files()
+                    continue
                 deleted += plog.delete_old_segments()
             except (OSError, StorageError) as e:
                 log.error("retention failed for %s: %s", plog, e)

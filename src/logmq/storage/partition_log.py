@@ -148,6 +148,10 @@ class PartitionLog:
         self.last_flush_ms = clock()
         self._pending_deletes = retention.PendingDeletes()
         self.closed = False
+        # the remote tier holds this log's older part (broker/replica/remote_log.py):
+        # log_start_offset is then the local log start, and only the tier's planner
+        # deletes local segments, once a finished copy covers them
+        self.remote_managed = False
         loaded = load_log(
             self.dir,
             self.config,

@@ -21,7 +21,12 @@ from logmq.storage.segment import LogSegment
 if TYPE_CHECKING:
     from logmq.storage.partition_log import PartitionLog
 
-__all__ = ["PendingDeletes", "advance_log_start_offset", "delete_old_segments"]
+__all__ = [
+    "PendingDeletes",
+    "advance_log_start_offset",
+    "delete_local_below",
+    "delete_old_segments",
+]
 
 log = logging.getLogger(__name__)
 
@@ -74,6 +79,19 @@ def advance_log_start_offset(plog: PartitionLog, offset: int) -> int:
     segs = plog.segments
     deleted = 0
     while len(segs) > 1 and segs[1].base_offset <= plog.log_start_offset:
+        delete_oldest(plog)
+        deleted += 1
+    return deleted
+
+
+def delete_local_below(plog: PartitionLog, offset: int) -> int:
+    """Delete local segments wholly below ``offset`` (a tiered log's local retention:
+    the remote tier holds them). The log start offset over both tiers is the remote
+    tier's; ``plog.log_start_offset`` is then the local log start. Returns how many."""
+    offset = min(offset, plog.high_watermark)
+    segs = plog.segments
+    deleted = 0
+    while len(segs) > 1 and segs[1].base_offset <= offset:
         delete_oldest(plog)
         deleted += 1
     return deleted

@@ -10,28 +10,60 @@ decoded here.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from logmq.broker.replica.fetch_results import PartitionRead, TopicRead, failed
+from logmq.broker.replica.remote_log import list_offset
 from logmq.errors import ErrorCode, LogMQError
 from logmq.gcpause import gc_paused
 
 if TYPE_CHECKING:
     from logmq.broker.replica.fetch_sessions import FetchSession, SessionPartition
+    from logmq.broker.replica.remote_log import RemoteLogManager
     from logmq.broker.replica.replica_manager import ReplicaManager
 
 NO_ERROR = ErrorCode.NONE
 TopicPartition = tuple[str, int]
 
 
-class ConsumerReads:
-    """Consumers' fetches over the replica manager's leadership and the local logs."""
+class _RemoteRead(NamedTuple):
+    """A partition of a fetch whose records the remote tier reads (filled in later)."""
 
-    def __init__(self, replicas: ReplicaManager) -> None:
+    read: PartitionRead
+    plog: Any
+    offset: int
+    max_bytes: int
+    upper: int
+
+
+def _drop_result(task: asyncio.Future[Any]) -> None:
+    if not task.cancelled():
+        task.exception()  # retrieved: a late read's failure was counted by the manager
+
+
+class ConsumerReads:
+    """Consumers' fetches over the replica manager's leadership and the local logs.
+
+    ``remote`` (a RemoteLogManager, when the broker tiers) answers reads below a tiered
+    partition's local log start: those partitions' records come from the remote tier
+    after the local ones are read, within ``remote_fetch_max_wait_ms`` (Kafka's
+    remote.fetch.max.wait.ms); a store slower than that answers the partition empty
+    while its read goes on filling the chunk cache, so the consumer's next fetch finds it.
+    """
+
+    def __init__(
+        self,
+        replicas: ReplicaManager,
+        remote: RemoteLogManager | None = None,
+        remote_fetch_max_wait_ms: int = 500,
+    ) -> None:
         self.replicas = replicas
         self.logs = replicas.logs
         self.waiters = replicas.waiters
+        self.remote = remote
+        self.remote_fetch_max_wait_ms = remote_fetch_max_wait_ms
 
     async def fetch_for_consumer(
         self,
@@ -50,9 +82,13 @@ class ConsumerReads:
         deadline = loop.time() + max_wait_ms / 1000
         tps = [(name, p[0]) for name, parts in wanted for p in parts]
         while True:
+            pending: list[_RemoteRead] = []
             topics, total, any_error = self._read_for_consumer(
-                wanted, max_bytes, committed=committed
+                wanted, max_bytes, committed=committed, pending=pending
             )
+            if pending:
+                await self._read_remote(pending, committed)
+                return topics
             remaining = deadline - loop.time()
             if total >= min_bytes or any_error or remaining <= 0 or not tps:
                 return topics
@@ -81,9 +117,17 @@ class ConsumerReads:
         deadline = loop.time() + max_wait_ms / 1000
         more = self._below_lso if committed else self._below_hw
         while True:
+            pending: list[_RemoteRead] = []
             topics, total, any_error = self._read_for_consumer(
-                session.to_read(), max_bytes, partial=not full, committed=committed
+                session.to_read(),
+                max_bytes,
+                partial=not full,
+                committed=committed,
+                pending=pending,
             )
+            if pending:
+                await self._read_remote(pending, committed)
+                break
             remaining = deadline - loop.time()
             if full or total >= min_bytes or any_error or remaining <= 0:
                 break
@@ -105,16 +149,52 @@ class ConsumerReads:
         plog = self.logs.get_log(*tp)
         return plog is not None and sp.fetch_offset < plog.last_stable_offset
 
+    async def list_offset(self, plog: Any, ts: int, committed: bool) -> tuple[int, int]:
+        """ListOffsets for one partition, both doors: over both tiers when it tiers."""
+        if plog is None:
+            raise LogMQError("unknown partition", ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+        return await list_offset(self.remote, plog, ts, committed)
+
+    async def _read_remote(self, pending: list[_RemoteRead], committed: bool) -> None:
+        """Fill in the partitions whose records are in the remote tier (concurrently)."""
+        remote = self.remote
+        assert remote is not None
+        reads = {
+            asyncio.ensure_future(remote.read(r.plog, r.offset, r.max_bytes, r.upper, committed)): r
+            for r in pending
+        }
+        done, _late = await asyncio.wait(reads, timeout=self.remote_fetch_max_wait_ms / 1000)
+        for task, r in reads.items():
+            if task not in done:
+                # answered empty; the read goes on and fills the cache for the next fetch
+                task.add_done_callback(_drop_result)
+                continue
+            exc = task.exception()
+            if exc is None:
+                r.read.records, r.read.aborted = task.result()
+            else:
+                code = exc.code if isinstance(exc, LogMQError) else ErrorCode.STORAGE_ERROR
+                r.read.error, r.read.message = code, str(exc)
+
     @gc_paused()  # an entry and a region per partition: logmq/gcpause.py
     def _read_for_consumer(
-        self, wanted, max_bytes: int, *, partial: bool = False, committed: bool = False
+        self,
+        wanted,
+        max_bytes: int,
+        *,
+        partial: bool = False,
+        committed: bool = False,
+        pending: list[_RemoteRead] | None = None,
     ) -> tuple[list[TopicRead], int, bool]:
         """Read ``wanted`` below each HW, within ``max_bytes``. ``partial`` (an
         incremental session answer) stops at the partition that finds the budget
         spent: the rest stay ready in the session for the next fetch, so a consumer
         catching up on 10,000 partitions pays per fetch for what fits, not for all.
         ``committed`` (read_committed): below each LSO instead, with the aborted
-        transactions of the records read."""
+        transactions of the records read. ``pending`` collects the reads the remote tier
+        answers (below a tiered partition's local log start), each with its budget
+        reserved; without it (no remote tier) every read is local."""
+        remote = self.remote if pending is not None else None
         topics: list[TopicRead] = []
         total = 0
         any_error = False
@@ -128,6 +208,9 @@ class ConsumerReads:
                     plog = self.replicas.leader_log(name, partition, epoch)
                     hw = plog.high_watermark
                     start = plog.log_start_offset
+                    tiered = remote is not None and plog.remote_managed
+                    if tiered:
+                        start = remote.log_start_offset(plog)
                     # Valid up to the log end (as Kafka does): a new leader's HW may lag
                     # what its predecessor exposed, and a consumer there must wait, not
                     # reset. It reads only below the HW.
@@ -141,7 +224,15 @@ class ConsumerReads:
                     limit = min(pmax, budget)
                     lso = plog.last_stable_offset
                     upper = lso if committed else hw
-                    if offset < upper and (limit > 0 or total == 0):
+                    if tiered and offset < upper and offset < plog.log_start_offset:
+                        if limit > 0 or total == 0:
+                            pr = PartitionRead(partition, NO_ERROR, hw, start, None, None, lso)
+                            pending.append(_RemoteRead(pr, plog, offset, max(limit, 1), upper))
+                            results.append(pr)
+                            total += max(limit, 1)  # reserved: its size is known once read
+                            budget = max(0, budget - limit)
+                            continue
+                    elif offset < upper and (limit > 0 or total == 0):
                         region = plog.read(offset, max(limit, 1), max_offset=upper)
                         if region is not None and total and region.length > limit:
                             # A read's first batch comes whole even when too big, which

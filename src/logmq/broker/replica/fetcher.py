@@ -39,6 +39,9 @@ from logmq.replication.throttle import configured_rate
 if TYPE_CHECKING:
     from logmq.broker.replica.replica_manager import ReplicaManager
 
+# below the leader's (local) log start: start over at the log start it answered
+_RESET_ERRORS = (ErrorCode.OFFSET_OUT_OF_RANGE, ErrorCode.OFFSET_MOVED_TO_TIERED_STORAGE)
+
 log = logging.getLogger("logmq.replication")
 
 TopicPartition = tuple[str, int]
@@ -329,7 +332,7 @@ class ReplicaFetcher:
                 )
                 if leo is not None and parts.get(key) is p and p.offset == offset:
                     p.offset = leo
-            elif f.error is ErrorCode.OFFSET_OUT_OF_RANGE:
+            elif f.error in _RESET_ERRORS:
                 if not self.manager.on_out_of_range(key, p.offset, f.log_start_offset):
                     p.retry_at = retry_at
                     self._backoff[key] = retry_at
@@ -420,7 +423,7 @@ class ReplicaFetcher:
                 )
                 if leo is not None and self.partitions.get(key) is p and p.offset == offset:
                     p.offset = leo
-            elif f.error is ErrorCode.OFFSET_OUT_OF_RANGE:
+            elif f.error in _RESET_ERRORS:
                 if not self.manager.on_out_of_range(key, p.offset, f.log_start_offset):
                     p.retry_at = retry_at
             else:

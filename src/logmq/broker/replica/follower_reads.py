@@ -56,7 +56,7 @@ class FollowerReads:
                 key = (name, partition)
                 plog = self.logs.get_log(name, partition)
                 if plog is not None and offset < plog.log_start_offset:
-                    errors[key] = ErrorCode.OFFSET_OUT_OF_RANGE
+                    errors[key] = _below_local_start(plog)
                 else:
                     hw_before = plog.high_watermark if plog is not None else -1
                     start = log_starts.get(key, -1) if log_starts else -1
@@ -110,7 +110,7 @@ class FollowerReads:
             sp = parts[key]
             plog = self.logs.get_log(*key)
             if plog is not None and sp.fetch_offset < plog.log_start_offset:
-                errors[key] = ErrorCode.OFFSET_OUT_OF_RANGE
+                errors[key] = _below_local_start(plog)
                 continue
             fetched = self.replicas.follower_fetch(
                 key, replica_id, sp.fetch_offset, sp.leader_epoch, sp.log_start_offset
@@ -242,3 +242,13 @@ class FollowerReads:
     def _below_leo(self, tp: TopicPartition, sp: SessionPartition) -> bool:
         plog = self.logs.get_log(*tp)
         return plog is not None and sp.fetch_offset < plog.log_end_offset
+
+
+def _below_local_start(plog) -> ErrorCode:
+    """A follower behind the leader's local log start: out of range, or for a tiered
+    log OFFSET_MOVED_TO_TIERED_STORAGE (KIP-405): the older part is in the remote tier,
+    so the follower starts at the leader's local log start (the answer's log start) and
+    copies only the local tail."""
+    if plog.remote_managed:
+        return ErrorCode.OFFSET_MOVED_TO_TIERED_STORAGE
+    return ErrorCode.OFFSET_OUT_OF_RANGE

@@ -56,6 +56,9 @@ class RemoteSegment:
     state: SegmentState = SegmentState.COPY_STARTED
     checksum: str = ""  # the manifest's xxh3-64 hex; set at COPY_FINISHED
     event_ms: int = 0  # when the last state change was asked for
+    # the topic's name when copied: its objects' keys hold it, and a deleted topic's
+    # remote data is deleted after the name has left the image
+    topic: str = ""
 
     def with_state(
         self, state: SegmentState, *, checksum: str | None = None, event_ms: int | None = None

@@ -1,4 +1,4 @@
-"""The remote tier's changes on their way to the controller (AlterRemoteSegments).
+"""The remote tier's changes on their way to the controller (AlterRemoteSegments, native).
 
 The tier's shell (a partition leader copying and deleting segments) says what changed;
 this sends it as one request per batch through the controller forwarder, so it runs

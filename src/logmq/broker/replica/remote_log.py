@@ -1,0 +1,703 @@
+"""The remote tier's shell on a broker (Kafka's RemoteLogManager).
+
+For every partition of a tiered topic (``remote.storage.enable=true`` on a broker with
+``remote.log.storage.system.enable=true``) this broker replicates, one task per
+``remote.log.manager.task.interval.ms`` asks the sans-IO planner (storage/remote/
+planner.py) what to do, given the local segments, the partition's remote segments in
+the metadata image, the high watermark, the LSO and the retention settings, and carries
+it out: the leader copies closed segments (COPY_STARTED through the controller, the
+objects, then COPY_FINISHED), expires remote segments by total retention, deletes
+orphans of a copier that died or lost the leadership, and every replica deletes local
+segments that local retention lets go once a finished copy covers them. Every state
+change goes through the controller, fenced by the leader epoch, so a deposed leader's
+copy never becomes live. Reads below the local log start come here too (``read``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from logmq.cluster.controller_api import RemoteSegmentChange
+from logmq.errors import ErrorCode, LogMQError
+from logmq.storage import retention
+from logmq.storage.producer_state import snapshot_path
+from logmq.storage.remote import planner as tier
+from logmq.storage.remote.segment_files import SegmentFiles, copy_segment, delete_segment
+from logmq.storage.remote.segment_metadata import RemoteSegment, SegmentState
+from logmq.storage.remote.store import RemoteStorageError
+
+if TYPE_CHECKING:
+    from logmq.cluster.metadata_image import MetadataImage
+    from logmq.storage.partition_log import PartitionLog
+    from logmq.storage.remote.reader import RemoteReader
+    from logmq.storage.remote.store import RemoteStore
+
+log = logging.getLogger("logmq.remote")
+
+DELETE_FINISHED = SegmentState.DELETE_FINISHED
+
+TopicPartition = tuple[str, int]
+
+
+@dataclass(slots=True)
+class TierStats:
+    """Counters for the metrics endpoint and ``logmq storage remote status``."""
+
+    segments_copied: int = 0
+    bytes_copied: int = 0
+    segments_deleted: int = 0
+    local_segments_deleted: int = 0
+    copy_errors: int = 0
+    delete_errors: int = 0
+    fetch_requests: int = 0
+    fetch_bytes: int = 0
+    fetch_errors: int = 0
+    errors_by_kind: dict[str, int] = field(default_factory=dict)
+
+    def error(self, kind: str) -> None:
+        self.errors_by_kind[kind] = self.errors_by_kind.get(kind, 0) + 1
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def segment_epochs(
+    entries: list[tuple[int, int]], base: int, end: int
+) -> tuple[tuple[int, int], ...]:
+    """The leader-epoch entries in force within offsets ``[base, end]``: the one in force
+    at ``base`` (whose start may be earlier) and every one that starts inside."""
+    out: list[tuple[int, int]] = []
+    for epoch, start in entries:
+        if start <= base:
+            out = [(epoch, start)]
+        elif start <= end:
+            out.append((epoch, start))
+    return tuple(out)
+
+
+def local_segments(plog: PartitionLog) -> list[tier.LocalSegment]:
+    """The planner's view of a log's segments (per segment, never per record)."""
+    segs = plog.segments
+    out = []
+    for i, seg in enumerate(segs):
+        closed = i + 1 < len(segs)
+        end = segs[i + 1].base_offset - 1 if closed else seg.next_offset - 1
+        out.append(tier.LocalSegment(seg.base_offset, end, seg.size, seg.max_timestamp, closed))
+    return out
+
+
+class RemoteLogManager:
+    """Copies, expires and reads the remote tier of this broker's tiered partitions.
+
+    Collaborators: ``settings`` (storage/remote/config.py), ``store`` and ``reader``,
+    ``logs`` (the LogManager: ``logs()``, ``get_log``), ``image`` (the current metadata
+    image), ``updates`` (remote-segment changes through the controller), ``is_controller``
+    (the active controller's broker deletes the remote data of deleted topics).
+    """
+
+    def __init__(
+        self,
+        *,
+        node_id: int,
+        settings: Any,
+        store: RemoteStore,
+        reader: RemoteReader,
+        logs: Any,
+        image: Callable[[], MetadataImage],
+        updates: Any,
+        is_controller: Callable[[], bool] = lambda: False,
+        copy_limiter: Any = None,
+        clock: Callable[[], int] = _now_ms,
+    ) -> None:
+        self.node_id = node_id
+        self.settings = settings
+        self.store = store
+        self.reader = reader
+        self.logs = logs
+        self._image = image
+        self.updates = updates
+        self._is_controller = is_controller
+        self._copy_limiter = copy_limiter
+        self.clock = clock
+        self.stats = TierStats()
+        self._in_flight: set[str] = set()  # segment ids being copied or deleted here
+        self._busy: set[TopicPartition] = set()
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._loop_task: asyncio.Task[None] | None = None
+        self._wake = asyncio.Event()
+        self._copy_slots = asyncio.Semaphore(max(1, settings.copier_thread_pool_size))
+        self._delete_slots = asyncio.Semaphore(max(1, settings.expiration_thread_pool_size))
+        self._stopped = False
+        self.last_error: dict[TopicPartition, str] = {}
+
+    # -- lifecycle ---------------------------------------------------------------------
+    async def start(self) -> None:
+        await self.store.check()  # a wrong endpoint, bucket or key stops the start, named
+        self._loop_task = asyncio.get_running_loop().create_task(self._run(), name="remote-log")
+
+    async def stop(self) -> None:
+        self._stopped = True
+        tasks = [t for t in (self._loop_task, *self._tasks) if t is not None]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        await self.reader.close()
+        await self.store.close()
+
+    def wake(self) -> None:
+        """Run a pass soon (a segment rolled, a config changed, a test asks)."""
+        self._wake.set()
+
+    async def _run(self) -> None:
+        interval = self.settings.task_interval_ms / 1000
+        while not self._stopped:
+            try:
+                self._pass()
+            except Exception:  # a bug in one pass must not end tiering for good
+                log.exception("remote tier pass failed")
+            try:
+                await asyncio.wait_for(self._wake.wait(), interval)
+            except TimeoutError:
+                pass
+            self._wake.clear()
+
+    def _spawn(self, coro: Any, key: TopicPartition) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._busy.add(key)
+        self._tasks.add(task)
+
+        def done(t: asyncio.Task[None]) -> None:
+            self._tasks.discard(t)
+            self._busy.discard(key)
+            if not t.cancelled() and t.exception() is not None:
+                exc = t.exception()
+                log.error("remote tier work for %s-%d failed: %s", *key, exc, exc_info=exc)
+
+        task.add_done_callback(done)
+
+    def _pass(self) -> None:
+        image = self._image()
+        for plog in self.logs.logs():
+            key = (plog.topic, plog.partition)
+            if plog.closed or key in self._busy:
+                continue
+            tiered = self.is_tiered(plog)
+            plog.remote_managed = tiered
+            if tiered:
+                self._spawn(self._step(plog, image), key)
+        if self._is_controller():
+            for topic_id, partition in image.orphaned_remote_partitions():
+                key = (f"<deleted {topic_id}>", partition)
+                if key not in self._busy:
+                    self._spawn(self._delete_removed(image, topic_id, partition), key)
+
+    # -- what is tiered ----------------------------------------------------------------
+    def is_tiered(self, plog: PartitionLog) -> bool:
+        """Whether this log's topic keeps its history in the remote tier (or still has
+        remote data to expire: turned off with remote.log.delete.on.disable)."""
+        cfg = plog.config
+        return bool(cfg.remote_storage_enable) or bool(self._remote_of(plog.topic, plog.partition))
+
+    def _topic_id(self, topic: str, image: MetadataImage | None = None) -> str | None:
+        t = (image or self._image()).topics.get(topic)
+        return None if t is None else t.topic_id
+
+    def _remote_of(
+        self, topic: str, partition: int, image: MetadataImage | None = None
+    ) -> tuple[RemoteSegment, ...]:
+        image = image or self._image()
+        tid = self._topic_id(topic, image)
+        return () if tid is None else image.remote_segments(tid, partition)
+
+    def log_start_offset(self, plog: PartitionLog) -> int:
+        """The partition's log start over both tiers (what clients are told)."""
+        local = plog.log_start_offset
+        if not plog.remote_managed:
+            return local
+        start = tier.remote_log_start(self._remote_of(plog.topic, plog.partition))
+        return local if start < 0 else min(start, local)
+
+    def highest_copied_offset(self, plog: PartitionLog) -> int:
+        return tier.highest_copied_offset(self._remote_of(plog.topic, plog.partition))
+
+    # -- what operators see --------------------------------------------------------------
+    def partition_status(self, plog: PartitionLog) -> dict[str, Any]:
+        """Both tiers of one local partition: starts, bytes, and what waits to be copied
+        (the copy lag: closed local segments above the highest copied offset, below the
+        HW) or deleted (segments being deleted, orphans)."""
+        remote = self._remote_of(plog.topic, plog.partition)
+        copied = tier.highest_copied_offset(remote)
+        lag_segments = lag_bytes = 0
+        for seg in local_segments(plog):
+            if seg.closed and seg.end_offset > copied and seg.end_offset < plog.high_watermark:
+                lag_segments += 1
+                lag_bytes += seg.size_bytes
+        readable = [s for s in remote if s.readable]
+        return {
+            "topic": plog.topic,
+            "partition": plog.partition,
+            "tiered": plog.remote_managed,
+            "log_start_offset": self.log_start_offset(plog),
+            "local_log_start_offset": plog.log_start_offset,
+            "local_bytes": plog.size_bytes(),
+            "remote_segments": len(readable),
+            "remote_bytes": sum(s.size_bytes for s in readable),
+            "highest_copied_offset": copied,
+            "copy_lag_segments": lag_segments,
+            "copy_lag_bytes": lag_bytes,
+            "pending_deletes": sum(1 for s in remote if not s.readable),
+            "last_error": self.last_error.get((plog.topic, plog.partition)),
+        }
+
+    def status(self) -> list[dict[str, Any]]:
+        """``partition_status`` of every tiered partition here (``logmq storage remote status``)."""
+        return [
+            self.partition_status(plog)
+            for plog in self.logs.logs()
+            if not plog.closed and plog.remote_managed
+        ]
+
+    def metric_samples(self) -> list[tuple[str, str, str, list[tuple[dict[str, str], float]]]]:
+        st = self.stats
+        rs = self.reader.stats
+        lag_bytes = lag_segments = 0
+        for row in self.status():
+            lag_bytes += row["copy_lag_bytes"]
+            lag_segments += row["copy_lag_segments"]
+        return [
+            (
+                "logmq_remote_copy_segments",
+                "Segments copied to the remote tier",
+                "counter",
+                [({}, st.segments_copied)],
+            ),
+            (
+                "logmq_remote_copy_bytes",
+                "Bytes copied to the remote tier",
+                "counter",
+                [({}, st.bytes_copied)],
+            ),
+            (
+                "logmq_remote_delete_segments",
+                "Remote segments deleted",
+                "counter",
+                [({}, st.segments_deleted)],
+            ),
+            (
+                "logmq_remote_local_segments_deleted",
+                "Local segments deleted once copied",
+                "counter",
+                [({}, st.local_segments_deleted)],
+            ),
+            (
+                "logmq_remote_copy_lag_bytes",
+                "Bytes of closed local segments not yet copied",
+                "gauge",
+                [({}, lag_bytes)],
+            ),
+            (
+                "logmq_remote_copy_lag_segments",
+                "Closed local segments not yet copied",
+                "gauge",
+                [({}, lag_segments)],
+            ),
+            (
+                "logmq_remote_fetch_requests",
+                "Fetches answered from the remote tier",
+                "counter",
+                [({}, st.fetch_requests)],
+            ),
+            (
+                "logmq_remote_fetch_bytes",
+                "Bytes answered from the remote tier",
+                "counter",
+                [({}, st.fetch_bytes)],
+            ),
+            (
+                "logmq_remote_errors",
+                "Remote tier errors by kind",
+                "counter",
+                [({"kind": k}, v) for k, v in sorted(self._errors().items())]
+                or [({"kind": "none"}, 0)],
+            ),
+            (
+                "logmq_remote_cache_hits",
+                "Remote chunk cache hits",
+                "counter",
+                [({}, getattr(rs, "cache_hits", 0))],
+            ),
+            (
+                "logmq_remote_cache_misses",
+                "Remote chunk cache misses",
+                "counter",
+                [({}, getattr(rs, "cache_misses", 0))],
+            ),
+        ]
+
+    def _errors(self) -> dict[str, int]:
+        out = dict(self.stats.errors_by_kind)
+        out["copy"] = self.stats.copy_errors
+        out["delete"] = self.stats.delete_errors
+        out["fetch"] = self.stats.fetch_errors
+        corrupt = getattr(self.reader.stats, "corrupt", 0)
+        out["corrupt"] = corrupt
+        return out
+
+    # -- one partition's pass ----------------------------------------------------------
+    def _view(self, plog: PartitionLog, image: MetadataImage) -> tier.TierView | None:
+        part = image.partition(plog.topic, plog.partition)
+        if part is None:
+            return None
+        cfg = plog.config
+        settings = tier.TierSettings(
+            copy_enabled=bool(cfg.remote_storage_enable) and not cfg.remote_copy_disable,
+            remote_enabled=bool(cfg.remote_storage_enable),
+            retention_ms=cfg.retention_ms,
+            retention_bytes=cfg.retention_bytes,
+            local_retention_ms=cfg.effective_local_retention_ms,
+            local_retention_bytes=cfg.effective_local_retention_bytes,
+            delete_on_disable=bool(cfg.remote_delete_on_disable),
+        )
+        return tier.TierView(
+            broker_id=self.node_id,
+            leader_epoch=part.leader_epoch,
+            is_leader=part.leader == self.node_id,
+            local=local_segments(plog),
+            remote=self._remote_of(plog.topic, plog.partition, image),
+            log_start_offset=self.log_start_offset(plog),
+            local_log_start_offset=plog.log_start_offset,
+            high_watermark=plog.high_watermark,
+            last_stable_offset=plog.last_stable_offset,
+            log_end_offset=plog.log_end_offset,
+            in_flight=frozenset(self._in_flight),
+            now_ms=self.clock(),
+            settings=settings,
+        )
+
+    async def _step(self, plog: PartitionLog, image: MetadataImage) -> None:
+        view = self._view(plog, image)
+        if view is None:
+            return
+        tid = self._topic_id(plog.topic, image)
+        assert tid is not None
+        key = (plog.topic, plog.partition)
+        if not view.is_leader:
+            # a follower copies nothing: it lets go of what a finished copy covers, by
+            # the same local retention as its leader
+            up_to = tier.follower_delete_local_up_to(view)
+            if up_to is not None and not plog.closed:
+                self.stats.local_segments_deleted += retention.delete_local_below(plog, up_to)
+            return
+        plan = tier.plan_tier(view, max_copies=1)
+        try:
+            for seg in (*plan.orphans, *plan.resume_deletes, *plan.expire):
+                await self._delete(plog.topic, seg, view.leader_epoch)
+            for local in plan.copy:
+                await self._copy(plog, tid, local, view.leader_epoch)
+            if plan.delete_local_up_to is not None and not plog.closed:
+                n = retention.delete_local_below(plog, plan.delete_local_up_to)
+                self.stats.local_segments_deleted += n
+            self.last_error.pop(key, None)
+        except RemoteStorageError as e:
+            self.last_error[key] = str(e)
+            self.stats.error("store_retriable" if e.retriable else "store")
+            log.warning("remote tier of %s-%d: %s (retried next pass)", *key, e)
+        except LogMQError as e:
+            self.last_error[key] = str(e)
+            self.stats.error(e.code.name.lower())
+            log.info("remote tier of %s-%d: %s", *key, e)
+
+    async def _submit(self, change: RemoteSegmentChange) -> None:
+        (outcome,) = await self.updates.submit([change])
+        if outcome.error is ErrorCode.RESOURCE_NOT_FOUND and change.state is DELETE_FINISHED:
+            return  # a retried DELETE_FINISHED whose first try went through
+        if outcome.error is not ErrorCode.NONE:
+            raise LogMQError(outcome.message or outcome.error.name, outcome.error)
+
+    async def _set_state(
+        self, seg: RemoteSegment, state: SegmentState, leader_epoch: int, checksum: str = ""
+    ) -> None:
+        await self._submit(
+            RemoteSegmentChange.state_change(
+                seg.topic_id,
+                seg.partition,
+                seg.segment_id,
+                state,
+                leader_epoch,
+                checksum=checksum,
+                event_ms=self.clock(),
+            )
+        )
+
+    async def _copy(
+        self, plog: PartitionLog, topic_id: str, local: tier.LocalSegment, leader_epoch: int
+    ) -> None:
+        seg = next((s for s in plog.segments if s.base_offset == local.base_offset), None)
+        if seg is None or seg.active:
+            return  # gone (DeleteRecords) or not closed yet
+        meta = RemoteSegment(
+            topic_id=topic_id,
+            partition=plog.partition,
+            segment_id=uuid.uuid4().hex,
+            base_offset=local.base_offset,
+            end_offset=local.end_offset,
+            max_timestamp=local.max_timestamp,
+            size_bytes=local.size_bytes,
+            leader_epochs=segment_epochs(
+                plog.leader_epochs.entries(), local.base_offset, local.end_offset
+            ),
+            copier_epoch=leader_epoch,
+            broker_id=self.node_id,
+            state=SegmentState.COPY_STARTED,
+            event_ms=self.clock(),
+            topic=plog.topic,
+        )
+        snap = snapshot_path(plog.dir, local.end_offset + 1)
+        files = SegmentFiles(
+            log_path=seg.log_path,
+            offset_index_path=seg.index_path,
+            time_index_path=seg.time_index_path,
+            txn_index_path=seg.txn_index_path if seg.txn_index_path.exists() else None,
+            producer_snapshot=snap.read_bytes() if snap.exists() else None,
+            leader_epochs=meta.leader_epochs,
+        )
+        async with self._copy_slots:
+            self._in_flight.add(meta.segment_id)
+            try:
+                await self._submit(RemoteSegmentChange.copy_started(meta, leader_epoch))
+                _manifest, checksum = await copy_segment(
+                    self.store,
+                    plog.topic,
+                    meta,
+                    files,
+                    chunk_size=self.settings.chunk_size,
+                    rate_limiter=self._copy_limiter,
+                )
+                await self._set_state(meta, SegmentState.COPY_FINISHED, leader_epoch, checksum)
+            except (RemoteStorageError, OSError) as e:
+                self.stats.copy_errors += 1
+                if isinstance(e, OSError):
+                    raise RemoteStorageError(f"copying {seg.log_path}: {e}") from e
+                raise
+            finally:
+                self._in_flight.discard(meta.segment_id)
+        self.stats.segments_copied += 1
+        self.stats.bytes_copied += local.size_bytes
+        log.info(
+            "copied %s-%d [%d, %d] (%d bytes) to the remote tier as %s",
+            plog.topic,
+            plog.partition,
+            local.base_offset,
+            local.end_offset,
+            local.size_bytes,
+            meta.segment_id,
+        )
+
+    async def _delete(self, topic: str, seg: RemoteSegment, leader_epoch: int) -> None:
+        async with self._delete_slots:
+            self._in_flight.add(seg.segment_id)
+            try:
+                if seg.state is not SegmentState.DELETE_STARTED:
+                    await self._set_state(seg, SegmentState.DELETE_STARTED, leader_epoch)
+                await delete_segment(self.store, topic, seg)
+                await self._set_state(seg, DELETE_FINISHED, leader_epoch)
+            except RemoteStorageError:
+                self.stats.delete_errors += 1
+                raise
+            finally:
+                self._in_flight.discard(seg.segment_id)
+        self.stats.segments_deleted += 1
+
+    async def _delete_removed(self, image: MetadataImage, topic_id: str, partition: int) -> None:
+        """The remote data of a deleted topic's partition: deleted by the active
+        controller's broker, resumable (each segment's state is in the quorum)."""
+        for seg in image.remote_segments(topic_id, partition):
+            if seg.segment_id in self._in_flight:
+                continue
+            try:
+                await self._delete(seg.topic, seg, -1)
+            except (RemoteStorageError, LogMQError) as e:
+                log.warning("deleting remote data of deleted %s: %s", seg.topic, e)
+                return
+
+    # -- ListOffsets over the remote part ----------------------------------------------
+    async def offset_for_timestamp(
+        self, plog: PartitionLog, ts: int, committed: bool
+    ) -> tuple[int, int] | None:
+        """The first record at or after ``ts`` in the remote tier, if it is there: the
+        first readable remote segment whose max timestamp reaches ``ts`` and which the
+        local log does not hold (None: search the local log)."""
+        bound = plog.last_stable_offset if committed else plog.high_watermark
+        for seg in self._remote_of(plog.topic, plog.partition):
+            if not seg.readable or seg.max_timestamp < ts:
+                continue
+            if seg.base_offset >= plog.log_start_offset:
+                return None  # the local log holds it, and the rest
+            hit = await self.reader.offset_for_timestamp(plog.topic, seg, ts)
+            if hit is not None:
+                return hit if hit[0] < bound else (-1, -1)
+        return None
+
+    async def max_timestamp_offset(self, plog: PartitionLog, committed: bool) -> tuple[int, int]:
+        """The record with the largest timestamp over both tiers (the first such)."""
+        from logmq.storage.offset_search import MAX_TIMESTAMP, offset_for
+
+        local = offset_for(plog, MAX_TIMESTAMP, committed)
+        best = None
+        for seg in self._remote_of(plog.topic, plog.partition):
+            below = seg.readable and seg.base_offset < plog.log_start_offset
+            if below and (best is None or seg.max_timestamp > best.max_timestamp):
+                best = seg
+        if best is None or (local[0] >= 0 and local[1] >= best.max_timestamp):
+            return local
+        hit = await self.reader.offset_for_timestamp(plog.topic, best, best.max_timestamp)
+        return hit if hit is not None else local
+
+    # -- reads below the local log start -----------------------------------------------
+    def covers(self, plog: PartitionLog, offset: int) -> bool:
+        """Whether ``offset`` is below the local log start and in the remote tier."""
+        if not plog.remote_managed or offset >= plog.log_start_offset:
+            return False
+        return self.log_start_offset(plog) <= offset
+
+    async def read(
+        self, plog: PartitionLog, offset: int, max_bytes: int, upper: int, committed: bool
+    ) -> tuple[bytes | None, list[tuple[int, int]] | None]:
+        """Whole batches from the remote segment holding ``offset``, below ``upper``, and
+        for read_committed the aborted transactions among them."""
+        remote = self._remote_of(plog.topic, plog.partition)
+        seg = tier.segment_for_offset(remote, offset)
+        if seg is None:
+            raise LogMQError(
+                f"offset {offset} of {plog.topic}-{plog.partition} is in no remote segment",
+                ErrorCode.OFFSET_OUT_OF_RANGE,
+            )
+        self.stats.fetch_requests += 1
+        try:
+            data = await self.reader.read(
+                plog.topic, seg, offset, max_bytes, max_offset=min(upper, seg.end_offset + 1)
+            )
+        except RemoteStorageError:
+            self.stats.fetch_errors += 1
+            raise
+        if not data:
+            return None, None
+        self.stats.fetch_bytes += len(data)
+        aborted = None
+        if committed:
+            end = _batches_end(data)
+            aborted = await self.reader.aborted_transactions(plog.topic, seg, offset, end) or None
+        return data, aborted
+
+
+def _batches_end(data: bytes) -> int:
+    """The offset after the last batch in ``data`` (headers only)."""
+    from logmq.storage import batch as b
+
+    end = -1
+    for _pos, h in b.iter_headers(data):
+        end = h.next_offset
+    return end
+
+
+EARLIEST_LOCAL, LATEST_TIERED = -4, -5  # ListOffsets v8 and v9 (KIP-405, KIP-1005)
+
+
+async def list_offset(
+    remote: RemoteLogManager | None, plog: PartitionLog, ts: int, committed: bool
+) -> tuple[int, int]:
+    """ListOffsets for one partition over both tiers, for both front doors.
+
+    EARLIEST is the start of the remote tier when the partition tiers, EARLIEST_LOCAL
+    (-4) the local log start, LATEST_TIERED (-5) the highest offset copied (-1: none, as
+    on an untiered topic), and a timestamp is searched in the remote segments first
+    when the local log does not reach back far enough.
+    """
+    from logmq.storage.offset_search import EARLIEST, MAX_TIMESTAMP, offset_for
+
+    if remote is None or not plog.remote_managed:
+        if ts == LATEST_TIERED:
+            return -1, -1
+        return offset_for(plog, EARLIEST if ts == EARLIEST_LOCAL else ts, committed)
+    if ts == EARLIEST:
+        return remote.log_start_offset(plog), -1
+    if ts == EARLIEST_LOCAL:
+        return plog.log_start_offset, -1
+    if ts == LATEST_TIERED:
+        return remote.highest_copied_offset(plog), -1
+    if ts == MAX_TIMESTAMP:
+        return await remote.max_timestamp_offset(plog, committed)
+    if ts >= 0:
+        found = await remote.offset_for_timestamp(plog, ts, committed)
+        if found is not None:
+            return found
+    return offset_for(plog, ts, committed)
+
+
+def build_store(settings: Any) -> RemoteStore:
+    """The store ``rsm.config.storage.backend.class`` names, from its settings."""
+    if settings.is_s3:
+        from logmq.storage.remote.s3_store import S3Store
+
+        return S3Store(
+            settings.s3_bucket,
+            region=settings.s3_region,
+            endpoint_url=settings.s3_endpoint_url,
+            path_style=bool(settings.s3_path_style_access),
+            access_key_id=settings.aws_access_key_id,
+            secret_access_key=settings.aws_secret_access_key,
+            prefix=settings.key_prefix or "",
+            part_size=settings.s3_multipart_part_size,
+            request_timeout_s=settings.s3_api_call_timeout_ms / 1000,
+        )
+    from logmq.storage.remote.directory_store import DirectoryStore
+
+    assert settings.root is not None
+    return DirectoryStore(settings.root, max_threads=max(1, settings.thread_pool_size))
+
+
+def build_remote_log(
+    node_id: int,
+    settings: Any,
+    logs: Any,
+    image: Callable[[], MetadataImage],
+    updates: Any,
+    is_controller: Callable[[], bool],
+) -> RemoteLogManager:
+    """The remote tier of a broker: its store, reader, caches and throttles."""
+    from logmq.storage.remote.chunk_cache import ChunkCache, IndexCache
+    from logmq.storage.remote.rate_limit import ByteRateLimiter
+    from logmq.storage.remote.reader import RemoteReader
+
+    store = build_store(settings)
+    fetch_limit = (
+        None if settings.unlimited_fetch else ByteRateLimiter(settings.fetch_max_bytes_per_second)
+    )
+    copy_limit = (
+        None if settings.unlimited_copy else ByteRateLimiter(settings.copy_max_bytes_per_second)
+    )
+    reader = RemoteReader(
+        store,
+        chunk_cache=ChunkCache(settings.chunk_cache_bytes),
+        index_cache=IndexCache(settings.index_cache_bytes),
+        fetch_rate_limiter=fetch_limit,
+        max_pending=settings.reader_max_pending_tasks,
+    )
+    return RemoteLogManager(
+        node_id=node_id,
+        settings=settings,
+        store=store,
+        reader=reader,
+        logs=logs,
+        image=image,
+        updates=updates,
+        is_controller=is_controller,
+        copy_limiter=copy_limit,
+    )
