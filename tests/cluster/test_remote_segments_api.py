@@ -3,10 +3,10 @@ forwarder, the native handler, the Raft commit and the image every handler reads
 
 from __future__ import annotations
 
-from logmq.native.remote_segment_updates import RemoteSegmentUpdates
 from logmq.cluster.controller_api import RemoteSegmentChange
 from logmq.errors import ErrorCode, LogMQError
 from logmq.native.cluster_api import remote_segment_change, remote_segment_change_body
+from logmq.native.remote_segment_updates import RemoteSegmentUpdates
 from logmq.net.codec import ApiKey
 from logmq.storage.remote.segment_metadata import RemoteSegment, SegmentState
 from tests.harness import inprocess_broker
