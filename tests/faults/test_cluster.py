@@ -160,7 +160,11 @@ def test_cluster_processes_pause_kill_restart_and_links_cut(tmp_path: Path) -> N
 
 
 async def run_replicated(
-    tmp_path: Path, duration_s: float, steps: list[Step] | None = None, **overrides
+    tmp_path: Path,
+    duration_s: float,
+    steps: list[Step] | None = None,
+    cluster_args: tuple[str, ...] = (),
+    **overrides,
 ) -> dict[str, int]:
     """Issue 5's configuration: RF=3, min.insync.replicas=2, acks=all, idempotence.
 
@@ -171,7 +175,7 @@ async def run_replicated(
         pytest.skip("LOGMQ_FAULTS_CLUSTER=0")
     if not await asyncio.to_thread(server_supports_quorum):
         pytest.skip("logmq-server has no --quorum-voters")
-    cluster = Cluster(3, tmp_path)
+    cluster = Cluster(3, tmp_path, extra_args=cluster_args)
     await asyncio.to_thread(cluster.start)
     try:
         settings: dict = {
@@ -223,6 +227,25 @@ async def test_isolated_leader_loses_replication_and_is_replaced(tmp_path: Path)
     ]
     data = await run_replicated(tmp_path, 12.0, steps)
     assert data["downstream"] > 0  # replica fetch responses went through the proxies
+
+
+async def test_tiered_cluster_survives_leader_faults(tmp_path: Path) -> None:
+    """The same history check with tiering on: small segments copied to a directory
+    store every 100 ms and deleted locally once copied, while leaders are killed (-9),
+    paused (SIGSTOP) and cut off; every acknowledged record is read back from offset 0,
+    through both tiers."""
+    from tests.storage.remote.test_tiered_broker import tier_args
+
+    root = tmp_path / "remote"
+    root.mkdir()
+    configs = {
+        "min.insync.replicas": "2",
+        "remote.storage.enable": "true",
+        "segment.bytes": "4096",
+        "local.retention.bytes": "8192",
+    }
+    await run_replicated(tmp_path, 15.0, cluster_args=tuple(tier_args(root)), topic_configs=configs)
+    assert list(root.rglob("*.manifest")), "nothing was copied"
 
 
 @pytest.mark.soak

@@ -73,7 +73,7 @@ def _fetch_reply(read: list[TopicRead], session_id: int) -> Reply:
             if p.aborted:
                 entry["aborted_transactions"] = [list(a) for a in p.aborted]
             if records is not None:
-                entry["size"] = records.length
+                entry["size"] = p.size
                 tail.append(records)
             if p.message is not None:
                 entry["message"] = p.message

@@ -28,7 +28,12 @@ from logmq.errors import ErrorCode, LogMQError
 from logmq.storage import retention
 from logmq.storage.producer_state import snapshot_path
 from logmq.storage.remote import planner as tier
-from logmq.storage.remote.segment_files import SegmentFiles, copy_segment, delete_segment
+from logmq.storage.remote.segment_files import (
+    RemoteCorruptionError,
+    SegmentFiles,
+    copy_segment,
+    delete_segment,
+)
 from logmq.storage.remote.segment_metadata import RemoteSegment, SegmentState
 from logmq.storage.remote.store import RemoteStorageError
 
@@ -135,6 +140,7 @@ class RemoteLogManager:
         self._copy_slots = asyncio.Semaphore(max(1, settings.copier_thread_pool_size))
         self._delete_slots = asyncio.Semaphore(max(1, settings.expiration_thread_pool_size))
         self._stopped = False
+        self._corrupt: set[str] = set()  # segment ids found corrupt (logged once)
         self.last_error: dict[TopicPartition, str] = {}
 
     # -- lifecycle ---------------------------------------------------------------------
@@ -397,8 +403,22 @@ class RemoteLogManager:
             return
         plan = tier.plan_tier(view, max_copies=1)
         try:
-            for seg in (*plan.orphans, *plan.resume_deletes, *plan.expire):
-                await self._delete(plog.topic, seg, view.leader_epoch)
+            for why, segs in (
+                ("a copy that did not finish", plan.orphans),
+                ("a delete interrupted", plan.resume_deletes),
+                ("retention", plan.expire),
+            ):
+                for seg in segs:
+                    await self._delete(plog.topic, seg, view.leader_epoch)
+                    log.info(
+                        "deleted remote segment %s of %s-%d [%d, %d] (%s)",
+                        seg.segment_id,
+                        plog.topic,
+                        plog.partition,
+                        seg.base_offset,
+                        seg.end_offset,
+                        why,
+                    )
             for local in plan.copy:
                 await self._copy(plog, tid, local, view.leader_epoch)
             if plan.delete_local_up_to is not None and not plog.closed:
@@ -584,8 +604,19 @@ class RemoteLogManager:
             data = await self.reader.read(
                 plog.topic, seg, offset, max_bytes, max_offset=min(upper, seg.end_offset + 1)
             )
-        except RemoteStorageError:
+        except RemoteStorageError as e:
             self.stats.fetch_errors += 1
+            if isinstance(e, RemoteCorruptionError) and seg.segment_id not in self._corrupt:
+                self._corrupt.add(seg.segment_id)  # said once per segment
+                log.error(
+                    "remote segment %s of %s-%d [%d, %d] is corrupt and is not served: %s",
+                    seg.segment_id,
+                    plog.topic,
+                    plog.partition,
+                    seg.base_offset,
+                    seg.end_offset,
+                    e,
+                )
             raise
         if not data:
             return None, None
@@ -646,6 +677,11 @@ def build_store(settings: Any) -> RemoteStore:
     if settings.is_s3:
         from logmq.storage.remote.s3_store import S3Store
 
+        optional: dict[str, Any] = {}
+        if settings.s3_multipart_part_size:
+            optional["part_size"] = settings.s3_multipart_part_size
+        if settings.s3_api_call_timeout_ms:
+            optional["request_timeout_s"] = settings.s3_api_call_timeout_ms / 1000
         return S3Store(
             settings.s3_bucket,
             region=settings.s3_region,
@@ -654,8 +690,7 @@ def build_store(settings: Any) -> RemoteStore:
             access_key_id=settings.aws_access_key_id,
             secret_access_key=settings.aws_secret_access_key,
             prefix=settings.key_prefix or "",
-            part_size=settings.s3_multipart_part_size,
-            request_timeout_s=settings.s3_api_call_timeout_ms / 1000,
+            **optional,
         )
     from logmq.storage.remote.directory_store import DirectoryStore
 
