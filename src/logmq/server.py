@@ -489,7 +489,7 @@ class Broker:
             self.replicas, self.remote_log, self.remote_settings.remote_fetch_max_wait_ms
         )
         self.follower_reads = FollowerReads(self.replicas)
-        self.deletions = RecordDeletion(self.replicas)
+        self.deletions = RecordDeletion(self.replicas, self.remote_log)
         self.groups = GroupCoordinatorService(
             cfg,
             self.quorum,

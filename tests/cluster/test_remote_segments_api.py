@@ -16,7 +16,9 @@ S = SegmentState
 
 
 def segment(tid: str, sid: str, base: int, epoch: int) -> RemoteSegment:
-    return RemoteSegment(tid, 0, sid, base, base + 99, 5_000, 1 << 20, ((epoch, base),), epoch, 1)
+    return RemoteSegment(
+        tid, 0, sid, base, base + 99, 5_000, 1 << 20, ((epoch, base),), epoch, 1, topic="t"
+    )
 
 
 def test_the_wire_body_round_trips():

@@ -105,6 +105,10 @@ def _judge(
             message = f"{where}: broker {broker_id} does not lead (leader {part.leader})"
             return ApiResult(ErrorCode.NOT_LEADER_OR_FOLLOWER, message), None, None
     if c.segment is not None:
+        if name is not None and c.segment.topic != name:
+            # the objects' keys hold the name: a copy must say the topic's own
+            message = f"the segment names topic {c.segment.topic!r}, not {name!r}"
+            return ApiResult(ErrorCode.INVALID_REQUEST, message), None, None
         if current is None:
             return OK, to_record(c.segment), c.segment
         if current == c.segment:

@@ -254,6 +254,7 @@ def remote_segment_change_body(c: RemoteSegmentChange) -> dict[str, Any]:
             "leader_epochs": [list(e) for e in s.leader_epochs],
             "copier_epoch": s.copier_epoch,
             "broker_id": s.broker_id,
+            "topic": s.topic,
         },
     }
 
@@ -293,6 +294,7 @@ def remote_segment_change(item: Any) -> RemoteSegmentChange:
             state,
             checksum,
             event_ms,
+            req_str(raw, "topic", ""),
         )
     return RemoteSegmentChange(
         topic_id,

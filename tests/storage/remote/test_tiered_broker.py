@@ -182,3 +182,43 @@ def test_list_offsets_over_both_tiers(tiered_broker):
         assert (low, high) == (0, len(values))  # earliest: the remote tier's start
     finally:
         c.close()
+
+
+def remote_segment_files(root: Path, topic: str) -> list[Path]:
+    return sorted(p for p in root.rglob("*.log") if p.parent.parent.name.startswith(f"{topic}-"))
+
+
+def test_delete_records_and_topic_deletion_reach_the_remote_tier(tiered_broker):
+    from confluent_kafka import TopicPartition
+    from confluent_kafka.admin import AdminClient
+
+    broker = tiered_broker
+    root: Path = broker.remote_root  # type: ignore[attr-defined]
+    topic = "tiered-delete"
+    create_tiered_topic(broker, topic)
+    values = produce(broker, topic, 10_000)
+    wait_for(lambda: len(local_log_files(broker, topic)) <= 4, what="local segments to go")
+    copied = remote_segment_files(root, topic)
+    assert len(copied) >= 5
+    # DeleteRecords below the local log start: offsets below it are gone from both tiers
+    cut = 3_333
+    admin = AdminClient({"bootstrap.servers": broker.kafka_bootstrap})
+    fut = admin.delete_records([TopicPartition(topic, 0, cut)])
+    (result,) = fut.values()
+    assert result.result(30).low_watermark == cut
+    c = confluent_kafka.Consumer({"bootstrap.servers": broker.kafka_bootstrap, "group.id": "d"})
+    try:
+        low, _high = c.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)
+    finally:
+        c.close()
+    assert low == cut
+    got = consume_confluent(broker, topic, len(values) - cut, "read_committed")
+    assert got == values[cut:]
+    # the remote segments wholly below the cut are deleted by the next pass
+    wait_for(
+        lambda: len(remote_segment_files(root, topic)) < len(copied),
+        what="remote segments below the cut to go",
+    )
+    # deleting the topic deletes its remote data (the controller's broker does it)
+    admin.delete_topics([topic])[topic].result(30)
+    wait_for(lambda: not remote_segment_files(root, topic), what="the topic's remote data to go")

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 from logmq.errors import ErrorCode, LogMQError, Outcome
 
 if TYPE_CHECKING:
+    from logmq.broker.replica.remote_log import RemoteLogManager
     from logmq.broker.replica.replica_manager import ReplicaManager
 
 TopicPartition = tuple[str, int]
@@ -30,8 +31,9 @@ class DeletedRecords(Outcome):
 class RecordDeletion:
     """DeleteRecords answers, each waiting on its partition's low watermark."""
 
-    def __init__(self, replicas: ReplicaManager) -> None:
+    def __init__(self, replicas: ReplicaManager, remote: RemoteLogManager | None = None) -> None:
         self.replicas = replicas
+        self.remote = remote  # a tiered partition's deletions reach its remote tier too
         self.logs = replicas.logs
         self.waiters = replicas.waiters
         # the answers waiting for the ISR's log start offsets: (offset, future)
@@ -88,6 +90,8 @@ class RecordDeletion:
                 f"be in [0, {hw}] (the high watermark) or -1",
                 ErrorCode.OFFSET_OUT_OF_RANGE,
             )
+        if self.remote is not None and plog.remote_managed:
+            self.remote.delete_records_below(plog, target)
         if target > plog.log_start_offset:
             plog.advance_log_start_offset(target)
             await self.logs.checkpoint()
@@ -118,8 +122,13 @@ class RecordDeletion:
         plog = self.replicas.leader_log(*key)
         replica = self.replicas.replica(key)
         if replica is None:
-            return plog.log_start_offset  # a single broker: its own log is the ISR
-        return replica.low_watermark(plog.log_start_offset)
+            low = plog.log_start_offset  # a single broker: its own log is the ISR
+        else:
+            low = replica.low_watermark(plog.log_start_offset)
+        if self.remote is not None and plog.remote_managed and low >= 0:
+            # the ISR's local logs start higher; the partition starts at the remote tier
+            low = min(low, self.remote.log_start_offset(plog))
+        return low
 
     def _check_trims(self, key: TopicPartition) -> None:
         """Answer the DeleteRecords waiting on ``key`` that the low watermark now passes."""

@@ -19,6 +19,7 @@ import asyncio
 import logging
 import time
 import uuid
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -26,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 from logmq.cluster.controller_api import RemoteSegmentChange
 from logmq.errors import ErrorCode, LogMQError
 from logmq.storage import retention
+from logmq.storage.checkpoint import atomic_write
 from logmq.storage.producer_state import snapshot_path
 from logmq.storage.remote import planner as tier
 from logmq.storage.remote.segment_files import (
@@ -46,6 +48,9 @@ if TYPE_CHECKING:
 log = logging.getLogger("logmq.remote")
 
 DELETE_FINISHED = SegmentState.DELETE_FINISHED
+# in a tiered partition's directory: the offset DeleteRecords deleted below, over both
+# tiers (the local log start alone cannot say it once local retention has moved it)
+DELETED_BELOW_FILE = "remote-log-start-offset"
 
 TopicPartition = tuple[str, int]
 
@@ -140,6 +145,9 @@ class RemoteLogManager:
         self._copy_slots = asyncio.Semaphore(max(1, settings.copier_thread_pool_size))
         self._delete_slots = asyncio.Semaphore(max(1, settings.expiration_thread_pool_size))
         self._stopped = False
+        # DeleteRecords' offset per log (weak: a deleted and re-created topic's new
+        # log starts afresh)
+        self._floors: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
         self._corrupt: set[str] = set()  # segment ids found corrupt (logged once)
         self.last_error: dict[TopicPartition, str] = {}
 
@@ -223,12 +231,35 @@ class RemoteLogManager:
         return () if tid is None else image.remote_segments(tid, partition)
 
     def log_start_offset(self, plog: PartitionLog) -> int:
-        """The partition's log start over both tiers (what clients are told)."""
+        """The partition's log start over both tiers (what clients are told): the remote
+        tier's start, or the local one, and never below what DeleteRecords deleted."""
         local = plog.log_start_offset
         if not plog.remote_managed:
             return local
         start = tier.remote_log_start(self._remote_of(plog.topic, plog.partition))
-        return local if start < 0 else min(start, local)
+        start = local if start < 0 else min(start, local)
+        return max(start, self._deleted_below(plog))
+
+    def _deleted_below(self, plog: PartitionLog) -> int:
+        floor = self._floors.get(plog)
+        if floor is None:
+            try:
+                floor = int((plog.dir / DELETED_BELOW_FILE).read_text().strip() or 0)
+            except (OSError, ValueError):
+                floor = 0
+            self._floors[plog] = floor
+        return floor
+
+    def delete_records_below(self, plog: PartitionLog, offset: int) -> None:
+        """DeleteRecords on a tiered partition: offsets below ``offset`` are gone from
+        both tiers at once (written to the partition's directory before the answer, so
+        a crash keeps it); the remote segments wholly below it are deleted by the next
+        pass, and local ones as for any log."""
+        if offset <= self._deleted_below(plog):
+            return
+        atomic_write(plog.dir / DELETED_BELOW_FILE, b"%d\n" % offset)
+        self._floors[plog] = offset
+        self.wake()
 
     def highest_copied_offset(self, plog: PartitionLog) -> int:
         return tier.highest_copied_offset(self._remote_of(plog.topic, plog.partition))
@@ -538,7 +569,14 @@ class RemoteLogManager:
     async def _delete_removed(self, image: MetadataImage, topic_id: str, partition: int) -> None:
         """The remote data of a deleted topic's partition: deleted by the active
         controller's broker, resumable (each segment's state is in the quorum)."""
-        for seg in image.remote_segments(topic_id, partition):
+        segments = image.remote_segments(topic_id, partition)
+        log.info(
+            "deleting the remote data of a deleted topic (id %s) partition %d: %d segments",
+            topic_id,
+            partition,
+            len(segments),
+        )
+        for seg in segments:
             if seg.segment_id in self._in_flight:
                 continue
             try:
