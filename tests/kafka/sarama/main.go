@@ -8,6 +8,7 @@
 //	sarama-client produce-invalid BOOTSTRAP TOPIC
 //	sarama-client group BOOTSTRAP GROUP TOPIC N
 //	sarama-client admin BOOTSTRAP TOPIC
+//	sarama-client consume BOOTSTRAP TOPIC PARTITION N
 package main
 
 import (
@@ -179,6 +180,35 @@ func group(bootstrap, groupID, topic string, n int) {
 	}
 }
 
+// consume reads n records of one partition from the oldest offset (ListOffsets -2), no
+// group: what a tiered partition serves from its remote tier first.
+func consume(bootstrap, topic string, partition int32, n int) {
+	c := config()
+	c.Consumer.Return.Errors = true
+	consumer, err := sarama.NewConsumer([]string{bootstrap}, c)
+	if err != nil {
+		fail("consumer", err)
+	}
+	defer consumer.Close()
+	pc, err := consumer.ConsumePartition(topic, partition, sarama.OffsetOldest)
+	if err != nil {
+		fail("consume partition", err)
+	}
+	defer pc.Close()
+	timeout := time.After(60 * time.Second)
+	for got := 0; got < n; {
+		select {
+		case msg := <-pc.Messages():
+			emit(map[string]interface{}{"offset": msg.Offset, "value": string(msg.Value)})
+			got++
+		case err := <-pc.Errors():
+			fail("consume", err)
+		case <-timeout:
+			fail("consume", fmt.Errorf("only %d of %d records in 60 s", got, n))
+		}
+	}
+}
+
 func admin(bootstrap, topic string) {
 	a, err := sarama.NewClusterAdmin([]string{bootstrap}, config())
 	if err != nil {
@@ -231,7 +261,7 @@ func admin(bootstrap, topic string) {
 func main() {
 	args := os.Args[1:]
 	if len(args) < 3 {
-		fail("usage", fmt.Errorf("produce|produce-invalid|group|admin BOOTSTRAP ..."))
+		fail("usage", fmt.Errorf("produce|produce-invalid|group|admin|consume BOOTSTRAP ..."))
 	}
 	switch args[0] {
 	case "produce":
@@ -242,6 +272,8 @@ func main() {
 		group(args[1], args[2], args[3], atoi(args[4]))
 	case "admin":
 		admin(args[1], args[2])
+	case "consume":
+		consume(args[1], args[2], int32(atoi(args[3])), atoi(args[4]))
 	default:
 		fail("usage", fmt.Errorf("unknown command %q", args[0]))
 	}

@@ -123,6 +123,34 @@ async def test_offset_for_timestamp_matches_the_local_segment(segments):
             assert await reader.offset_for_timestamp(TOPIC, meta, ts) == c.seg.find_timestamp(ts)
 
 
+async def test_offset_for_timestamp_finds_the_record_not_its_batch(tmp_path):
+    """Records of one batch have their own CreateTimes (not always rising): the answer
+    is the first record at or after the time, as ListOffsets over the local log gives."""
+    from logmq.storage.offset_search import first_record_at_or_after
+
+    rng = random.Random(5)
+    log = open_log(tmp_path, segment_bytes=1 << 20)
+    ts = 10_000
+    for _ in range(40):
+        rows = []
+        for _ in range(rng.randint(1, 8)):
+            ts += rng.randint(-3, 9)
+            rows.append((ts, None, b"v" * rng.randint(1, 50), None))
+        log.append(b.encode_batch(rows))
+    c = roll(log)
+    log.high_watermark = log.log_end_offset
+    store = MemoryStore()
+    reader = new_reader(store)
+    meta, _ = await copy(store, c, chunk_size=97)
+    try:
+        for target in range(9_990, meta.max_timestamp + 3):
+            want = first_record_at_or_after(log, target)
+            got = await reader.offset_for_timestamp(TOPIC, meta, target)
+            assert (got or (-1, -1)) == want, target
+    finally:
+        log.close()
+
+
 async def test_producer_snapshot_and_leader_epochs_come_back(segments):
     _, closed = segments
     store = MemoryStore()

@@ -24,8 +24,9 @@ from collections.abc import Awaitable, Callable, Hashable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from logmq.errors import LogMQError
+from logmq.errors import CorruptRecordError, LogMQError
 from logmq.storage import batch as b
+from logmq.storage.compression import InflateLimitError, inflate_budget
 from logmq.storage.index import IndexCorruptError, OffsetIndex, TimeIndex
 from logmq.storage.remote.chunk_cache import ChunkCache, IndexCache
 from logmq.storage.remote.rate_limit import ByteRateLimiter
@@ -167,9 +168,11 @@ class RemoteReader:
     async def offset_for_timestamp(
         self, topic: str, seg: RemoteSegment, ts_ms: int
     ) -> tuple[int, int] | None:
-        """(base offset, max timestamp) of the segment's first batch with max timestamp
-        >= ``ts_ms``, as ``LogSegment.find_timestamp`` (the caller answers -1 and -2 and
-        raises the offset to the log start)."""
+        """(offset, timestamp) of the segment's first record with timestamp >= ``ts_ms``,
+        as ListOffsets answers over a local log (offset_search.first_record_at_or_after):
+        the time index finds the first batch whose max timestamp reaches ``ts_ms`` and
+        only that batch is decoded, since CreateTime records need not grow within a
+        batch. The caller answers -1 and -2 and raises the offset to the log start."""
         if seg.max_timestamp < ts_ms:
             return None
         adm = _Admission()
@@ -181,9 +184,26 @@ class RemoteReader:
         while pos < manifest.log_size:
             h = await view.header(pos)
             if h.max_timestamp >= ts_ms:
-                return h.base_offset, h.max_timestamp
+                return await self._first_record_at_or_after(view, pos, h, ts_ms)
             pos += h.size
         return None
+
+    async def _first_record_at_or_after(
+        self, view: _LogView, pos: int, h: b.BatchHeader, ts_ms: int
+    ) -> tuple[int, int]:
+        if h.attributes & b.ATTR_LOG_APPEND_TIME:  # every record has the append time
+            return h.base_offset, h.max_timestamp
+        data = await view.read(pos, pos + h.size)
+        try:
+            records = b.decode_records(data, 0, max_size=inflate_budget(h.size))
+        except InflateLimitError:  # a bomb stored as sent: answer for the batch
+            return h.base_offset, h.max_timestamp
+        except CorruptRecordError as e:  # its chunks matched their checksums: copied so
+            raise view._corrupt(f"batch at position {pos}: {e}") from None
+        for offset, rec_ts, *_ in records:
+            if rec_ts >= ts_ms:
+                return offset, rec_ts
+        return h.base_offset, h.max_timestamp  # a header promising more than its records
 
     async def collect(
         self, topic: str, seg: RemoteSegment, fetch_offset: int, upper: int
