@@ -79,8 +79,6 @@ def s3_args(endpoint_url: str, bucket: str) -> list[str]:
         "rsm.config.storage.s3.path.style.access.enabled=true",
         f"rsm.config.storage.aws.access.key.id={ACCESS_KEY_ID}",
         f"rsm.config.storage.aws.secret.access.key={SECRET_ACCESS_KEY}",
-        # set, though Kafka's default would do: see test_s3_back_end_starts_without_a_call_timeout
-        "rsm.config.storage.s3.api.call.timeout=30000",
     ]
     out: list[str] = []
     for kv in kvs:
@@ -241,19 +239,12 @@ def test_s3_back_end_serves_every_client_from_zero(s3_broker):
     assert consume_kcat(s3_broker, topic) == values
 
 
-NO_CALL_TIMEOUT = (
-    "remote_log.build_store divides settings.s3_api_call_timeout_ms by 1000, but it is "
-    "None unless rsm.config.storage.s3.api.call.timeout is set: an S3 broker cannot start"
-)
-
-
-@pytest.mark.xfail(strict=False, reason=NO_CALL_TIMEOUT)
 def test_s3_back_end_starts_without_a_call_timeout(moto_server):
     from logmq.broker.replica.remote_log import build_store
     from logmq.storage.remote.config import RemoteStorageSettings
 
     props = dict(kv.split("=", 1) for kv in s3_args(moto_server.endpoint_url, "b")[1::2])
-    del props["rsm.config.storage.s3.api.call.timeout"]
+    assert "rsm.config.storage.s3.api.call.timeout" not in props
     settings = RemoteStorageSettings.from_properties(props)
 
     async def build() -> float:
@@ -436,14 +427,6 @@ def test_read_uncommitted_gets_every_record_of_both_tiers(txn_topic, dir_broker)
     )
 
 
-SPANNING_ABORT = (
-    "remote_log.RemoteLogManager.read asks only the fetched segment's txn index "
-    "(reader.aborted_transactions); an aborted transaction whose ABORT marker is in a "
-    "later segment is missed, so read_committed delivers its records"
-)
-
-
-@pytest.mark.xfail(strict=False, reason=SPANNING_ABORT)
 def test_read_committed_gets_exactly_the_committed_records(txn_topic, dir_broker):
     n = len(txn_topic.committed)
     got = consume_confluent(dir_broker, txn_topic.topic, n, "read_committed")
@@ -471,14 +454,6 @@ def test_sarama_reads_from_the_oldest_offset(dir_broker, tiered, sarama_client):
     assert [r["value"].encode() for r in rows] == tiered.values
 
 
-NATIVE_BYTES = (
-    "native/data_api._fetch_reply takes records.length, but a remote read answers bytes "
-    "(the Kafka door's fetch_response handles both): every native fetch below the local "
-    "log start fails with AttributeError"
-)
-
-
-@pytest.mark.xfail(strict=False, reason=NATIVE_BYTES)
 def test_the_native_client_reads_from_zero(dir_broker, tiered):
     from logmq import Consumer
 
@@ -495,7 +470,6 @@ def test_the_native_client_reads_from_zero(dir_broker, tiered):
     assert [r.value for r in out] == tiered.values
 
 
-@pytest.mark.xfail(strict=False, reason=NATIVE_BYTES)  # the source reads over the native door
 def test_the_spark_source_reads_the_whole_topic(dir_broker, tiered, tmp_path):
     pytest.importorskip("pyspark")
     pytest.importorskip("pyarrow")

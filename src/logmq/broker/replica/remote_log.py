@@ -662,7 +662,13 @@ class RemoteLogManager:
         aborted = None
         if committed:
             end = _batches_end(data)
-            aborted = await self.reader.aborted_transactions(plog.topic, seg, offset, end) or None
+            # an ABORT marker may be in a later segment than the data it aborts: go on
+            # through the later remote segments, then the local log, as Kafka does
+            later = [s for s in remote if s.readable and s.base_offset >= seg.base_offset]
+            found, passed = await self.reader.collect_aborted(plog.topic, later, offset, end)
+            if not passed:
+                found += plog.aborted_transactions(offset, end)
+            aborted = list(dict.fromkeys(found)) or None
         return data, aborted
 
 
