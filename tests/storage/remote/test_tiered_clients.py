@@ -243,7 +243,7 @@ def test_s3_back_end_starts_without_a_call_timeout(moto_server):
     from logmq.broker.replica.remote_log import build_store
     from logmq.storage.remote.config import RemoteStorageSettings
 
-    props = dict(kv.split("=", 1) for kv in s3_args(moto_server.endpoint_url, "b")[1::2])
+    props = dict(kv.split("=", 1) for kv in s3_args(moto_server.endpoint_url, "bucket")[1::2])
     assert "rsm.config.storage.s3.api.call.timeout" not in props
     settings = RemoteStorageSettings.from_properties(props)
 
