@@ -468,9 +468,6 @@ class Broker:
         self.metrics.register_storage(logs.disk)
         self.quorum.storage_full = lambda: logs.disk.full  # carried by heartbeats
         self.local_logs = LocalLogs(cfg.node_id, logs, lambda: self.quorum.image, self.waiters)
-        self.replicas = self._replica_manager()
-        # the data paths over the replicas, each one concept (broker/replica/replica_manager.py)
-        self.appends = LeaderAppends(self.replicas)
         if self.remote_settings.enabled:
             self.remote_log = build_remote_log(
                 cfg.node_id,
@@ -485,6 +482,9 @@ class Broker:
                 lambda: self.quorum.is_controller,
             )
             self.metrics.register_remote_tier(self.remote_log)
+        self.replicas = self._replica_manager()
+        # the data paths over the replicas, each one concept (broker/replica/replica_manager.py)
+        self.appends = LeaderAppends(self.replicas)
         self.reads = ConsumerReads(
             self.replicas, self.remote_log, self.remote_settings.remote_fetch_max_wait_ms
         )
@@ -722,6 +722,7 @@ class Broker:
             broker_epoch=lambda: self.quorum.broker_epoch,
             replicated=self.replicated,
             fenced=lambda: self.quorum.image.fenced_brokers(),
+            tier_state=self.remote_log.state_at if self.remote_log is not None else None,
             config=ReplicationConfig(
                 replica_lag_time_max_ms=self.config.replica_lag_time_max_ms,
                 fetcher=FetcherConfig(security=self.inter_broker_security),

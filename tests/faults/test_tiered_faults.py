@@ -235,3 +235,55 @@ def test_store_stopped_for_a_minute_under_produce_loses_nothing(tmp_path):
                      what="copying to catch up")  # fmt: skip
             got = consume_confluent(broker, topic, len(acked), "read_committed")
             assert got == acked
+
+
+def test_a_new_replica_copies_only_the_local_tail(tmp_path):
+    """KIP-405's follower path: a replica added to a tiered partition (a reassignment
+    onto an empty broker) is answered OFFSET_MOVED_TO_TIERED_STORAGE, starts at the
+    leader's local log start with the leader epochs and producer state the remote tier
+    holds there, and copies only the local tail; it can then lead, serving the whole
+    partition from offset 0 through both tiers."""
+    from logmq.client import Admin
+
+    root = tmp_path / "remote"
+    root.mkdir()
+    with BrokerCluster(3, base_dir=tmp_path / "c", extra_args=tier_args(root)) as cluster:
+        boot = kafka_bootstrap(cluster)
+        topic = "tiered-move"
+        create_topic(boot, topic, 1)
+        cluster.wait_for_topic(topic, 1)
+        first = leader_of(cluster, topic)
+        other = next(n for n in cluster.nodes if n != first)
+        acked = produce_acked(boot, topic, 10_000)
+        one = cluster.nodes[first]
+        wait_for(lambda: len(local_log_files(one, topic)) <= 4, what="copied segments to go")
+        local_start = local_log_files(one, topic)[0]
+        assert local_start > 0
+        with Admin(cluster.bootstrap) as a:
+            a.alter_partition_reassignments({(topic, 0): [other, first]})
+
+            def moved() -> bool:
+                p = a.describe_topics([topic])[topic].partitions[0]
+                return list(p.replicas) == [other, first] and set(p.isr) == {first, other}
+
+            wait_for(moved, timeout=60, what="the new replica to join the ISR")
+        two = cluster.nodes[other]
+        files = local_log_files(two, topic)
+        # only the leader's local tail came over: the new replica starts where the
+        # leader's local log does, not at 0
+        assert files and files[0] >= local_start
+        copied = sum(p.stat().st_size for p in (two.data_dir / f"{topic}-0").glob("*.log"))
+        assert copied <= 6 * SEGMENT
+        epochs = (two.data_dir / f"{topic}-0" / "leader-epoch-checkpoint").read_text()
+        assert epochs.strip(), "the new replica has no leader epochs"
+        # the new replica leads (preferred leader 2 after the move) or can: kill the
+        # old one and read everything from 0 through the new
+        one.kill()
+        with Admin(two.bootstrap) as a:
+            wait_for(
+                lambda: a.describe_topics([topic])[topic].partitions[0].leader == other,
+                timeout=60,
+                what="the new replica to lead",
+            )
+        got = consume_confluent_from(two.kafka_bootstrap, topic, len(acked))
+        assert got == acked

@@ -12,6 +12,7 @@ segments. Each change within a partition is a bisection in its sorted list.
 
 from __future__ import annotations
 
+import sys
 from bisect import bisect_left
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -91,8 +92,10 @@ def to_record(s: RemoteSegment) -> RemoteSegmentRecord:
 
 
 def from_record(r: RemoteSegmentRecord) -> RemoteSegment:
+    # one string per topic, not one per segment: 10,000 segments' copies of the same id
+    # and name were a sixth of the image's memory (benchmarks/bench_tiered.py)
     return RemoteSegment(
-        r.topic_id,
+        sys.intern(r.topic_id),
         r.partition,
         r.segment_id,
         r.base_offset,
@@ -105,7 +108,7 @@ def from_record(r: RemoteSegmentRecord) -> RemoteSegment:
         _state(r.state),
         r.checksum,
         r.event_ms,
-        r.topic,
+        sys.intern(r.topic),
     )
 
 

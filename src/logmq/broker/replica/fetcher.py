@@ -333,7 +333,7 @@ class ReplicaFetcher:
                 if leo is not None and parts.get(key) is p and p.offset == offset:
                     p.offset = leo
             elif f.error in _RESET_ERRORS:
-                if not self.manager.on_out_of_range(key, p.offset, f.log_start_offset):
+                if not await self._reset(key, f.error, p.offset, f.log_start_offset):
                     p.retry_at = retry_at
                     self._backoff[key] = retry_at
             else:
@@ -371,6 +371,15 @@ class ReplicaFetcher:
         for key in throttled:
             limits[key] = share
         return limits, throttled, None
+
+    async def _reset(
+        self, key: TopicPartition, error: ErrorCode, offset: int, leader_start: int
+    ) -> bool:
+        """Below the leader's log start: start over there (for a tiered log, with the
+        state the remote tier holds at the leader's local log start)."""
+        if error is ErrorCode.OFFSET_MOVED_TO_TIERED_STORAGE:
+            return await self.manager.on_moved_to_tier(key, offset, leader_start)
+        return self.manager.on_out_of_range(key, offset, leader_start)
 
     def _log_start(self, topic: str, partition: int) -> int:
         plog = self.manager.logs.get_log(topic, partition)
@@ -424,7 +433,7 @@ class ReplicaFetcher:
                 if leo is not None and self.partitions.get(key) is p and p.offset == offset:
                     p.offset = leo
             elif f.error in _RESET_ERRORS:
-                if not self.manager.on_out_of_range(key, p.offset, f.log_start_offset):
+                if not await self._reset(key, f.error, p.offset, f.log_start_offset):
                     p.retry_at = retry_at
             else:
                 # NOT_LEADER_OR_FOLLOWER, FENCED/UNKNOWN_LEADER_EPOCH, unknown

@@ -48,6 +48,9 @@ if TYPE_CHECKING:
 log = logging.getLogger("logmq.remote")
 
 DELETE_FINISHED = SegmentState.DELETE_FINISHED
+# a pass over one partition plans again after each copy, this many times at most (then
+# the next pass goes on), so one partition's backlog does not hold its task for ever
+MAX_ROUNDS_PER_PASS = 64
 # in a tiered partition's directory: the offset DeleteRecords deleted below, over both
 # tiers (the local log start alone cannot say it once local retention has moved it)
 DELETED_BELOW_FILE = "remote-log-start-offset"
@@ -101,6 +104,28 @@ def local_segments(plog: PartitionLog) -> list[tier.LocalSegment]:
         end = segs[i + 1].base_offset - 1 if closed else seg.next_offset - 1
         out.append(tier.LocalSegment(seg.base_offset, end, seg.size, seg.max_timestamp, closed))
     return out
+
+
+@dataclass(frozen=True, slots=True)
+class TierResetState:
+    """What a follower reset to the leader's local log start ``offset`` takes from the
+    remote tier (KIP-405): the leader epochs up to it, from the remote segments'
+    metadata, and the producer snapshot copied with the segment that ends there."""
+
+    offset: int
+    epochs: tuple[tuple[int, int], ...]
+    snapshot: bytes | None
+
+    def install(self, plog: PartitionLog) -> None:
+        for epoch, start in self.epochs:
+            plog.leader_epochs.assign(epoch, start)
+        if self.snapshot is None:
+            return
+        try:
+            plog.producer_state.load_bytes(self.snapshot)
+        except Exception as e:  # checksummed, yet not ours to trust blindly
+            plog.producer_state.clear()
+            log.warning("remote producer snapshot of %s not loaded: %s", plog, e)
 
 
 class RemoteLogManager:
@@ -264,6 +289,21 @@ class RemoteLogManager:
     def highest_copied_offset(self, plog: PartitionLog) -> int:
         return tier.highest_copied_offset(self._remote_of(plog.topic, plog.partition))
 
+    # -- a follower starting over at the leader's local log start ---------------------
+    async def state_at(self, plog: PartitionLog, offset: int) -> TierResetState:
+        """The remote tier's state at ``offset`` (ReplicaManager.on_moved_to_tier)."""
+        remote = [s for s in self._remote_of(plog.topic, plog.partition) if s.readable]
+        epochs: dict[int, int] = {}
+        for seg in remote:
+            for epoch, start in seg.leader_epochs:
+                if start < offset and start < epochs.get(epoch, start + 1):
+                    epochs[epoch] = start
+        snapshot = None
+        before = tier.segment_for_offset(remote, offset - 1) if offset > 0 else None
+        if before is not None and before.end_offset + 1 == offset:
+            snapshot = await self.reader.producer_snapshot(plog.topic, before)
+        return TierResetState(offset, tuple(sorted(epochs.items())), snapshot)
+
     # -- what operators see --------------------------------------------------------------
     def partition_status(self, plog: PartitionLog) -> dict[str, Any]:
         """Both tiers of one local partition: starts, bytes, and what waits to be copied
@@ -419,51 +459,62 @@ class RemoteLogManager:
         )
 
     async def _step(self, plog: PartitionLog, image: MetadataImage) -> None:
-        view = self._view(plog, image)
-        if view is None:
-            return
+        """One partition's pass: plan, act, and plan again while a copy went through
+        (each copy's COPY_FINISHED is in the image when it returns), so a leader copies
+        every eligible segment in one pass, as Kafka's copy task does, not one per
+        remote.log.manager.task.interval.ms."""
+        key = (plog.topic, plog.partition)
+        for _ in range(MAX_ROUNDS_PER_PASS):
+            view = self._view(plog, image)
+            if view is None or plog.closed or self._stopped:
+                return
+            if not view.is_leader:
+                # a follower copies nothing: it lets go of what a finished copy covers,
+                # by the same local retention as its leader
+                up_to = tier.follower_delete_local_up_to(view)
+                if up_to is not None:
+                    self.stats.local_segments_deleted += retention.delete_local_below(plog, up_to)
+                return
+            try:
+                again = await self._act(plog, view, image)
+                self.last_error.pop(key, None)
+            except RemoteStorageError as e:
+                self.last_error[key] = str(e)
+                self.stats.error("store_retriable" if e.retriable else "store")
+                log.warning("remote tier of %s-%d: %s (retried next pass)", *key, e)
+                return
+            except LogMQError as e:
+                self.last_error[key] = str(e)
+                self.stats.error(e.code.name.lower())
+                log.info("remote tier of %s-%d: %s", *key, e)
+                return
+            if not again:
+                return
+            image = self._image()
+
+    async def _act(self, plog: PartitionLog, view: tier.TierView, image: MetadataImage) -> bool:
+        """Carry out one plan; True if it copied (there may be more to copy)."""
         tid = self._topic_id(plog.topic, image)
         assert tid is not None
-        key = (plog.topic, plog.partition)
-        if not view.is_leader:
-            # a follower copies nothing: it lets go of what a finished copy covers, by
-            # the same local retention as its leader
-            up_to = tier.follower_delete_local_up_to(view)
-            if up_to is not None and not plog.closed:
-                self.stats.local_segments_deleted += retention.delete_local_below(plog, up_to)
-            return
         plan = tier.plan_tier(view, max_copies=1)
-        try:
-            for why, segs in (
-                ("a copy that did not finish", plan.orphans),
-                ("a delete interrupted", plan.resume_deletes),
-                ("retention", plan.expire),
-            ):
-                for seg in segs:
-                    await self._delete(plog.topic, seg, view.leader_epoch)
-                    log.info(
-                        "deleted remote segment %s of %s-%d [%d, %d] (%s)",
-                        seg.segment_id,
-                        plog.topic,
-                        plog.partition,
-                        seg.base_offset,
-                        seg.end_offset,
-                        why,
-                    )
-            for local in plan.copy:
-                await self._copy(plog, tid, local, view.leader_epoch)
-            if plan.delete_local_up_to is not None and not plog.closed:
-                n = retention.delete_local_below(plog, plan.delete_local_up_to)
-                self.stats.local_segments_deleted += n
-            self.last_error.pop(key, None)
-        except RemoteStorageError as e:
-            self.last_error[key] = str(e)
-            self.stats.error("store_retriable" if e.retriable else "store")
-            log.warning("remote tier of %s-%d: %s (retried next pass)", *key, e)
-        except LogMQError as e:
-            self.last_error[key] = str(e)
-            self.stats.error(e.code.name.lower())
-            log.info("remote tier of %s-%d: %s", *key, e)
+        for why, segs in (
+            ("a copy that did not finish", plan.orphans),
+            ("a delete interrupted", plan.resume_deletes),
+            ("retention", plan.expire),
+        ):
+            for seg in segs:
+                await self._delete(plog.topic, seg, view.leader_epoch)
+                log.info(
+                    "deleted remote segment %s of %s-%d [%d, %d] (%s)",
+                    seg.segment_id, plog.topic, plog.partition, seg.base_offset,
+                    seg.end_offset, why,
+                )  # fmt: skip
+        for local in plan.copy:
+            await self._copy(plog, tid, local, view.leader_epoch)
+        if plan.delete_local_up_to is not None and not plog.closed:
+            n = retention.delete_local_below(plog, plan.delete_local_up_to)
+            self.stats.local_segments_deleted += n
+        return bool(plan.copy)
 
     async def _submit(self, change: RemoteSegmentChange) -> None:
         (outcome,) = await self.updates.submit([change])

@@ -35,7 +35,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from logmq.broker.replica.fetcher import FetcherConfig, ReplicaFetcher
 from logmq.broker.replica.isr_changes import AlterPartitions, IsrChangeQueue
@@ -138,6 +138,11 @@ class PartitionWatcher(Protocol):
         """A partition's followers, ISR or role changed (None: the broker is stopping)."""
 
 
+class TierState(Protocol):
+    def __call__(self, plog: PartitionLog, offset: int) -> Awaitable[Any]:
+        """The remote tier's state at ``offset`` (RemoteLogManager.state_at)."""
+
+
 class LeaderLogs(Protocol):
     def leader_log(self, topic: str, partition: int) -> PartitionLog | None:
         """The log of a partition this broker leads (NOT_LEADER_OR_FOLLOWER otherwise)."""
@@ -166,8 +171,13 @@ class ReplicaManager:
         config: ReplicationConfig | None = None,
         clock: Callable[[], int] = _now_ms,
         fenced: Callable[[], Iterable[int]] = tuple,
+        tier_state: TierState | None = None,
     ) -> None:
         self.broker_id = broker_id
+        # KIP-405: what a follower reset into the remote tier starts from (the leader
+        # epochs and producer state at the leader's local log start); None: no tier
+        self.tier_state = tier_state
+        self._reset_state: dict[TopicPartition, Any] = {}
         self.fenced = fenced  # the brokers the controller has fenced, from the image
         # A cluster gives every local partition a replica; a single broker gives none
         # (each partition is its own ISR, its HW its log end offset).
@@ -400,6 +410,9 @@ class ReplicaManager:
                 if plog is not None:
                     log.info("resetting %s-%d to start at %d", key[0], key[1], action.offset)
                     plog.truncate_fully_and_start_at(action.offset)
+                    state = self._reset_state.pop(key, None)
+                    if state is not None and state.offset == action.offset:
+                        state.install(plog)
                     self.logs.write_checkpoints()
                     self.waiters.notify(key)
             elif isinstance(action, StartFetching):
@@ -486,6 +499,21 @@ class ReplicaManager:
         if leader_log_start > plog.log_start_offset and not plog.closed:
             plog.advance_log_start_offset(leader_log_start)  # capped at our HW
         return plog.log_end_offset
+
+    async def on_moved_to_tier(
+        self, key: TopicPartition, fetch_offset: int, leader_local_start: int
+    ) -> bool:
+        """OFFSET_MOVED_TO_TIERED_STORAGE: the leader's local log starts at
+        ``leader_local_start`` and the rest is in the remote tier. Build the state there
+        (leader epochs, producer snapshot) from the remote tier, then start over at it,
+        copying only the leader's local tail; True if we reset."""
+        plog = self.logs.get_log(*key)
+        if self.tier_state is not None and plog is not None:
+            try:
+                self._reset_state[key] = await self.tier_state(plog, leader_local_start)
+            except LogMQError as e:  # the store down: start without it (as before)
+                log.warning("remote state of %s-%d not read: %s", key[0], key[1], e)
+        return self.on_out_of_range(key, fetch_offset, leader_local_start)
 
     def on_out_of_range(
         self, key: TopicPartition, fetch_offset: int, leader_log_start: int
