@@ -1,5 +1,5 @@
-"""The ``logmq`` command: topics, consumer groups, transactions, console produce/consume and
-benchmarks.
+"""The ``logmq`` command: topics, consumer groups, transactions, the storage tiers, console
+produce/consume and benchmarks.
 
 Every subcommand reaches the cluster through ``--bootstrap`` (or ``LOGMQ_BOOTSTRAP``),
 given before the subcommand or after it (``logmq topic list -b HOST:PORT``; there it wins),
@@ -27,6 +27,7 @@ from logmq_cli.group import group
 from logmq_cli.produce import produce
 from logmq_cli.reassign import reassign
 from logmq_cli.security import acl, quota, user
+from logmq_cli.storage import storage
 from logmq_cli.topic import topic
 from logmq_cli.txn import txn
 
@@ -81,7 +82,21 @@ def cli(
     )
 
 
-_COMMANDS = (topic, group, produce, consume, bench, cluster, reassign, acl, user, quota, txn, dev)
+_COMMANDS = (
+    topic,
+    group,
+    produce,
+    consume,
+    bench,
+    cluster,
+    reassign,
+    acl,
+    user,
+    quota,
+    txn,
+    storage,
+    dev,
+)
 for _command in _COMMANDS:
     cli.add_command(_command)
     if _command is not dev:  # dev starts brokers; it connects to none

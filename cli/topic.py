@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import click
@@ -11,6 +12,7 @@ from logmq.client.admin import NewTopic
 from logmq.errors import ErrorCode, LogMQError
 from logmq_cli.common import CliContext, client_errors
 from logmq_cli.output import emit_json, parse_key_values, print_table
+from logmq_cli.storage import remote_status
 
 json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
 
@@ -157,33 +159,85 @@ def list_(ctx: CliContext, internal: bool, as_json: bool) -> None:
 @click.pass_obj
 @client_errors
 def describe(ctx: CliContext, name: str, as_json: bool) -> None:
-    """Partitions of NAME (leader, replicas, ISR, log start/end offsets) and its configs."""
+    """Partitions of NAME (leader, replicas, ISR, log start/end offsets) and its configs;
+    for a tiered topic (remote.storage.enable=true) also each partition's local and
+    remote start offsets and bytes and its copy lag, as its leader reports them."""
     with open_admin(ctx) as admin:
         desc = admin.describe_topics([name])[name]
         entries = admin.describe_configs([name]).get(name, {})
     configs = {k: e.value for k, e in sorted(entries.items())}
     doc = describe_to_json(desc, configs)
+    tiered = str(configs.get("remote.storage.enable", "false")).lower() == "true"
+    if tiered:
+        add_remote_tier(ctx, doc)
     if as_json:
         emit_json(doc)
         return
+    columns = ["partition", "leader", "replicas", "isr", "log start offset", "log end offset"]
+    keys = ["partition", "leader", "replicas", "isr", "log_start_offset", "log_end_offset"]
+    if tiered:
+        columns += REMOTE_COLUMNS
+        keys += REMOTE_KEYS
     print_table(
-        ["partition", "leader", "replicas", "isr", "log start offset", "log end offset"],
-        [
-            [
-                p["partition"],
-                p["leader"],
-                p["replicas"],
-                p["isr"],
-                p["log_start_offset"],
-                p["log_end_offset"],
-            ]
-            for p in doc["partitions"]
-        ],
+        columns,
+        [[p.get(k) for k in keys] for p in doc["partitions"]],
         title=f"Topic {name}" + (" (internal)" if desc.internal else ""),
     )
+    if doc.get("remote_tier_error"):
+        click.echo(f"remote tier status unavailable: {doc['remote_tier_error']}", err=True)
     overrides = [(k, e.value) for k, e in sorted(entries.items()) if not e.default]
     if overrides:
         print_table(["config", "value"], overrides, title="Overrides")
+
+
+REMOTE_COLUMNS = [
+    "local start offset",
+    "local bytes",
+    "remote start offset",
+    "remote bytes",
+    "copy lag segments",
+    "copy lag bytes",
+]
+REMOTE_KEYS = [
+    "local_log_start_offset",
+    "local_bytes",
+    "remote_log_start_offset",
+    "remote_bytes",
+    "copy_lag_segments",
+    "copy_lag_bytes",
+]
+
+
+def add_remote_tier(ctx: CliContext, doc: dict[str, Any]) -> None:
+    """Each partition's two tiers, asked of its leader (DescribeRemoteTier). A leader
+    that cannot say (unreachable, not tiering yet, an older broker) leaves the fields
+    None and the reason in ``remote_tier_error``: the rest of describe still stands."""
+    topic = doc["topic"]
+    leaders = {p["leader"] for p in doc["partitions"] if p["leader"] is not None}
+    leaders.discard(-1)
+    for p in doc["partitions"]:
+        p.update(dict.fromkeys(REMOTE_KEYS))
+    if not leaders:
+        return
+    try:
+        report = asyncio.run(remote_status(ctx, nodes=leaders, body={"topics": [topic]}))
+    except (LogMQError, OSError, TimeoutError) as e:
+        doc["remote_tier_error"] = str(e)
+        return
+    errors = [f"broker {b['broker_id']}: {b['error']}" for b in report.brokers if b["error"]]
+    if errors:
+        doc["remote_tier_error"] = "; ".join(errors)
+    for p in doc["partitions"]:
+        row = report.partitions.get((topic, p["partition"]))
+        if row is None:
+            continue
+        p["local_log_start_offset"] = row["local_log_start_offset"]
+        p["local_bytes"] = row["local_bytes"]
+        # the remote tier starts where the log does once a segment is there
+        p["remote_log_start_offset"] = row["log_start_offset"] if row["remote_segments"] else None
+        p["remote_bytes"] = row["remote_bytes"]
+        p["copy_lag_segments"] = row["copy_lag_segments"]
+        p["copy_lag_bytes"] = row["copy_lag_bytes"]
 
 
 @topic.command("delete")

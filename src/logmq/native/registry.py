@@ -33,6 +33,7 @@ from logmq.native.cluster_api import ClusterApi
 from logmq.native.data_api import DataApi
 from logmq.native.group_api import GroupApi
 from logmq.native.reassignment_api import ReassignmentApi
+from logmq.native.remote_tier_api import RemoteTierApi
 from logmq.native.sasl_api import NativeSaslApi
 from logmq.native.security_api import SecurityApi
 from logmq.native.txn_api import TxnApi
@@ -194,6 +195,13 @@ NATIVE_APIS = ApiRegistry(
             ClusterApi.alter_remote_segments,
             BrokersOnly(),
             throttled=False,
+        ),
+        ApiSpec(
+            K.DESCRIBE_REMOTE_TIER,
+            V0,
+            RemoteTierApi.describe_remote_tier,
+            cluster(Op.DESCRIBE),
+            read_only=True,
         ),
         ApiSpec(K.WRITE_TXN_MARKERS, V0, TxnApi.write_txn_markers, BrokersOnly(), throttled=False),
         ApiSpec(K.ADD_PARTITIONS_TO_TXN, V0, TxnApi.add_partitions_to_txn, ADD_PARTITIONS),

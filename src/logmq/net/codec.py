@@ -89,6 +89,7 @@ class ApiKey(IntEnum):
     CONSUMER_GROUP_DESCRIBE = 69
     # logmq's own, above Kafka's keys (the Kafka door never serves them)
     ALTER_REMOTE_SEGMENTS = 1000  # partition leader -> controller: remote tier (cluster_api)
+    DESCRIBE_REMOTE_TIER = 1001  # a broker's remote tier status (native/remote_tier_api.py)
 
 
 @dataclass(slots=True)
