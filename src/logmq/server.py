@@ -87,6 +87,7 @@ from logmq.native.group_api import GroupApi
 from logmq.native.reassignment_api import ReassignmentApi
 from logmq.native.registry import NATIVE_APIS
 from logmq.native.remote_segment_updates import RemoteSegmentUpdates
+from logmq.native.remote_tier_api import RemoteTierApi
 from logmq.native.sasl_api import NativeSaslApi
 from logmq.native.security_api import SecurityApi
 from logmq.native.throttling import throttled
@@ -590,6 +591,7 @@ class Broker:
                 self.group_api,
                 self.cluster_api,
                 self.reassignment_api,
+                RemoteTierApi(self.remote_log, lambda: self.quorum.image),
                 SecurityApi(self.quorum, SecurityChanges(self.quorum), self.metrics),
                 TxnApi(self.marker_writer, self.txns, self.replicas, self.authorization),
                 self.native_sasl,

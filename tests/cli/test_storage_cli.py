@@ -1,8 +1,7 @@
 """``logmq storage remote status`` and ``logmq topic describe`` of a tiered topic, as
 real subprocesses against a real tiered ``logmq-server`` (the directory back end).
 
-Both ask DescribeRemoteTier (native API 1001), which server.py binds: until it does,
-these are expected to fail (xfail, not strict)."""
+Both ask DescribeRemoteTier (native API 1001)."""
 
 from __future__ import annotations
 
@@ -24,7 +23,6 @@ from tests.storage.remote.test_tiered_broker import (
 )
 
 DEADLINE = 120
-NEEDS_WIRING = pytest.mark.xfail(strict=False, reason="needs server wiring")
 
 
 def run(broker: BrokerProcess, *args: str, check: bool = True) -> subprocess.CompletedProcess:
@@ -66,7 +64,6 @@ def history_row(doc: dict) -> dict:
     return row
 
 
-@NEEDS_WIRING
 def test_status_lists_each_tiered_partition_with_both_tiers(tiered):
     doc = run_json(tiered, "storage", "remote", "status", "--json")
     assert doc["brokers"] == [{"broker_id": 1, "tiering": True, "error": None}]
@@ -89,7 +86,6 @@ def test_status_lists_each_tiered_partition_with_both_tiers(tiered):
     assert only["partitions"] == []
 
 
-@NEEDS_WIRING
 def test_topic_describe_adds_the_tiers_of_a_tiered_topic(tiered):
     doc = run_json(tiered, "topic", "describe", "history", "--json")
     [p] = doc["partitions"]
@@ -110,7 +106,6 @@ def test_topic_describe_of_an_untiered_topic_has_no_tier_columns(tiered):
     assert "remote start offset" not in run(tiered, "topic", "describe", "plain").stdout.decode()
 
 
-@NEEDS_WIRING
 def test_a_store_that_is_gone_shows_as_the_last_error_and_copying_waits(tiered):
     root: Path = tiered.remote_root  # type: ignore[attr-defined]
     create_tiered_topic(tiered, "stalled")
@@ -140,7 +135,6 @@ def test_a_store_that_is_gone_shows_as_the_last_error_and_copying_waits(tiered):
     wait_for(caught_up, what="copying to resume")
 
 
-@NEEDS_WIRING
 def test_status_of_a_broker_that_does_not_tier(broker):
     doc = run_json(broker, "storage", "remote", "status", "--json")
     assert doc == {"brokers": [{"broker_id": 1, "tiering": False, "error": None}], "partitions": []}

@@ -126,11 +126,6 @@ def test_describe_log_dirs_reports_the_local_size_of_a_tiered_partition(metered)
     assert local.log_start_offset > 0  # DescribeLogDirs' log start is the local one
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="native Fetch of remote records: native/data_api.py _fetch_reply takes "
-    "records.length of the bytes a remote read returns (fix: len() for bytes)",
-)
 def test_a_native_consumer_reads_a_tiered_topic_from_zero(metered):
     from logmq.client import Consumer
 

@@ -5,7 +5,7 @@ Operators moving from Kafka bring a ``server.properties`` with Kafka's
 (tiered-storage-for-apache-kafka, the plugin most S3 deployments use); logmq reads
 both as they are, from ``BrokerConfig.properties``. Built at start so a bad value stops
 the broker with a message naming the property, before any segment is copied.
-docs/tiered-storage-config.md lists every property.
+docs/tiered-storage.md lists every property.
 """
 
 from __future__ import annotations

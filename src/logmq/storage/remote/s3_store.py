@@ -1,6 +1,6 @@
 """A remote store on S3 or any S3-compatible service (MinIO, Ceph RGW, R2, GCS's S3 API).
 
-Built on aiobotocore (docs/design-remote-store.md says why not obstore): its errors carry
+Built on aiobotocore (docs/design.md, "Remote tier: why aiobotocore"): its errors carry
 S3's own code (``NoSuchBucket``, ``SignatureDoesNotMatch``...), which is what lets a
 wrong setting be named in the error the broker logs at start.
 
