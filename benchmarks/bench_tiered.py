@@ -317,6 +317,7 @@ async def write_remote_segments(broker: BrokerProcess, topic: str, tid: str, cou
                     "leader_epochs": [[epoch, base]],
                     "copier_epoch": epoch,
                     "broker_id": broker.node_id,
+                    "topic": topic,
                 },
             }
 
@@ -530,9 +531,6 @@ def main() -> None:
                 f"rsm.config.storage.s3.endpoint.url={s3.endpoint_url}",
                 "rsm.config.storage.s3.region=us-east-1",
                 "rsm.config.storage.s3.path.style.access.enabled=true",
-                # set: without it the broker does not start (remote_log.build_store
-                # divides the unset None by 1000; see docs/benchmarks-tiered.md)
-                "rsm.config.storage.s3.api.call.timeout=30000",
                 f"rsm.config.storage.aws.access.key.id={ACCESS_KEY_ID}",
                 f"rsm.config.storage.aws.secret.access.key={SECRET_ACCESS_KEY}",
             )
