@@ -269,6 +269,7 @@ class LogManager:
                     high_watermark=hws.get(key, 0),
                     names=os.listdir(entry.path),  # listed once: no isdir, no second listing
                 )
+                plog.remote_managed = self._tiered(plog)
             except (OSError, StorageError, CorruptRecordError) as e:
                 # One unreadable partition must not take the whole broker down.
                 log.error("cannot open log %s, leaving it offline: %s", entry.path, e)
@@ -436,6 +437,7 @@ class LogManager:
                 _check_topic_name(topic)
                 path = self.data_dir / f"{topic}-{partition}"
                 plog = PartitionLog(path, self.config_for(topic), cache=self.cache)
+                plog.remote_managed = self._tiered(plog)
                 self._logs[key] = plog
                 made.append(plog)
         finally:
@@ -530,6 +532,15 @@ class LogManager:
         for (t, _), plog in self._logs.items():
             if t == topic:
                 plog.config = cfg
+                # turned on: tiered at once; turned off: the remote tier's pass keeps it
+                # tiered while remote data is left to read or delete
+                plog.remote_managed = plog.remote_managed or self._tiered(plog)
+
+    def _tiered(self, plog: PartitionLog) -> bool:
+        """Whether the remote tier holds this log's older part from the start (so a
+        fetch below its local log start is answered from there even before the tier's
+        first pass)."""
+        return self.tiered_storage and plog.config.remote_storage_enable
 
     # -- appends and durability -----------------------------------------------------------
 
