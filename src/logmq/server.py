@@ -54,6 +54,8 @@ from logmq.broker.replica.partition_views import PartitionViews
 from logmq.broker.replica.produce_path import ProducePath
 from logmq.broker.replica.record_deletion import RecordDeletion
 from logmq.broker.replica.remote_log import RemoteLogManager, build_remote_log
+from logmq.broker.replica.remote_reads import RemoteReads
+from logmq.broker.replica.remote_status import RemoteTierStatus
 from logmq.broker.replica.replica_manager import ReplicaManager, ReplicationConfig
 from logmq.client.security import ClientSecurity
 from logmq.cluster.controller_api import ControllerConfig
@@ -167,6 +169,7 @@ class Broker:
         for key in self.remote_settings.unrecognised:
             log.warning("unknown tiered storage setting %s (ignored)", key)
         self.remote_log: RemoteLogManager | None = None
+        self.remote_status: RemoteTierStatus | None = None
         # how this broker reaches the others' native listener (replication, the controller)
         self.inter_broker_security = _inter_broker_security(self.security, self.replicated)
         # --add-scram: written at format by the first controller, created later if missing
@@ -482,12 +485,15 @@ class Broker:
                 ),
                 lambda: self.quorum.is_controller,
             )
-            self.metrics.register_remote_tier(self.remote_log)
+            self.remote_status = RemoteTierStatus(self.remote_log)
+            self.metrics.register_remote_tier(self.remote_status)
         self.replicas = self._replica_manager()
         # the data paths over the replicas, each one concept (broker/replica/replica_manager.py)
         self.appends = LeaderAppends(self.replicas)
         self.reads = ConsumerReads(
-            self.replicas, self.remote_log, self.remote_settings.remote_fetch_max_wait_ms
+            self.replicas,
+            RemoteReads(self.remote_log) if self.remote_log is not None else None,
+            self.remote_settings.remote_fetch_max_wait_ms,
         )
         self.follower_reads = FollowerReads(self.replicas)
         self.deletions = RecordDeletion(self.replicas, self.remote_log)
@@ -591,7 +597,7 @@ class Broker:
                 self.group_api,
                 self.cluster_api,
                 self.reassignment_api,
-                RemoteTierApi(self.remote_log, lambda: self.quorum.image),
+                RemoteTierApi(self.remote_status, lambda: self.quorum.image),
                 SecurityApi(self.quorum, SecurityChanges(self.quorum), self.metrics),
                 TxnApi(self.marker_writer, self.txns, self.replicas, self.authorization),
                 self.native_sasl,

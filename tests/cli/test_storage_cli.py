@@ -18,7 +18,7 @@ from tests.storage.remote.test_tiered_broker import (
     create_tiered_topic,
     local_log_files,
     produce,
-    tier_args,
+    start_tiered_broker,
     wait_for,
 )
 
@@ -45,12 +45,7 @@ def run_json(broker: BrokerProcess, *args: str):
 
 @pytest.fixture(scope="module")
 def tiered(tmp_path_factory):
-    base = tmp_path_factory.mktemp("tiered-cli")
-    root = base / "remote"
-    root.mkdir()
-    broker = BrokerProcess(base / "data", extra_args=tier_args(root))
-    broker.start()
-    broker.remote_root = root  # type: ignore[attr-defined]
+    broker = start_tiered_broker(tmp_path_factory.mktemp("tiered-cli"))
     create_tiered_topic(broker, "history")
     produce(broker, "history", 10_000)
     # local retention lets copied segments go once a finished copy covers them

@@ -106,20 +106,25 @@ def test_leader_killed_during_copies_loses_nothing_and_leaves_no_orphan(tmp_path
         boot = kafka_bootstrap(cluster)
         acked += produce_acked(boot, topic, 4_000, start=6_000)
         cluster.nodes[leader].start()
-        boot = kafka_bootstrap(cluster)
         # the new leader deletes the dead copier's orphan and copies on: every closed
         # segment ends up with a finished copy, and the local logs shrink everywhere
-        for node in cluster.nodes.values():
-            wait_for(
-                lambda n=node: len(local_log_files(n, topic)) <= 5,
-                timeout=120,
-                what=f"node {node.node_id}'s copied segments to go",
-            )
-        wait_for(lambda: not orphans(root), timeout=60, what="orphans to be deleted")
-        got = consume_confluent_from(boot, topic, len(acked))
+        got = settled_and_read(cluster, root, topic, len(acked))
         assert set(acked) <= set(got)
         assert len(got) == len(set(got)), "duplicates"
         assert got == sorted(got), "order"
+
+
+def settled_and_read(cluster: BrokerCluster, root: Path, topic: str, count: int) -> list[bytes]:
+    """Wait until every broker's copied segments have left its disk and no orphan object
+    is left, then read the topic from offset 0 (read_committed)."""
+    for node in cluster.nodes.values():
+        wait_for(
+            lambda n=node: len(local_log_files(n, topic)) <= 5,
+            timeout=120,
+            what=f"node {node.node_id}'s copied segments to go",
+        )
+    wait_for(lambda: not orphans(root), timeout=60, what="orphans to be deleted")
+    return consume_confluent_from(kafka_bootstrap(cluster), topic, count)
 
 
 def consume_confluent_from(bootstrap: str, topic: str, count: int) -> list[bytes]:
@@ -287,3 +292,25 @@ def test_a_new_replica_copies_only_the_local_tail(tmp_path):
             )
         got = consume_confluent_from(two.kafka_bootstrap, topic, len(acked))
         assert got == acked
+
+
+def test_every_broker_killed_at_once_while_copying(tmp_path):
+    """kill -9 of the whole cluster in the middle of copies and local deletions: after
+    the restart every acknowledged record is read from offset 0 across both tiers,
+    copying resumes, and no orphan object is left."""
+    root = tmp_path / "remote"
+    root.mkdir()
+    args = tier_args(root, "remote.log.manager.copy.max.bytes.per.second=400000")
+    with BrokerCluster(3, base_dir=tmp_path / "c", extra_args=args) as cluster:
+        boot = kafka_bootstrap(cluster)
+        topic = "tiered-all-killed"
+        create_topic(boot, topic, 3, **{"min.insync.replicas": "2"})
+        cluster.wait_for_topic(topic, 1)
+        acked = produce_acked(boot, topic, 8_000)
+        assert len(acked) == 8_000
+        wait_for(lambda: list(root.rglob("*.log")), what="copies to start")
+        for node in cluster.nodes.values():
+            node.kill()
+        cluster.start()
+        cluster.wait_for_topic(topic, 1)
+        assert settled_and_read(cluster, root, topic, len(acked)) == acked

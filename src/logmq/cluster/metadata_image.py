@@ -35,8 +35,8 @@ from logmq.cluster.metadata_records import (
     RemoteSegmentStateChange,
     RemoveTopic,
     TopicRecord,
-    decode_records,
     encode_records,
+    iter_records,
 )
 from logmq.cluster.remote_image import (
     EMPTY_REMOTE,
@@ -324,7 +324,7 @@ class MetadataImage:
 
     @classmethod
     def from_bytes(cls, data: bytes, offset: int = 0) -> MetadataImage:
-        return EMPTY_IMAGE.apply(decode_records(data), offset) if data else EMPTY_IMAGE
+        return EMPTY_IMAGE.apply(iter_records(data), offset) if data else EMPTY_IMAGE
 
 
 EMPTY_IMAGE = MetadataImage()

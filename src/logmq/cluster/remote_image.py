@@ -174,7 +174,11 @@ class RemoteSegmentsDelta:
             if segment.segment_id in by_id:
                 raise RemoteSegmentError(f"remote segment {segment.segment_id} already exists")
             by_id[segment.segment_id] = segment
-            ordered.insert(bisect_left(ordered, _order(segment), key=_order), segment)
+            key = _order(segment)
+            if not ordered or _order(ordered[-1]) < key:
+                ordered.append(segment)  # the usual case: copies come in offset order
+            else:
+                ordered.insert(bisect_left(ordered, key, key=_order), segment)
             return
         key = (record.topic_id, record.partition)
         old = self.segment(*key, record.segment_id)
@@ -186,7 +190,10 @@ class RemoteSegmentsDelta:
                 f"remote segment {record.segment_id}: {old.state.name} -> {state.name}"
             )
         ordered, by_id = self._work(key)
-        at = bisect_left(ordered, _order(old), key=_order)
+        if ordered and ordered[-1] is old:
+            at = len(ordered) - 1  # the usual case: the newest copy finishing
+        else:
+            at = bisect_left(ordered, _order(old), key=_order)
         if at == len(ordered) or ordered[at] is not old:  # ids are unique, so keys are
             raise RemoteSegmentError(f"remote segment {record.segment_id} out of order")
         if state is SegmentState.DELETE_FINISHED:

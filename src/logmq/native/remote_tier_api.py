@@ -2,8 +2,8 @@
 partitions, for ``logmq storage remote status`` and ``logmq topic describe``.
 
 Each broker answers about the copies it holds (the leader's row is the one that copies;
-a follower's shows what it has let go locally), from its RemoteLogManager's
-``status()`` (broker/replica/remote_log.py), so the operator asks every broker and
+a follower's shows what it has let go locally), from its remote tier's
+``status()`` (broker/replica/remote_status.py), so the operator asks every broker and
 merges. A broker that does not tier (``remote.log.storage.system.enable=false``) has no
 manager and answers ``tiering: false`` with no partitions, not an error: the CLI can
 then say which brokers tier. Nothing here touches the store: every figure is in memory
@@ -21,12 +21,12 @@ from logmq.net.codec import Request
 from logmq.net.reply import Reply
 
 if TYPE_CHECKING:
-    from logmq.broker.replica.remote_log import RemoteLogManager
+    from logmq.broker.replica.remote_status import RemoteTierStatus
     from logmq.cluster.metadata_image import MetadataImage
 
 TopicPartition = tuple[str, int]
 
-# the fields of a status row the answer carries (remote_log.py partition_status), so a
+# the fields of a status row the answer carries (remote_status.py partition_status), so a
 # field added there for the broker's own use does not become wire format unasked
 ROW_FIELDS = (
     "topic",
@@ -69,7 +69,7 @@ class RemoteTierApi:
     ``remote`` is None on a broker that does not tier; ``image`` gives the current
     metadata image (who leads each partition, which topics still exist)."""
 
-    def __init__(self, remote: RemoteLogManager | None, image: Callable[[], MetadataImage]) -> None:
+    def __init__(self, remote: RemoteTierStatus | None, image: Callable[[], MetadataImage]) -> None:
         self.remote = remote
         self.image = image
 

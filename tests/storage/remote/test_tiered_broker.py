@@ -141,14 +141,51 @@ def consume_kcat(broker: BrokerProcess, topic: str) -> list[bytes]:
     return proc.stdout.split(b"\n")[:-1]
 
 
-@pytest.fixture(scope="module")
-def tiered_broker(tmp_path_factory):
-    base = tmp_path_factory.mktemp("tiered")
+def start_tiered_broker(base: Path, *extra: str, **kwargs) -> BrokerProcess:
+    """A started broker under ``base`` tiering to the directory ``base/remote``
+    (``broker.remote_root``); ``extra`` are more --override KEY=VALUE settings."""
     root = base / "remote"
     root.mkdir()
-    broker = BrokerProcess(base / "data", extra_args=tier_args(root))
+    broker = BrokerProcess(base / "data", extra_args=tier_args(root, *extra), **kwargs)
     broker.start()
     broker.remote_root = root  # type: ignore[attr-defined]
+    return broker
+
+
+def spark_session(tmp_path: Path, app: str):
+    """A local Spark session with the logmq source registered, and whether this call
+    made it (the spark tests' session may be running); skips without Spark or Java."""
+    import os
+    import sys
+
+    pytest.importorskip("pyspark")
+    pytest.importorskip("pyarrow")
+    if not (shutil.which("java") or os.environ.get("JAVA_HOME")):
+        pytest.skip("Spark needs Java 17: no java on PATH or in JAVA_HOME")
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    from pyspark.sql import SparkSession
+
+    from logmq_spark import LogMQDataSource
+
+    mine = SparkSession.getActiveSession() is None
+    session = (
+        SparkSession.builder.master("local[2]")
+        .appName(app)
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.local.dir", str(tmp_path / "local"))
+        .config("spark.sql.warehouse.dir", str(tmp_path / "warehouse"))
+        .getOrCreate()
+    )
+    session.sparkContext.setLogLevel("ERROR")
+    session.dataSource.register(LogMQDataSource)
+    return session, mine
+
+
+@pytest.fixture(scope="module")
+def tiered_broker(tmp_path_factory):
+    broker = start_tiered_broker(tmp_path_factory.mktemp("tiered"))
     yield broker
     broker.stop()
 

@@ -15,7 +15,6 @@ import asyncio
 import dataclasses
 import io
 import json
-import os
 import shutil
 import socket
 import struct
@@ -42,7 +41,8 @@ from tests.storage.remote.test_tiered_broker import (
     create_tiered_topic,
     local_log_files,
     produce,
-    tier_args,
+    spark_session,
+    start_tiered_broker,
     wait_for,
 )
 
@@ -59,12 +59,7 @@ KAFKAJS_VERSION = "2.2.4"
 
 @pytest.fixture(scope="module")
 def dir_broker(tmp_path_factory):
-    base = tmp_path_factory.mktemp("tclients")
-    root = base / "remote"
-    root.mkdir()
-    broker = BrokerProcess(base / "data", extra_args=tier_args(root))
-    broker.start()
-    broker.remote_root = root  # type: ignore[attr-defined]
+    broker = start_tiered_broker(tmp_path_factory.mktemp("tclients"))
     yield broker
     broker.stop()
 
@@ -240,8 +235,8 @@ def test_s3_back_end_serves_every_client_from_zero(s3_broker):
 
 
 def test_s3_back_end_starts_without_a_call_timeout(moto_server):
-    from logmq.broker.replica.remote_log import build_store
     from logmq.storage.remote.config import RemoteStorageSettings
+    from logmq.storage.remote.stores import build_store
 
     props = dict(kv.split("=", 1) for kv in s3_args(moto_server.endpoint_url, "bucket")[1::2])
     assert "rsm.config.storage.s3.api.call.timeout" not in props
@@ -471,29 +466,9 @@ def test_the_native_client_reads_from_zero(dir_broker, tiered):
 
 
 def test_the_spark_source_reads_the_whole_topic(dir_broker, tiered, tmp_path):
-    pytest.importorskip("pyspark")
-    pytest.importorskip("pyarrow")
-    if not (shutil.which("java") or os.environ.get("JAVA_HOME")):
-        pytest.skip("Spark needs Java 17: no java on PATH or in JAVA_HOME")
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
-    from pyspark.sql import SparkSession
+    session, mine = spark_session(tmp_path, "logmq-tiered-clients")
     from pyspark.sql import functions as F
 
-    from logmq_spark import LogMQDataSource
-
-    mine = SparkSession.getActiveSession() is None  # the spark tests' session may be running
-    session = (
-        SparkSession.builder.master("local[2]")
-        .appName("logmq-tiered-clients")
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.local.dir", str(tmp_path / "local"))
-        .config("spark.sql.warehouse.dir", str(tmp_path / "warehouse"))
-        .getOrCreate()
-    )
-    session.sparkContext.setLogLevel("ERROR")
-    session.dataSource.register(LogMQDataSource)
     df = (
         session.read.format("logmq")
         .option("bootstrap", dir_broker.bootstrap)

@@ -15,13 +15,13 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from logmq.broker.replica.fetch_results import PartitionRead, TopicRead, failed
-from logmq.broker.replica.remote_log import list_offset
+from logmq.broker.replica.remote_reads import list_offset
 from logmq.errors import ErrorCode, LogMQError
 from logmq.gcpause import gc_paused
 
 if TYPE_CHECKING:
     from logmq.broker.replica.fetch_sessions import FetchSession, SessionPartition
-    from logmq.broker.replica.remote_log import RemoteLogManager
+    from logmq.broker.replica.remote_reads import RemoteReads
     from logmq.broker.replica.replica_manager import ReplicaManager
 
 NO_ERROR = ErrorCode.NONE
@@ -46,7 +46,7 @@ def _drop_result(task: asyncio.Future[Any]) -> None:
 class ConsumerReads:
     """Consumers' fetches over the replica manager's leadership and the local logs.
 
-    ``remote`` (a RemoteLogManager, when the broker tiers) answers reads below a tiered
+    ``remote`` (RemoteReads, when the broker tiers) answers reads below a tiered
     partition's local log start: those partitions' records come from the remote tier
     after the local ones are read, within ``remote_fetch_max_wait_ms`` (Kafka's
     remote.fetch.max.wait.ms); a store slower than that answers the partition empty
@@ -56,7 +56,7 @@ class ConsumerReads:
     def __init__(
         self,
         replicas: ReplicaManager,
-        remote: RemoteLogManager | None = None,
+        remote: RemoteReads | None = None,
         remote_fetch_max_wait_ms: int = 500,
     ) -> None:
         self.replicas = replicas

@@ -10,7 +10,8 @@ objects, then COPY_FINISHED), expires remote segments by total retention, delete
 orphans of a copier that died or lost the leadership, and every replica deletes local
 segments that local retention lets go once a finished copy covers them. Every state
 change goes through the controller, fenced by the leader epoch, so a deposed leader's
-copy never becomes live. Reads below the local log start come here too (``read``).
+copy never becomes live. Reads below the local log start are remote_reads.py's, what
+operators see remote_status.py's.
 """
 
 from __future__ import annotations
@@ -30,12 +31,7 @@ from logmq.storage import retention
 from logmq.storage.checkpoint import atomic_write
 from logmq.storage.producer_state import snapshot_path
 from logmq.storage.remote import planner as tier
-from logmq.storage.remote.segment_files import (
-    RemoteCorruptionError,
-    SegmentFiles,
-    copy_segment,
-    delete_segment,
-)
+from logmq.storage.remote.segment_files import SegmentFiles, copy_segment, delete_segment
 from logmq.storage.remote.segment_metadata import RemoteSegment, SegmentState
 from logmq.storage.remote.store import RemoteStorageError
 
@@ -173,7 +169,6 @@ class RemoteLogManager:
         # DeleteRecords' offset per log (weak: a deleted and re-created topic's new
         # log starts afresh)
         self._floors: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
-        self._corrupt: set[str] = set()  # segment ids found corrupt (logged once)
         self.last_error: dict[TopicPartition, str] = {}
 
     # -- lifecycle ---------------------------------------------------------------------
@@ -242,13 +237,15 @@ class RemoteLogManager:
         """Whether this log's topic keeps its history in the remote tier (or still has
         remote data to expire: turned off with remote.log.delete.on.disable)."""
         cfg = plog.config
-        return bool(cfg.remote_storage_enable) or bool(self._remote_of(plog.topic, plog.partition))
+        return bool(cfg.remote_storage_enable) or bool(
+            self.remote_segments(plog.topic, plog.partition)
+        )
 
     def _topic_id(self, topic: str, image: MetadataImage | None = None) -> str | None:
         t = (image or self._image()).topics.get(topic)
         return None if t is None else t.topic_id
 
-    def _remote_of(
+    def remote_segments(
         self, topic: str, partition: int, image: MetadataImage | None = None
     ) -> tuple[RemoteSegment, ...]:
         image = image or self._image()
@@ -261,7 +258,7 @@ class RemoteLogManager:
         local = plog.log_start_offset
         if not plog.remote_managed:
             return local
-        start = tier.remote_log_start(self._remote_of(plog.topic, plog.partition))
+        start = tier.remote_log_start(self.remote_segments(plog.topic, plog.partition))
         start = local if start < 0 else min(start, local)
         return max(start, self._deleted_below(plog))
 
@@ -287,12 +284,12 @@ class RemoteLogManager:
         self.wake()
 
     def highest_copied_offset(self, plog: PartitionLog) -> int:
-        return tier.highest_copied_offset(self._remote_of(plog.topic, plog.partition))
+        return tier.highest_copied_offset(self.remote_segments(plog.topic, plog.partition))
 
     # -- a follower starting over at the leader's local log start ---------------------
     async def state_at(self, plog: PartitionLog, offset: int) -> TierResetState:
         """The remote tier's state at ``offset`` (ReplicaManager.on_moved_to_tier)."""
-        remote = [s for s in self._remote_of(plog.topic, plog.partition) if s.readable]
+        remote = [s for s in self.remote_segments(plog.topic, plog.partition) if s.readable]
         epochs: dict[int, int] = {}
         for seg in remote:
             for epoch, start in seg.leader_epochs:
@@ -303,129 +300,6 @@ class RemoteLogManager:
         if before is not None and before.end_offset + 1 == offset:
             snapshot = await self.reader.producer_snapshot(plog.topic, before)
         return TierResetState(offset, tuple(sorted(epochs.items())), snapshot)
-
-    # -- what operators see --------------------------------------------------------------
-    def partition_status(self, plog: PartitionLog) -> dict[str, Any]:
-        """Both tiers of one local partition: starts, bytes, and what waits to be copied
-        (the copy lag: closed local segments above the highest copied offset, below the
-        HW) or deleted (segments being deleted, orphans)."""
-        remote = self._remote_of(plog.topic, plog.partition)
-        copied = tier.highest_copied_offset(remote)
-        lag_segments = lag_bytes = 0
-        for seg in local_segments(plog):
-            if seg.closed and seg.end_offset > copied and seg.end_offset < plog.high_watermark:
-                lag_segments += 1
-                lag_bytes += seg.size_bytes
-        readable = [s for s in remote if s.readable]
-        return {
-            "topic": plog.topic,
-            "partition": plog.partition,
-            "tiered": plog.remote_managed,
-            "log_start_offset": self.log_start_offset(plog),
-            "local_log_start_offset": plog.log_start_offset,
-            "local_bytes": plog.size_bytes(),
-            "remote_segments": len(readable),
-            "remote_bytes": sum(s.size_bytes for s in readable),
-            "highest_copied_offset": copied,
-            "copy_lag_segments": lag_segments,
-            "copy_lag_bytes": lag_bytes,
-            "pending_deletes": sum(1 for s in remote if not s.readable),
-            "last_error": self.last_error.get((plog.topic, plog.partition)),
-        }
-
-    def status(self) -> list[dict[str, Any]]:
-        """``partition_status`` of every tiered partition here (``logmq storage remote status``)."""
-        return [
-            self.partition_status(plog)
-            for plog in self.logs.logs()
-            if not plog.closed and plog.remote_managed
-        ]
-
-    def metric_samples(self) -> list[tuple[str, str, str, list[tuple[dict[str, str], float]]]]:
-        st = self.stats
-        rs = self.reader.stats
-        lag_bytes = lag_segments = 0
-        for row in self.status():
-            lag_bytes += row["copy_lag_bytes"]
-            lag_segments += row["copy_lag_segments"]
-        return [
-            (
-                "logmq_remote_copy_segments",
-                "Segments copied to the remote tier",
-                "counter",
-                [({}, st.segments_copied)],
-            ),
-            (
-                "logmq_remote_copy_bytes",
-                "Bytes copied to the remote tier",
-                "counter",
-                [({}, st.bytes_copied)],
-            ),
-            (
-                "logmq_remote_delete_segments",
-                "Remote segments deleted",
-                "counter",
-                [({}, st.segments_deleted)],
-            ),
-            (
-                "logmq_remote_local_segments_deleted",
-                "Local segments deleted once copied",
-                "counter",
-                [({}, st.local_segments_deleted)],
-            ),
-            (
-                "logmq_remote_copy_lag_bytes",
-                "Bytes of closed local segments not yet copied",
-                "gauge",
-                [({}, lag_bytes)],
-            ),
-            (
-                "logmq_remote_copy_lag_segments",
-                "Closed local segments not yet copied",
-                "gauge",
-                [({}, lag_segments)],
-            ),
-            (
-                "logmq_remote_fetch_requests",
-                "Fetches answered from the remote tier",
-                "counter",
-                [({}, st.fetch_requests)],
-            ),
-            (
-                "logmq_remote_fetch_bytes",
-                "Bytes answered from the remote tier",
-                "counter",
-                [({}, st.fetch_bytes)],
-            ),
-            (
-                "logmq_remote_errors",
-                "Remote tier errors by kind",
-                "counter",
-                [({"kind": k}, v) for k, v in sorted(self._errors().items())]
-                or [({"kind": "none"}, 0)],
-            ),
-            (
-                "logmq_remote_cache_hits",
-                "Remote chunk cache hits",
-                "counter",
-                [({}, getattr(rs, "cache_hits", 0))],
-            ),
-            (
-                "logmq_remote_cache_misses",
-                "Remote chunk cache misses",
-                "counter",
-                [({}, getattr(rs, "cache_misses", 0))],
-            ),
-        ]
-
-    def _errors(self) -> dict[str, int]:
-        out = dict(self.stats.errors_by_kind)
-        out["copy"] = self.stats.copy_errors
-        out["delete"] = self.stats.delete_errors
-        out["fetch"] = self.stats.fetch_errors
-        corrupt = getattr(self.reader.stats, "corrupt", 0)
-        out["corrupt"] = corrupt
-        return out
 
     # -- one partition's pass ----------------------------------------------------------
     def _view(self, plog: PartitionLog, image: MetadataImage) -> tier.TierView | None:
@@ -447,7 +321,7 @@ class RemoteLogManager:
             leader_epoch=part.leader_epoch,
             is_leader=part.leader == self.node_id,
             local=local_segments(plog),
-            remote=self._remote_of(plog.topic, plog.partition, image),
+            remote=self.remote_segments(plog.topic, plog.partition, image),
             log_start_offset=self.log_start_offset(plog),
             local_log_start_offset=plog.log_start_offset,
             high_watermark=plog.high_watermark,
@@ -636,162 +510,6 @@ class RemoteLogManager:
                 log.warning("deleting remote data of deleted %s: %s", seg.topic, e)
                 return
 
-    # -- ListOffsets over the remote part ----------------------------------------------
-    async def offset_for_timestamp(
-        self, plog: PartitionLog, ts: int, committed: bool
-    ) -> tuple[int, int] | None:
-        """The first record at or after ``ts`` in the remote tier, if it is there: the
-        first readable remote segment whose max timestamp reaches ``ts`` and which the
-        local log does not hold (None: search the local log)."""
-        bound = plog.last_stable_offset if committed else plog.high_watermark
-        for seg in self._remote_of(plog.topic, plog.partition):
-            if not seg.readable or seg.max_timestamp < ts:
-                continue
-            if seg.base_offset >= plog.log_start_offset:
-                return None  # the local log holds it, and the rest
-            hit = await self.reader.offset_for_timestamp(plog.topic, seg, ts)
-            if hit is not None:
-                return hit if hit[0] < bound else (-1, -1)
-        return None
-
-    async def max_timestamp_offset(self, plog: PartitionLog, committed: bool) -> tuple[int, int]:
-        """The record with the largest timestamp over both tiers (the first such)."""
-        from logmq.storage.offset_search import MAX_TIMESTAMP, offset_for
-
-        local = offset_for(plog, MAX_TIMESTAMP, committed)
-        best = None
-        for seg in self._remote_of(plog.topic, plog.partition):
-            below = seg.readable and seg.base_offset < plog.log_start_offset
-            if below and (best is None or seg.max_timestamp > best.max_timestamp):
-                best = seg
-        if best is None or (local[0] >= 0 and local[1] >= best.max_timestamp):
-            return local
-        hit = await self.reader.offset_for_timestamp(plog.topic, best, best.max_timestamp)
-        return hit if hit is not None else local
-
-    # -- reads below the local log start -----------------------------------------------
-    def covers(self, plog: PartitionLog, offset: int) -> bool:
-        """Whether ``offset`` is below the local log start and in the remote tier."""
-        if not plog.remote_managed or offset >= plog.log_start_offset:
-            return False
-        return self.log_start_offset(plog) <= offset
-
-    async def read(
-        self, plog: PartitionLog, offset: int, max_bytes: int, upper: int, committed: bool
-    ) -> tuple[bytes | None, list[tuple[int, int]] | None]:
-        """Whole batches from the remote segment holding ``offset``, below ``upper``, and
-        for read_committed the aborted transactions among them."""
-        remote = self._remote_of(plog.topic, plog.partition)
-        seg = tier.segment_for_offset(remote, offset)
-        if seg is None:
-            raise LogMQError(
-                f"offset {offset} of {plog.topic}-{plog.partition} is in no remote segment",
-                ErrorCode.OFFSET_OUT_OF_RANGE,
-            )
-        self.stats.fetch_requests += 1
-        try:
-            data = await self.reader.read(
-                plog.topic, seg, offset, max_bytes, max_offset=min(upper, seg.end_offset + 1)
-            )
-        except RemoteStorageError as e:
-            self.stats.fetch_errors += 1
-            if isinstance(e, RemoteCorruptionError) and seg.segment_id not in self._corrupt:
-                self._corrupt.add(seg.segment_id)  # said once per segment
-                log.error(
-                    "remote segment %s of %s-%d [%d, %d] is corrupt and is not served: %s",
-                    seg.segment_id,
-                    plog.topic,
-                    plog.partition,
-                    seg.base_offset,
-                    seg.end_offset,
-                    e,
-                )
-            raise
-        if not data:
-            return None, None
-        self.stats.fetch_bytes += len(data)
-        aborted = None
-        if committed:
-            end = _batches_end(data)
-            # an ABORT marker may be in a later segment than the data it aborts: go on
-            # through the later remote segments, then the local log, as Kafka does
-            later = [s for s in remote if s.readable and s.base_offset >= seg.base_offset]
-            found, passed = await self.reader.collect_aborted(plog.topic, later, offset, end)
-            if not passed:
-                found += plog.aborted_transactions(offset, end)
-            aborted = list(dict.fromkeys(found)) or None
-        return data, aborted
-
-
-def _batches_end(data: bytes) -> int:
-    """The offset after the last batch in ``data`` (headers only)."""
-    from logmq.storage import batch as b
-
-    end = -1
-    for _pos, h in b.iter_headers(data):
-        end = h.next_offset
-    return end
-
-
-EARLIEST_LOCAL, LATEST_TIERED = -4, -5  # ListOffsets v8 and v9 (KIP-405, KIP-1005)
-
-
-async def list_offset(
-    remote: RemoteLogManager | None, plog: PartitionLog, ts: int, committed: bool
-) -> tuple[int, int]:
-    """ListOffsets for one partition over both tiers, for both front doors.
-
-    EARLIEST is the start of the remote tier when the partition tiers, EARLIEST_LOCAL
-    (-4) the local log start, LATEST_TIERED (-5) the highest offset copied (-1: none, as
-    on an untiered topic), and a timestamp is searched in the remote segments first
-    when the local log does not reach back far enough.
-    """
-    from logmq.storage.offset_search import EARLIEST, MAX_TIMESTAMP, offset_for
-
-    if remote is None or not plog.remote_managed:
-        if ts == LATEST_TIERED:
-            return -1, -1
-        return offset_for(plog, EARLIEST if ts == EARLIEST_LOCAL else ts, committed)
-    if ts == EARLIEST:
-        return remote.log_start_offset(plog), -1
-    if ts == EARLIEST_LOCAL:
-        return plog.log_start_offset, -1
-    if ts == LATEST_TIERED:
-        return remote.highest_copied_offset(plog), -1
-    if ts == MAX_TIMESTAMP:
-        return await remote.max_timestamp_offset(plog, committed)
-    if ts >= 0:
-        found = await remote.offset_for_timestamp(plog, ts, committed)
-        if found is not None:
-            return found
-    return offset_for(plog, ts, committed)
-
-
-def build_store(settings: Any) -> RemoteStore:
-    """The store ``rsm.config.storage.backend.class`` names, from its settings."""
-    if settings.is_s3:
-        from logmq.storage.remote.s3_store import S3Store
-
-        optional: dict[str, Any] = {}
-        if settings.s3_multipart_part_size:
-            optional["part_size"] = settings.s3_multipart_part_size
-        if settings.s3_api_call_timeout_ms:
-            optional["request_timeout_s"] = settings.s3_api_call_timeout_ms / 1000
-        return S3Store(
-            settings.s3_bucket,
-            region=settings.s3_region,
-            endpoint_url=settings.s3_endpoint_url,
-            path_style=bool(settings.s3_path_style_access),
-            access_key_id=settings.aws_access_key_id,
-            secret_access_key=settings.aws_secret_access_key,
-            prefix=settings.key_prefix or "",
-            **optional,
-        )
-    from logmq.storage.remote.directory_store import DirectoryStore
-
-    assert settings.root is not None
-    return DirectoryStore(settings.root, max_threads=max(1, settings.thread_pool_size))
-
 
 def build_remote_log(
     node_id: int,
@@ -805,6 +523,7 @@ def build_remote_log(
     from logmq.storage.remote.chunk_cache import ChunkCache, IndexCache
     from logmq.storage.remote.rate_limit import ByteRateLimiter
     from logmq.storage.remote.reader import RemoteReader
+    from logmq.storage.remote.stores import build_store
 
     store = build_store(settings)
     fetch_limit = (

@@ -63,13 +63,23 @@ class RemoteSegment:
     def with_state(
         self, state: SegmentState, *, checksum: str | None = None, event_ms: int | None = None
     ) -> RemoteSegment:
-        from dataclasses import replace
-
-        return replace(
-            self,
-            state=state,
-            checksum=self.checksum if checksum is None else checksum,
-            event_ms=self.event_ms if event_ms is None else event_ms,
+        """This segment in ``state`` (built directly: a start replays one per change, and
+        dataclasses.replace costs three times as much)."""
+        return RemoteSegment(
+            self.topic_id,
+            self.partition,
+            self.segment_id,
+            self.base_offset,
+            self.end_offset,
+            self.max_timestamp,
+            self.size_bytes,
+            self.leader_epochs,
+            self.copier_epoch,
+            self.broker_id,
+            state,
+            self.checksum if checksum is None else checksum,
+            self.event_ms if event_ms is None else event_ms,
+            self.topic,
         )
 
     @property
