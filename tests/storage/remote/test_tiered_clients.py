@@ -43,6 +43,7 @@ from tests.storage.remote.test_tiered_broker import (
     produce,
     spark_session,
     start_tiered_broker,
+    tier_args,
     wait_for,
 )
 
@@ -583,3 +584,40 @@ def test_a_timestamp_only_the_remote_tier_holds_finds_its_record(dir_broker, tie
     # the raw answer carries the record's timestamp
     [(off, ts)] = kafka_list_offsets(dir_broker, tiered.topic, [tiered.timestamps[1234] - 1])
     assert (off, ts) == (1234, tiered.timestamps[1234])
+
+
+@pytest.mark.parametrize(
+    ("change", "named"),
+    [
+        (
+            {"rsm.config.storage.s3.bucket.name": "no-such-bucket"},
+            "rsm.config.storage.s3.bucket.name",
+        ),
+        (
+            {"rsm.config.storage.s3.endpoint.url": "http://127.0.0.1:9"},
+            "rsm.config.storage.s3.endpoint.url",
+        ),
+        ({"rsm.config.storage.root": "/nonexistent/remote"}, "rsm.config.storage.root"),
+    ],
+)
+def test_a_broker_with_an_unusable_store_stops_at_start_naming_the_setting(
+    tmp_path, moto_server, change, named
+):
+    """A wrong bucket, an unreachable endpoint or a missing directory: the broker does
+    not start, and its error names the setting at fault (as it does for wrong keys, in
+    test_stores.py against a moto that checks them)."""
+    from tests.harness import BrokerStartError
+
+    if "rsm.config.storage.root" in change:
+        args = tier_args(Path(change["rsm.config.storage.root"]))
+    else:
+        bucket = moto_server.create_bucket(f"exists-{uuid.uuid4().hex[:8]}")
+        kvs = dict(kv.split("=", 1) for kv in s3_args(moto_server.endpoint_url, bucket)[1::2])
+        kvs["rsm.config.storage.s3.api.call.timeout"] = "2000"
+        kvs.update(change)
+        args = [a for k, v in kvs.items() for a in ("--override", f"{k}={v}")]
+    broker = BrokerProcess(tmp_path / "data", extra_args=args)
+    with pytest.raises(BrokerStartError) as failed:
+        broker.start(timeout=60)
+    broker.close()
+    assert named in str(failed.value) + broker.log_tail(80)
