@@ -169,6 +169,10 @@ class RemoteLogManager:
         # DeleteRecords' offset per log (weak: a deleted and re-created topic's new
         # log starts afresh)
         self._floors: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
+        # per log: (its remote segments' tuple, (remote log start, highest copied))
+        self._coverages: weakref.WeakKeyDictionary[Any, tuple[Any, tuple[int, int]]] = (
+            weakref.WeakKeyDictionary()
+        )
         self.last_error: dict[TopicPartition, str] = {}
 
     # -- lifecycle ---------------------------------------------------------------------
@@ -252,13 +256,25 @@ class RemoteLogManager:
         tid = self._topic_id(topic, image)
         return () if tid is None else image.remote_segments(tid, partition)
 
+    def _coverage(self, plog: PartitionLog) -> tuple[int, int]:
+        """(remote log start, highest copied offset), -1 each without a copy: worked out
+        once per change of the partition's remote segments (the image replaces their
+        tuple on each), not per fetch: every fetch of a tiered partition asks."""
+        segments = self.remote_segments(plog.topic, plog.partition)
+        cached = self._coverages.get(plog)
+        if cached is not None and cached[0] is segments:
+            return cached[1]
+        runs = (tier.remote_log_start(segments), tier.highest_copied_offset(segments))
+        self._coverages[plog] = (segments, runs)
+        return runs
+
     def log_start_offset(self, plog: PartitionLog) -> int:
         """The partition's log start over both tiers (what clients are told): the remote
         tier's start, or the local one, and never below what DeleteRecords deleted."""
         local = plog.log_start_offset
         if not plog.remote_managed:
             return local
-        start = tier.remote_log_start(self.remote_segments(plog.topic, plog.partition))
+        start = self._coverage(plog)[0]
         start = local if start < 0 else min(start, local)
         return max(start, self._deleted_below(plog))
 
@@ -284,7 +300,7 @@ class RemoteLogManager:
         self.wake()
 
     def highest_copied_offset(self, plog: PartitionLog) -> int:
-        return tier.highest_copied_offset(self.remote_segments(plog.topic, plog.partition))
+        return self._coverage(plog)[1]
 
     # -- a follower starting over at the leader's local log start ---------------------
     async def state_at(self, plog: PartitionLog, offset: int) -> TierResetState:
