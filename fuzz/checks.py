@@ -6,7 +6,7 @@ seed corpus and earlier findings without atheris installed.
 
 from __future__ import annotations
 
-from fuzz import codec_inputs
+from fuzz import codec_inputs, remote_inputs
 from logmq.errors import InvalidFrameError
 from logmq.kafka.registry import kafka_wire
 from logmq.net import codec as native_codec
@@ -49,7 +49,14 @@ def native(data: bytes) -> None:
     native_codec.peek_correlation_id(data)
 
 
-CHECKS = {"codec": codec, "kafka": kafka, "native": native}
+def remote(data: bytes) -> None:
+    """Tiered storage's parsers of untrusted bytes (metadata records and snapshots, the
+    remote store's objects, the native tiered-storage bodies): the first byte picks one
+    (remote_inputs.py says which, and what each may raise)."""
+    remote_inputs.exercise(data)
+
+
+CHECKS = {"codec": codec, "kafka": kafka, "native": native, "remote": remote}
 
 
 def main(argv: list[str]) -> int:

@@ -1,10 +1,12 @@
 """Inputs that once found a bug, replayed first by every sanitized run and by the tests
-(tests/fuzz/test_codec_sanitizers.py names what each must now give)."""
+(tests/fuzz/test_codec_sanitizers.py and, for REMOTE, tests/fuzz/test_remote_parsers.py
+name what each must now give)."""
 
 from __future__ import annotations
 
 import struct
 
+from logmq.cluster import metadata_records as mr
 from logmq.kafka.fetch_response import uvarint
 from logmq.storage import batch as b
 from logmq.storage import records_codec
@@ -103,4 +105,28 @@ NATIVE: dict[str, bytes] = {
     "map-count-over-the-limit": _native_request(
         b"\x81\xa6topics\xdf" + struct.pack(">I", 1_000_001) + b"\xc0" * 8
     ),
+}
+
+
+def _snapshot(partition_epoch: int, leader_epoch: int, **change) -> bytes:
+    """A remote-target input: a snapshot of a topic whose one partition then changes
+    (first byte 1: remote_inputs.SELECTOR["snapshot"], as a test checks)."""
+    records = [
+        mr.TopicRecord("t", "tid"),
+        mr.PartitionRecord("t", 0, (1, 2), (1, 2), 1, leader_epoch, partition_epoch),
+        mr.PartitionChange("t", 0, **change),
+    ]
+    return b"\x01" + mr.encode_records(records)
+
+
+REMOTE: dict[str, bytes] = {
+    # MetadataImage.from_bytes accepted a partition at epoch 2^64 - 1 (msgpack's largest
+    # integer) and a change bumping it, and the image's own snapshot then raised
+    # OverflowError (so did every later snapshot of the quorum). Found by the hypothesis
+    # property tests/fuzz/test_remote_parsers.py (a snapshot must snapshot again); epochs
+    # are now Kafka's int32s, anything else a MetadataError.
+    "partition-epoch-overflow": _snapshot(2**64 - 1, 0, isr=(1,)),
+    "leader-epoch-overflow": _snapshot(0, 2**64 - 1, leader=2),
+    # ... and the first epoch past int32 (2^31 - 1 bumped)
+    "leader-epoch-past-int32": _snapshot(0, 2**31 - 1, leader=2),
 }

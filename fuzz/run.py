@@ -3,7 +3,7 @@
     python -m fuzz.run TARGET [--seconds N] [--runs N] [--sanitized] [--clang]
                               [--keep DIR] [-- LIBFUZZER_ARGS...]
 
-TARGET is codec, kafka or native. The target starts from its seed corpus in
+TARGET is codec, kafka, native or remote. The target starts from its seed corpus in
 fuzz/corpus/TARGET (kafka: and tests/kafka/corpus; never written to) and keeps the
 inputs it finds new coverage with in a temporary directory (``--keep DIR``: that
 directory, to resume a long run later). A crash's input is written to ``crash-*`` in
@@ -34,7 +34,7 @@ from pathlib import Path
 from fuzz import build_sanitized
 
 ROOT = Path(__file__).resolve().parent.parent
-TARGETS = ("codec", "kafka", "native")
+TARGETS = ("codec", "kafka", "native", "remote")
 
 
 def command(

@@ -169,6 +169,22 @@ def test_impossible_records_are_rejected_and_leave_the_image_alone(record):
     assert loader.image.offset == 6
 
 
+def test_epochs_are_int32s_so_every_image_can_be_snapshotted():
+    """A partition at epoch 2^64 - 1 (msgpack's largest integer) and a change bumping it
+    made an image whose snapshot raised OverflowError (found by the snapshot property
+    of tests/fuzz/test_remote_parsers.py; fuzz/regressions.py REMOTE)."""
+    top = 2**31 - 1
+    topic = TopicRecord("t", "x")
+    image = EMPTY_IMAGE.apply([topic, PartitionRecord("t", 0, (1, 2), (1, 2), 1, top, top)])
+    for change in (PartitionChange("t", 0, leader=2), PartitionChange("t", 0, isr=(1,))):
+        with pytest.raises(MetadataError, match="not an int32"):
+            image.apply([change])
+    assert MetadataImage.from_bytes(image.to_bytes()) == image
+    for epochs in ((top + 1, 0), (0, 2**64 - 1), (-(2**31) - 1, 0), (0, -(2**63))):
+        with pytest.raises(MetadataError, match="not an int32"):
+            EMPTY_IMAGE.apply([topic, PartitionRecord("t", 0, (1,), (1,), 1, *epochs)])
+
+
 def test_snapshot_rebuilds_the_same_image():
     r = Recorder(brokers=3)
     r.create("a", partitions=3, rf=2, retention_ms="100")

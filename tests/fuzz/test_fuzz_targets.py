@@ -18,8 +18,13 @@ import pytest
 from fuzz import build_sanitized, checks, regressions, run
 
 CORPUS = Path(run.ROOT, "fuzz", "corpus")
-TARGETS = ("codec", "kafka", "native")
-REGRESSIONS = {"codec": regressions.CODEC, "kafka": regressions.KAFKA, "native": regressions.NATIVE}
+TARGETS = ("codec", "kafka", "native", "remote")
+REGRESSIONS = {
+    "codec": regressions.CODEC,
+    "kafka": regressions.KAFKA,
+    "native": regressions.NATIVE,
+    "remote": regressions.REMOTE,
+}
 
 
 def needs_codec(target: str) -> None:

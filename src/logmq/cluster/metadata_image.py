@@ -573,6 +573,9 @@ class MetadataDelta:
         return LocalReplicaChanges(leaders, followers, deleted)
 
 
+_INT32 = 1 << 31
+
+
 def _check_partition(p: PartitionRecord | PartitionRegistration) -> None:
     """Structural rules every partition state obeys, whoever wrote the record.
 
@@ -587,6 +590,13 @@ def _check_partition(p: PartitionRecord | PartitionRegistration) -> None:
         raise MetadataError(f"{p.topic}-{p.partition}: ISR {p.isr} not within {p.replicas}")
     if p.leader != NO_LEADER and p.leader not in isr:
         raise MetadataError(f"{p.topic}-{p.partition}: leader {p.leader} outside ISR {p.isr}")
+    if not (-_INT32 <= p.leader_epoch < _INT32 and -_INT32 <= p.partition_epoch < _INT32):
+        # Kafka's epochs are int32s; past 2^64 - 1 (a change bumping one) the image
+        # could not even be written to a snapshot (msgpack)
+        raise MetadataError(
+            f"{p.topic}-{p.partition}: leader epoch {p.leader_epoch} or partition epoch "
+            f"{p.partition_epoch} is not an int32"
+        )
     adding, removing, target = p.adding_replicas, p.removing_replicas, p.target_replicas
     if not target:
         if adding or removing:
