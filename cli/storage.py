@@ -38,6 +38,7 @@ COLUMNS = [
     "copy lag segments",
     "copy lag bytes",
     "pending deletes",
+    "corrupt",
     "last error",
 ]
 ROW_KEYS = [
@@ -52,6 +53,7 @@ ROW_KEYS = [
     "copy_lag_segments",
     "copy_lag_bytes",
     "pending_deletes",
+    "corrupt_segments",
     "last_error",
 ]
 
@@ -79,15 +81,39 @@ def merge(answers: Iterable[tuple[int, dict[str, Any] | Exception]]) -> TierRepo
             msg = error_text(answer) if isinstance(answer, LogMQError) else str(answer)
             report.brokers.append({"broker_id": node_id, "tiering": None, "error": msg})
             continue
+        rows = _rows(answer)
+        if rows is None:  # a broker's answer is untrusted input like any other
+            report.brokers.append(
+                {"broker_id": node_id, "tiering": None, "error": "a malformed answer"}
+            )
+            continue
         report.brokers.append(
             {"broker_id": node_id, "tiering": bool(answer.get("tiering")), "error": None}
         )
-        for row in answer.get("partitions") or ():
+        for row in rows:
             key = (row["topic"], row["partition"])
             known = report.partitions.get(key)
             if known is None or (row.get("leader") and not known.get("leader")):
                 report.partitions[key] = {**row, "broker_id": node_id}
     return report
+
+
+def _rows(answer: Any) -> list[dict[str, Any]] | None:
+    """An answer's partition rows, each with a str topic and an int partition (None:
+    the answer is not DescribeRemoteTier's shape)."""
+    if not isinstance(answer, dict):
+        return None
+    rows = answer.get("partitions") or []
+    if not isinstance(rows, list):
+        return None
+    for row in rows:
+        if not (
+            isinstance(row, dict)
+            and isinstance(row.get("topic"), str)
+            and type(row.get("partition")) is int
+        ):
+            return None
+    return rows
 
 
 async def remote_status(

@@ -495,7 +495,7 @@ class Broker:
             RemoteReads(self.remote_log) if self.remote_log is not None else None,
             self.remote_settings.remote_fetch_max_wait_ms,
         )
-        self.follower_reads = FollowerReads(self.replicas)
+        self.follower_reads = FollowerReads(self.replicas, self.remote_log)
         self.deletions = RecordDeletion(self.replicas, self.remote_log)
         self.groups = GroupCoordinatorService(
             cfg,
@@ -731,6 +731,8 @@ class Broker:
             replicated=self.replicated,
             fenced=lambda: self.quorum.image.fenced_brokers(),
             tier_state=self.remote_log.state_at if self.remote_log is not None else None,
+            tier_log_start=self.remote_log.follow_log_start if self.remote_log else None,
+            tier_log_start_of=self.remote_log.log_start_offset if self.remote_log else None,
             config=ReplicationConfig(
                 replica_lag_time_max_ms=self.config.replica_lag_time_max_ms,
                 fetcher=FetcherConfig(security=self.inter_broker_security),

@@ -149,3 +149,16 @@ def test_status_with_no_broker_there_is_one_error_line(tmp_path):
     )
     assert proc.returncode == 1
     assert proc.stderr.decode().startswith("Error:") and b"Traceback" not in proc.stderr
+
+
+def test_a_malformed_broker_answer_is_that_brokers_error_not_a_crash():
+    """A broker's DescribeRemoteTier answer is input like any other: a shape the CLI
+    cannot read names that broker as failed, and the others are still shown."""
+    from logmq_cli.storage import merge
+
+    good = {"tiering": True, "partitions": [{"topic": "t", "partition": 0, "leader": True}]}
+    bad = [{"partitions": [1]}, {"partitions": "x"}, {"partitions": [{"topic": "t"}]}, [1]]
+    for answer in bad:
+        report = merge([(1, answer), (2, good)])  # type: ignore[list-item]
+        assert report.brokers[0] == {"broker_id": 1, "tiering": None, "error": "a malformed answer"}
+        assert list(report.partitions) == [("t", 0)]

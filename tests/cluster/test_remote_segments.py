@@ -409,3 +409,86 @@ def test_the_image_agrees_with_a_model_and_survives_a_snapshot(steps):
     expect = tuple(sorted(model.values(), key=lambda s: (s.base_offset, s.segment_id)))
     assert image.remote_segments("tid", 0) == expect
     assert MetadataImage.from_bytes(image.to_bytes()).remote == image.remote
+
+
+# -- segments found corrupt ---------------------------------------------------------------
+
+
+def corrupt(s: RemoteSegment, epoch: int) -> RemoteSegmentChange:
+    return RemoteSegmentChange.found_corrupt(s, epoch, 9)
+
+
+def finished_segment(r: Recorder, tid: str, sid: str, base: int) -> RemoteSegment:
+    lead, epoch = leader(r)
+    s = seg(tid, sid, base, epoch=epoch, broker=lead)
+    assert (
+        codes(alter(r, lead, started(s), moved(s, S.COPY_FINISHED, epoch, "c")))
+        == [ErrorCode.NONE] * 2
+    )
+    return s
+
+
+def test_the_leader_marks_a_finished_copy_corrupt_and_it_is_never_readable():
+    r, tid = setup()
+    lead, epoch = leader(r)
+    other = next(b for b in (1, 2, 3) if b != lead)
+    s = finished_segment(r, tid, "a", 0)
+    assert codes(alter(r, other, corrupt(s, epoch))) == [ErrorCode.NOT_LEADER_OR_FOLLOWER]
+    assert codes(alter(r, lead, corrupt(s, epoch - 1))) == [ErrorCode.FENCED_LEADER_EPOCH]
+    assert codes(alter(r, lead, corrupt(s, epoch))) == [ErrorCode.NONE]
+    (marked,) = r.image.remote_segments(tid, 0)
+    assert marked.corrupt and marked.finished and not marked.readable
+    assert marked.checksum == "c" and marked.event_ms == 9
+    before = len(r.log)
+    assert codes(alter(r, lead, corrupt(s, epoch))) == [ErrorCode.NONE]  # again: nothing
+    assert len(r.log) == before
+    assert r.replayed().remote == r.image.remote  # the log and a snapshot keep the mark
+    assert MetadataImage.from_bytes(r.image.to_bytes()).remote == r.image.remote
+    # only a finished copy is marked
+    t = seg(tid, "b", 10, epoch=epoch, broker=lead)
+    assert codes(alter(r, lead, started(t), corrupt(t, epoch))) == [
+        ErrorCode.NONE,
+        ErrorCode.INVALID_REQUEST,
+    ]
+
+
+def test_a_follower_copies_a_corrupt_segment_again_and_the_first_one_wins():
+    r, tid = setup()
+    lead, epoch = leader(r)
+    f1, f2 = (b for b in (1, 2, 3) if b != lead)
+    s = finished_segment(r, tid, "a", 0)
+    again = seg(tid, "b", 0, epoch=epoch, broker=f1)
+    # nothing is corrupt: a follower may not copy
+    assert codes(alter(r, f1, started(again))) == [ErrorCode.NOT_LEADER_OR_FOLLOWER]
+    assert codes(alter(r, lead, corrupt(s, epoch))) == [ErrorCode.NONE]
+    # another follower's copy of the same offsets, started second, is refused
+    rival = seg(tid, "c", 0, epoch=epoch, broker=f2)
+    assert codes(alter(r, f1, started(again))) == [ErrorCode.NONE]
+    assert codes(alter(r, f2, started(rival))) == [ErrorCode.NOT_LEADER_OR_FOLLOWER]
+    # the follower's copy names the current leader epoch, and only it finishes it
+    assert codes(alter(r, f2, moved(again, S.COPY_FINISHED, epoch, "d"))) == [
+        ErrorCode.NOT_LEADER_OR_FOLLOWER
+    ]
+    assert codes(alter(r, f1, moved(again, S.COPY_FINISHED, epoch, "d"))) == [ErrorCode.NONE]
+    by_id = {x.segment_id: x for x in r.image.remote_segments(tid, 0)}
+    assert by_id["b"].readable and by_id["a"].corrupt
+    # replaced: a follower may copy these offsets no more; the leader deletes the bad one
+    late = seg(tid, "e", 0, epoch=epoch, broker=f2)
+    assert codes(alter(r, f2, started(late))) == [ErrorCode.NOT_LEADER_OR_FOLLOWER]
+    assert codes(alter(r, f1, moved(s, S.DELETE_STARTED, epoch))) == [
+        ErrorCode.NOT_LEADER_OR_FOLLOWER
+    ]
+    assert (
+        codes(alter(r, lead, moved(s, S.DELETE_STARTED, epoch), moved(s, S.DELETE_FINISHED, epoch)))
+        == [ErrorCode.NONE] * 2
+    )
+    assert [x.segment_id for x in r.image.remote_segments(tid, 0)] == ["b"]
+
+
+def test_old_records_without_the_corrupt_field_still_decode():
+    r = RemoteSegmentRecord("t", 0, "a", 0, 9, 1, 2, ((0, 0),), 0, 1, 1, "c", 5, "topic")
+    raw = msgpack.unpackb(msgpack.packb(encode_record(r)))
+    assert decode_record(raw[:-1]) == r  # a record written before the field existed
+    change = RemoteSegmentStateChange("t", 0, "a", 1, "", 3, 1)
+    assert decode_record(encode_record(change)) == change
+    assert decode_record(encode_record(change)[:-1]).corrupt == 0

@@ -172,6 +172,56 @@ def test_corrupted_remote_object_is_never_served(tmp_path):
         assert msgs and msgs[0].offset() == local_start
 
 
+def test_a_corrupt_object_is_copied_again_from_a_replica_that_still_has_it(tmp_path):
+    """The leader no longer holds a segment whose object is corrupt; a follower that was
+    down while the leader copied and deleted it locally still does. The leader's read
+    refuses the object and marks it corrupt in the quorum; the follower, back, copies
+    those offsets again from its own log, the leader deletes the bad copy, and every
+    record is read from offset 0 again."""
+    from logmq.client import Admin
+
+    root = tmp_path / "remote"
+    root.mkdir()
+    with BrokerCluster(3, base_dir=tmp_path / "c", extra_args=tier_args(root)) as cluster:
+        boot = kafka_bootstrap(cluster)
+        topic = "tiered-recopy"
+        # copying off at first: every replica keeps the whole log locally
+        off = {"remote.log.copy.disable": "true", "local.retention.bytes": "-2"}
+        create_topic(boot, topic, 3, **off)
+        cluster.wait_for_topic(topic, 1)
+        acked = produce_acked(boot, topic, 5_000)
+        assert len(acked) == 5_000
+        lead = leader_of(cluster, topic)
+        keeper = next(n for n in sorted(cluster.nodes) if n != lead)
+        cluster.nodes[keeper].kill()  # it holds every offset, and misses what follows
+        boot = kafka_bootstrap(cluster)
+        with Admin(cluster.bootstrap) as admin:  # the brokers alive
+            admin.alter_configs(
+                topic, {"remote.log.copy.disable": "false", "local.retention.bytes": "0"}
+            )
+        leader = cluster.nodes[lead]
+        wait_for(lambda: local_log_files(leader, topic)[0] > 0, what="the leader's copies to go")
+        first = min(root.rglob("*.log"))  # the object holding offset 0
+        data = bytearray(first.read_bytes())
+        data[len(data) // 2] ^= 0xFF
+        first.write_bytes(bytes(data))
+        c = confluent_kafka.Consumer(
+            {"bootstrap.servers": boot, "group.id": "recopy", "enable.auto.commit": False}
+        )
+        c.assign([confluent_kafka.TopicPartition(topic, 0, 0)])
+        got = [m.value() for m in c.consume(100, 3) if m.error() is None]
+        c.close()
+        assert got == [], "records of a corrupted object were served"
+        wait_for(lambda: "corrupt: a replica that holds" in leader.log_tail(400),
+                 what="the leader to mark the segment corrupt")  # fmt: skip
+        cluster.nodes[keeper].start()
+        wait_for(lambda: "again from this replica" in cluster.nodes[keeper].log_tail(400),
+                 timeout=60, what="the follower to copy the offsets again")  # fmt: skip
+        wait_for(lambda: not first.exists(), timeout=60, what="the corrupt copy to be deleted")
+        got = consume_confluent_from(kafka_bootstrap(cluster), topic, len(acked))
+        assert got == acked
+
+
 OUTAGE_S = 60  # the issue's figure: a store stopped for a minute under produce
 
 
@@ -314,3 +364,155 @@ def test_every_broker_killed_at_once_while_copying(tmp_path):
         cluster.start()
         cluster.wait_for_topic(topic, 1)
         assert settled_and_read(cluster, root, topic, len(acked)) == acked
+
+
+def test_a_stalled_store_does_not_hold_back_local_records_on_the_same_connection(tmp_path):
+    """One consumer (one connection to the broker) reads a tiered partition from offset
+    0 while the store is stopped, and an untiered one: the untiered records arrive as
+    they are produced, though remote.fetch.max.wait.ms is 30 s and each fetch asks for
+    both partitions; once the store is back the tiered records arrive too."""
+    from logmq.testing.s3 import MotoS3Server, moto_server_command
+
+    if moto_server_command() is None:
+        pytest.skip("moto_server is not installed (pip install 'moto[server]')")
+    with MotoS3Server() as server:
+        bucket = server.create_bucket("stall")
+        args = s3_args(server, bucket, "remote.fetch.max.wait.ms=30000")
+        broker = BrokerProcess(tmp_path / "data", extra_args=args)
+        with broker:
+            tiered, local = "tiered-stall", "local-stall"
+            create_topic(broker.kafka_bootstrap, tiered, 1)
+            acked = produce_acked(broker.kafka_bootstrap, tiered, 3_000)
+            wait_for(lambda: local_log_files(broker, tiered)[0] > 0, what="first copies")
+            from confluent_kafka.admin import AdminClient, NewTopic
+
+            admin = AdminClient({"bootstrap.servers": broker.kafka_bootstrap})
+            admin.create_topics([NewTopic(local, 1, 1)])[local].result(30)
+            first = produce_acked(broker.kafka_bootstrap, local, 100)
+            c = confluent_kafka.Consumer(
+                {
+                    "bootstrap.servers": broker.kafka_bootstrap,
+                    "group.id": "stall",
+                    "enable.auto.commit": False,
+                    "fetch.wait.max.ms": 100,
+                }
+            )
+            got: dict[str, list[bytes]] = {tiered: [], local: []}
+
+            def read_until(done, seconds: float) -> bool:
+                deadline = time.monotonic() + seconds
+                while time.monotonic() < deadline and not done():
+                    for m in c.consume(500, 0.2):
+                        if m.error() is None:
+                            got[m.topic()].append(m.value())
+                return done()
+
+            server.pause()  # SIGSTOP: the store accepts connections and never answers
+            try:
+                c.assign(
+                    [
+                        confluent_kafka.TopicPartition(tiered, 0, 0),
+                        confluent_kafka.TopicPartition(local, 0, 0),
+                    ]
+                )
+                # well under the 30 s a fetch could wait for the store
+                assert read_until(lambda: len(got[local]) == 100, 10), "local records held back"
+                more = produce_acked(broker.kafka_bootstrap, local, 100, start=100)
+                assert read_until(lambda: len(got[local]) == 200, 10), "new records held back"
+                assert got[local] == first + more
+                assert got[tiered] == []
+            finally:
+                server.resume()
+            assert read_until(lambda: len(got[tiered]) >= len(acked), 120), "tiered not read"
+            c.close()
+            assert got[tiered][: len(acked)] == acked
+
+
+def test_delete_records_below_the_local_start_survives_a_leader_kill(tmp_path):
+    """DeleteRecords below the leader's local log start is kept by the followers too
+    (they learn it from the log start in the leader's fetch answers): after a kill -9 of
+    the leader, the new leader answers the same low watermark and never serves below it."""
+    from confluent_kafka import TopicPartition
+    from confluent_kafka.admin import AdminClient
+
+    root = tmp_path / "remote"
+    root.mkdir()
+    with BrokerCluster(3, base_dir=tmp_path / "c", extra_args=tier_args(root)) as cluster:
+        boot = kafka_bootstrap(cluster)
+        topic = "tiered-cut"
+        create_topic(boot, topic, 3)
+        cluster.wait_for_topic(topic, 1)
+        acked = produce_acked(boot, topic, 6_000)
+        lead = leader_of(cluster, topic)
+        wait_for(lambda: local_log_files(cluster.nodes[lead], topic)[0] > 2_000,
+                 what="the leader's copied segments to go")  # fmt: skip
+        cut = 1_234  # below every replica's local log start, inside a remote segment
+        admin = AdminClient({"bootstrap.servers": boot})
+        (result,) = admin.delete_records([TopicPartition(topic, 0, cut)]).values()
+        assert result.result(30).low_watermark == cut
+        followers = [n for n in cluster.nodes if n != lead]
+        for n in followers:
+            floor = cluster.nodes[n].data_dir / f"{topic}-0" / "remote-log-start-offset"
+            wait_for(lambda f=floor: f.exists() and int(f.read_text()) == cut,
+                     what=f"broker {n} to learn the cut")  # fmt: skip
+        cluster.nodes[lead].kill()
+        boot = kafka_bootstrap(cluster)
+        wait_for(lambda: leader_of(cluster, topic) not in (lead, -1), what="a new leader")
+
+        def low() -> int:
+            c = confluent_kafka.Consumer({"bootstrap.servers": boot, "group.id": "cut"})
+            try:
+                return c.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)[0]
+            finally:
+                c.close()
+
+        assert wait_for(lambda: low() == cut, what="the new leader's low watermark")
+        got = consume_confluent_from(boot, topic, len(acked) - cut)
+        assert got == acked[cut:]
+
+
+def test_an_unclean_election_never_serves_the_lost_records_from_the_tier(tmp_path):
+    """Broker 2, a follower, is killed; broker 1 goes on alone, copying its segments to
+    the tier; then 1 is killed and 2, back, is elected uncleanly with a shorter log. The
+    copies of what the election lost are of another leader-epoch lineage: the new leader
+    deletes them and copies its own log in their place, so a consumer from offset 0 reads
+    the records 2 had and those produced to it since, never the lost ones (Kafka's
+    isRemoteSegmentWithinLeaderEpochs)."""
+    from logmq.client import Admin
+    from logmq.client.admin import NewTopic
+
+    root = tmp_path / "remote"
+    root.mkdir()
+    args = [*tier_args(root), "--replica-lag-time-max-ms", "2000"]
+    with BrokerCluster(3, base_dir=tmp_path / "c", extra_args=args) as cluster:
+        boot = kafka_bootstrap(cluster)
+        topic = "tiered-unclean"
+        config = {
+            "remote.storage.enable": "true",
+            "segment.bytes": str(SEGMENT),
+            "local.retention.bytes": str(2 * SEGMENT),
+            "unclean.leader.election.enable": "true",
+        }
+        with Admin(cluster.bootstrap) as admin:
+            admin.create_topics([NewTopic(topic, configs=config, assignments=[[1, 2]])])
+        cluster.wait_for_topic(topic, 1)
+        wait_for(lambda: leader_of(cluster, topic) == 1, what="broker 1 to lead")
+        kept = produce_acked(boot, topic, 2_000)
+        assert len(kept) == 2_000
+        cluster.nodes[2].kill()
+        lost = produce_acked(boot, topic, 4_000, start=2_000)  # acked by 1 alone
+        assert lost
+        one, two = cluster.nodes[1], cluster.nodes[2]
+        wait_for(lambda: local_log_files(one, topic)[0] > 2_000, timeout=90,
+                 what="broker 1 to copy, and let go of, what broker 2 never had")  # fmt: skip
+        one.kill()
+        two.start()
+        wait_for(lambda: leader_of(cluster, topic) == 2, timeout=90, what="an unclean election")
+        boot = kafka_bootstrap(cluster)
+        after = produce_acked(boot, topic, 4_000, start=10_000)
+        assert len(after) == 4_000
+        wait_for(lambda: local_log_files(two, topic)[0] > 2_000, timeout=120,
+                 what="broker 2's own copies to let its segments go")  # fmt: skip
+        got = consume_confluent_from(boot, topic, len(kept) + len(after))
+        assert got == kept + after
+        assert "leader-epoch lineage" in two.log_tail(3_000)

@@ -155,7 +155,8 @@ class RemoteSegmentChange:
     Either ``segment`` is set (a new copy, in COPY_STARTED; ``state`` is then
     COPY_STARTED and ``segment_id`` its id) or it is None and the segment ``segment_id``
     moves to ``state`` (``checksum``: set at COPY_FINISHED; "" keeps the segment's).
-    Build them with ``copy_started`` and ``state_change``.
+    ``corrupt`` marks a COPY_FINISHED segment found corrupt (``state`` COPY_FINISHED).
+    Build them with ``copy_started``, ``state_change`` and ``found_corrupt``.
     """
 
     topic_id: str
@@ -166,6 +167,23 @@ class RemoteSegmentChange:
     segment: RemoteSegment | None = None
     checksum: str = ""
     event_ms: int = 0
+    corrupt: bool = False
+
+    @classmethod
+    def found_corrupt(
+        cls, segment: RemoteSegment, leader_epoch: int, event_ms: int
+    ) -> RemoteSegmentChange:
+        return cls(
+            segment.topic_id,
+            segment.partition,
+            leader_epoch,
+            segment.segment_id,
+            SegmentState.COPY_FINISHED,
+            None,
+            "",
+            event_ms,
+            True,
+        )
 
     @classmethod
     def copy_started(cls, segment: RemoteSegment, leader_epoch: int) -> RemoteSegmentChange:

@@ -242,12 +242,14 @@ class RemoteSegmentRecord:
     checksum: str = ""
     event_ms: int = 0
     topic: str = ""  # the topic's name at copy time (the objects' keys hold it)
+    corrupt: int = 0  # 1: found not matching its checksums (never served)
 
 
 @dataclass(frozen=True, slots=True)
 class RemoteSegmentStateChange:
     """A remote segment moved to ``state`` (a SegmentState); DELETE_FINISHED removes it
-    from the image. An empty ``checksum`` keeps the segment's."""
+    from the image. An empty ``checksum`` keeps the segment's. ``corrupt`` 1 (with the
+    state it is in, COPY_FINISHED) marks it found corrupt."""
 
     topic_id: str
     partition: int
@@ -255,6 +257,7 @@ class RemoteSegmentStateChange:
     state: int
     checksum: str = ""
     event_ms: int = 0
+    corrupt: int = 0
 
 
 Record = (
@@ -322,8 +325,8 @@ _KINDS: dict[type, str] = {
     AccessControlEntryRecord: "s i s i s s i i",
     RemoveAccessControlEntry: "s",
     ClientQuotaRecord: "E s f?",
-    RemoteSegmentRecord: "k i k i i i i P i i i k i s",
-    RemoteSegmentStateChange: "k i k i k i",
+    RemoteSegmentRecord: "k i k i i i i P i i i k i s i",
+    RemoteSegmentStateChange: "k i k i k i i",
 }
 # bounds on what untrusted bytes can make the codec build: a SCRAM salt or key is tens
 # of bytes, and a quota entity has one component per entity type

@@ -88,6 +88,7 @@ def to_record(s: RemoteSegment) -> RemoteSegmentRecord:
         s.checksum,
         s.event_ms,
         s.topic,
+        int(s.corrupt),
     )
 
 
@@ -109,6 +110,7 @@ def from_record(r: RemoteSegmentRecord) -> RemoteSegment:
         r.checksum,
         r.event_ms,
         sys.intern(r.topic),
+        bool(r.corrupt),
     )
 
 
@@ -185,7 +187,12 @@ class RemoteSegmentsDelta:
         if old is None:
             raise RemoteSegmentError(f"no remote segment {record.segment_id} in {key[0]}-{key[1]}")
         state = _state(record.state)
-        if state not in VALID_TRANSITIONS[old.state]:
+        if record.corrupt:
+            if not (state is old.state is SegmentState.COPY_FINISHED):
+                raise RemoteSegmentError(
+                    f"remote segment {record.segment_id}: only a finished copy is marked corrupt"
+                )
+        elif state not in VALID_TRANSITIONS[old.state]:
             raise RemoteSegmentError(
                 f"remote segment {record.segment_id}: {old.state.name} -> {state.name}"
             )
@@ -200,7 +207,12 @@ class RemoteSegmentsDelta:
             del by_id[old.segment_id]
             del ordered[at]
             return
-        new = old.with_state(state, checksum=record.checksum or None, event_ms=record.event_ms)
+        new = old.with_state(
+            state,
+            checksum=record.checksum or None,
+            event_ms=record.event_ms,
+            corrupt=True if record.corrupt else None,
+        )
         by_id[old.segment_id] = ordered[at] = new
 
     def apply(self) -> RemoteSegmentsImage:

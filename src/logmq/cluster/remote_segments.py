@@ -20,6 +20,10 @@ deposed leader can neither publish a copy nor finish one. Rules, per change:
   would reject the batch. A state change must be one of VALID_TRANSITIONS (else
   INVALID_REQUEST, naming it); COPY_FINISHED carries the manifest's checksum. An
   unknown segment id is RESOURCE_NOT_FOUND (a retried DELETE_FINISHED finds it gone).
+* A replica that does not lead may copy again the offsets of a segment found corrupt
+  (``corrupt``, marked by the leader whose read failed) and finish that copy: the
+  leader may no longer hold them locally, a follower still may. The first to start
+  wins; it still names the current leader epoch.
 * A change the image already holds (a retry after an answer was lost: the same new
   segment, or the state it is already in) succeeds and writes nothing.
 
@@ -101,8 +105,10 @@ def _judge(
         if c.leader_epoch != part.leader_epoch:
             message = f"{where}: leader epoch {c.leader_epoch}, current {part.leader_epoch}"
             return ApiResult(ErrorCode.FENCED_LEADER_EPOCH, message), None, None
-        if part.leader != broker_id:
+        if part.leader != broker_id and not _replaces_corrupt(image, broker_id, c, current):
             message = f"{where}: broker {broker_id} does not lead (leader {part.leader})"
+            if broker_id in part.replicas and c.segment is not None:
+                message += " and no corrupt segment is left for it to copy again"
             return ApiResult(ErrorCode.NOT_LEADER_OR_FOLLOWER, message), None, None
     if c.segment is not None:
         if name is not None and c.segment.topic != name:
@@ -118,6 +124,16 @@ def _judge(
     if current is None:
         message = f"no remote segment {c.segment_id} in {c.topic_id}-{c.partition}"
         return ApiResult(ErrorCode.RESOURCE_NOT_FOUND, message), None, None
+    if c.corrupt:
+        if current.state is not SegmentState.COPY_FINISHED:
+            message = f"remote segment {c.segment_id} is {current.state.name}: not servable anyway"
+            return ApiResult(ErrorCode.INVALID_REQUEST, message), None, None
+        if current.corrupt:
+            return OK, None, None  # found by another read, or a retry
+        record = RemoteSegmentStateChange(
+            c.topic_id, c.partition, c.segment_id, int(c.state), "", c.event_ms, 1
+        )
+        return OK, record, current.with_state(c.state, event_ms=c.event_ms, corrupt=True)
     if c.state is current.state and c.checksum in ("", current.checksum):
         return OK, None, None  # a retry of a change already made
     if c.state not in VALID_TRANSITIONS[current.state]:
@@ -142,6 +158,51 @@ def _judge(
     return OK, record, after
 
 
+def _replaces_corrupt(
+    image: MetadataImage, broker_id: int, c: RemoteSegmentChange, current: RemoteSegment | None
+) -> bool:
+    """Whether a replica that does not lead may make this change: copy again the offsets
+    of a segment found corrupt (the leader no longer holds them locally, this replica
+    does), or finish such a copy of its own. The first replica to start one wins: one
+    from another broker already copying or copied over the same offsets refuses it."""
+    name = image.topic_names_by_id.get(c.topic_id)
+    part = None if name is None else image.partition(name, c.partition)
+    if part is None or broker_id not in part.replicas or c.corrupt:
+        return False
+    if c.segment is None:
+        return (
+            c.state is SegmentState.COPY_FINISHED
+            and current is not None
+            and current.broker_id == broker_id
+        )
+    new = c.segment
+    segments = image.remote_segments(c.topic_id, c.partition)
+    for bad in segments:
+        if not (bad.corrupt and bad.finished):
+            continue
+        if new.end_offset < bad.base_offset or new.base_offset > bad.end_offset:
+            continue
+        taken = any(
+            s.broker_id != broker_id
+            and (
+                (
+                    s.state is SegmentState.COPY_STARTED
+                    and s.base_offset <= bad.end_offset
+                    and s.end_offset >= bad.base_offset
+                )
+                or (
+                    s.readable
+                    and s.base_offset <= bad.base_offset
+                    and s.end_offset >= bad.end_offset
+                )
+            )
+            for s in segments
+        )
+        if not taken:
+            return True
+    return False
+
+
 def _malformed(broker_id: int, c: RemoteSegmentChange) -> str | None:
     """What makes the change unacceptable whatever the image holds (None: nothing)."""
     for what, text in (("topic id", c.topic_id), ("segment id", c.segment_id)):
@@ -152,6 +213,8 @@ def _malformed(broker_id: int, c: RemoteSegmentChange) -> str | None:
     if c.partition < 0:
         return f"partition {c.partition}"
     s = c.segment
+    if c.corrupt and (s is not None or c.state is not SegmentState.COPY_FINISHED):
+        return "only a finished copy (COPY_FINISHED, no new segment) is marked corrupt"
     if s is None:
         if c.state is SegmentState.COPY_STARTED:
             return "a new remote segment comes with its metadata"

@@ -244,6 +244,7 @@ def remote_segment_change_body(c: RemoteSegmentChange) -> dict[str, Any]:
         "state": int(c.state),
         "checksum": c.checksum,
         "event_ms": c.event_ms,
+        "corrupt": c.corrupt,
         "segment": None
         if s is None
         else {
@@ -305,6 +306,7 @@ def remote_segment_change(item: Any) -> RemoteSegmentChange:
         segment,
         checksum,
         event_ms,
+        req_field(item, "corrupt", bool, False),
     )
 
 

@@ -41,6 +41,7 @@ ROW_FIELDS = (
     "copy_lag_segments",
     "copy_lag_bytes",
     "pending_deletes",
+    "corrupt_segments",
     "last_error",
 )
 

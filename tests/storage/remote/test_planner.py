@@ -13,11 +13,13 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, ru
 from logmq.errors import LogMQError
 from logmq.storage.remote.planner import (
     EMPTY_PLAN,
+    REPLACEMENT_COPY_TIMEOUT_MS,
     InvalidTierViewError,
     LocalSegment,
     TierSettings,
     TierView,
     follower_delete_local_up_to,
+    follower_recopy,
     highest_copied_offset,
     plan_tier,
     remote_log_start,
@@ -399,6 +401,113 @@ def test_segment_for_timestamp():
     assert segment_for_timestamp(remote, 25, start_offset=200) is None
     assert segment_for_timestamp(remote, 15, start_offset=150) is remote[1]
     assert segment_for_timestamp(remote, 31) is None
+
+
+# -- segments found corrupt -------------------------------------------------------------
+
+
+def bad(base, end, *, at=0, **kw) -> RemoteSegment:
+    return replace(rseg(base, end, **kw), corrupt=True, event_ms=at)
+
+
+def test_a_corrupt_segment_is_a_hole_that_still_holds_the_log_start():
+    remote = [bad(0, 99), rseg(100, 199)]
+    assert remote_log_start(remote) == 0  # never skipped as out of range
+    assert highest_copied_offset(remote) == 199
+    assert segment_for_offset(remote, 50) is None  # not served
+    assert segment_for_offset(remote, 150) is remote[1]
+    assert segment_for_timestamp(remote, 0) is remote[1]
+
+
+def test_the_leader_copies_a_corrupt_segment_again_when_it_still_has_it():
+    local = local_log((0, 99), (100, 199), active_end=220)
+    remote = [bad(0, 99), rseg(100, 199)]
+    s = TierSettings(local_retention_bytes=0)
+    plan = plan_tier(make_view(local, remote, settings=s), 10)
+    assert plan.copy == (local[0],)
+    assert plan.delete_local_up_to is None  # the hole's local segment stays, and what follows
+    assert plan.replaced == ()
+    # once the new copy finished, the corrupt one is deleted and the local segments go
+    remote.append(rseg(0, 99, sid="new"))
+    plan = plan_tier(make_view(local, remote, settings=s), 10)
+    assert plan.copy == () and plan.replaced == (remote[0],)
+    assert plan.delete_local_up_to == 200
+
+
+def test_a_leader_without_the_offsets_keeps_them_marked_and_lets_a_follower_copy():
+    local = local_log((100, 199), active_end=220)
+    remote = [bad(0, 99, at=1_000), rseg(100, 199)]
+    view = make_view(local, remote, log_start_offset=0, local_log_start_offset=100)
+    plan = plan_tier(view, 10)
+    assert plan.copy == () and plan.replaced == () and plan.expire == ()
+    # a follower's copy of the offsets, in the leader's epoch, is not an orphan while young
+    theirs = rseg(0, 99, STARTED, broker=2, sid="theirs")
+    theirs = replace(theirs, event_ms=view.now_ms)
+    assert plan_tier(replace(view, remote=(*remote, theirs)), 10).orphans == ()
+    old = replace(view, remote=(*remote, theirs), now_ms=view.now_ms + REPLACEMENT_COPY_TIMEOUT_MS)
+    assert plan_tier(old, 10).orphans == (theirs,)
+    stale = replace(theirs, copier_epoch=-1)
+    assert plan_tier(replace(view, remote=(*remote, stale)), 10).orphans == (stale,)
+
+
+def test_a_follower_copies_again_only_what_it_holds_committed_after_a_grace():
+    local = local_log((0, 49), (50, 99), (100, 199), active_end=220)
+    remote = [bad(0, 99, at=1_000), rseg(100, 199)]
+    view = make_view(local, remote, is_leader=False, now_ms=1_500)
+    assert follower_recopy(view, 1_000) == ()  # the leader may still do it
+    later = replace(view, now_ms=2_000)
+    assert follower_recopy(later, 1_000) == local[:2]
+    # it keeps those local segments meanwhile
+    s = TierSettings(local_retention_bytes=0)
+    assert follower_delete_local_up_to(replace(later, settings=s)) is None
+    # not while anyone copies them, not above its high watermark, not partly held
+    busy = rseg(0, 99, STARTED, broker=0, sid="x")
+    assert follower_recopy(replace(later, remote=(*remote, busy)), 1_000) == ()
+    assert follower_recopy(replace(later, high_watermark=80), 1_000) == ()
+    part = local_log((50, 99), (100, 199), active_end=220)
+    assert follower_recopy(replace(later, local=part), 1_000) == ()
+    # nor once a finished copy holds them, nor on the leader
+    done = rseg(0, 99, sid="done")
+    assert follower_recopy(replace(later, remote=(*remote, done)), 1_000) == ()
+    assert follower_recopy(replace(later, is_leader=True), 1_000) == ()
+
+
+# -- the leader-epoch lineage (unclean elections) --------------------------------------
+
+
+def eseg(base, end, epochs, **kw) -> RemoteSegment:
+    return replace(rseg(base, end, **kw), leader_epochs=tuple(epochs))
+
+
+def test_a_copy_of_another_lineage_is_deleted_and_its_offsets_copied_again():
+    # the old leader copied 100..199 in epoch 3 after offset 150; this leader (elected
+    # uncleanly) never had epoch 3: its log went on at 150 in epoch 4
+    local = local_log((100, 199), (200, 299), active_end=320)
+    ours = ((2, 100), (4, 150))
+    theirs = eseg(100, 199, [(2, 0), (3, 150)], epoch=3, sid="theirs")
+    view = make_view(local, [rseg(0, 99, epoch=2), theirs], leader_epochs=ours, leader_epoch=4)
+    plan = plan_tier(view, 10)
+    assert plan.diverged == (theirs,)
+    assert plan.copy == local[:2]  # its offsets as well as the next ones
+    s = TierSettings(local_retention_bytes=0)
+    assert plan_tier(replace(view, settings=s), 10).delete_local_up_to is None
+    # a follower of the new lineage does not let its local copy go for it either
+    follower = replace(view, is_leader=False, settings=s)
+    assert follower_delete_local_up_to(follower) is None
+    # the same copy with the log's own epochs is kept, and lets the local one go
+    good = eseg(100, 199, [(2, 0), (4, 150)], epoch=4, sid="good")
+    plan = plan_tier(replace(view, remote=(rseg(0, 99, epoch=2), good), settings=s), 10)
+    assert plan.diverged == () and plan.delete_local_up_to == 200
+
+
+def test_a_copy_past_the_log_end_or_below_the_cache_is_judged_as_it_must_be():
+    local = local_log((100, 149), active_end=160)
+    ours = ((5, 100),)
+    past = eseg(150, 299, [(5, 150)], epoch=5, sid="past")  # records this log never had
+    below = eseg(0, 99, [(1, 0)], epoch=1, sid="below")  # not judged: before the cache
+    view = make_view(local, [below, past], leader_epochs=ours, local_log_start_offset=100)
+    assert plan_tier(view, 10).diverged == (past,)
+    assert plan_tier(replace(view, leader_epochs=()), 10).diverged == ()  # no cache: no check
 
 
 def test_contradictory_views_are_refused():

@@ -333,6 +333,28 @@ async def test_store_calls_never_exceed_max_pending(segments):
     assert manifest.chunk_count > 20
 
 
+async def test_store_calls_running_at_once_never_exceed_the_reader_threads(segments):
+    """remote.log.reader.threads: of the store calls admitted (max_pending), only that
+    many run at once; the others wait their turn and every read still finishes."""
+    log, closed = segments
+    store = MemoryStore()
+    reader = new_reader(store, max_pending=50, threads=2)
+    meta, _manifest = await copy(store, closed[0], chunk_size=64)
+    await reader.read(TOPIC, meta, meta.base_offset, 1)
+    await reader.drain()
+    offsets = list(range(meta.base_offset, meta.end_offset + 1, 7))[:8]
+    store.gate = asyncio.Event()
+    store.max_active = 0
+    tasks = [asyncio.ensure_future(reader.read(TOPIC, meta, o, 3000)) for o in offsets]
+    await wait_until(lambda: store.active == 2)
+    assert reader.pending > 2  # admitted, waiting for a thread
+    store.gate.set()
+    results = await asyncio.gather(*tasks)
+    assert results == [local(log, o, 3000) for o in offsets]
+    await reader.drain()
+    assert store.max_active == 2
+
+
 async def test_a_cancelled_reader_does_not_cancel_the_shared_fetch(segments):
     log, closed = segments
     store = MemoryStore()

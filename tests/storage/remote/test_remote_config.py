@@ -237,6 +237,8 @@ def test_the_rsm_prefix_is_kafkas_impl_prefix():
             "rsm.config.storage.aws.secret.access.key",
         ),
         ({"rsm.config.key.prefix": "/abs"}, "rsm.config.key.prefix"),
+        ({"rsm.config.key.prefix": "a/../b"}, "rsm.config.key.prefix"),
+        ({"rsm.config.key.prefix": "a//b"}, "rsm.config.key.prefix"),
         ({"rsm.config.encryption.enabled": "true"}, "rsm.config.encryption.enabled"),
     ],
 )
@@ -308,3 +310,26 @@ def test_any_input_gives_settings_or_a_named_error(props):
     else:
         assert not s.enabled or s.backend in (S3, FILESYSTEM)
         assert len(s.describe()) > 20
+
+
+async def test_the_key_prefix_is_a_folder_in_the_directory_store(tmp_path):
+    """Aiven's key.prefix applies to every back end: the directory store puts the
+    objects under ROOT/PREFIX/, made at start, as S3 puts them under PREFIX/."""
+    from logmq.storage.remote.stores import build_store
+
+    settings = RemoteStorageSettings.from_properties(
+        {
+            "remote.log.storage.system.enable": "true",
+            "rsm.config.storage.backend.class": AIVEN_FS,
+            "rsm.config.storage.root": str(tmp_path),
+            "rsm.config.key.prefix": "cluster-a/tier",
+        }
+    )
+    store = build_store(settings)
+    try:
+        await store.check()
+        await store.put_bytes("t-id/0/x.manifest", b"m")
+        assert (tmp_path / "cluster-a" / "tier" / "t-id" / "0" / "x.manifest").read_bytes() == b"m"
+        assert [k async for k in store.list("t-id/")] == ["t-id/0/x.manifest"]
+    finally:
+        await store.close()

@@ -37,10 +37,20 @@ class _RemoteRead(NamedTuple):
     max_bytes: int
     upper: int
 
+    @property
+    def key(self) -> tuple[str, int, int]:
+        return (self.plog.topic, self.plog.partition, self.offset)
+
 
 def _drop_result(task: asyncio.Future[Any]) -> None:
     if not task.cancelled():
         task.exception()  # retrieved: a late read's failure was counted by the manager
+
+
+# a remote read's answer nobody came back for is dropped this long after it finished
+# (its chunks stay in the reader's cache)
+REMOTE_RESULT_KEEP_S = 30.0
+_RemoteKey = tuple[str, int, int, bool]  # topic, partition, offset, read_committed
 
 
 class ConsumerReads:
@@ -50,7 +60,10 @@ class ConsumerReads:
     partition's local log start: those partitions' records come from the remote tier
     after the local ones are read, within ``remote_fetch_max_wait_ms`` (Kafka's
     remote.fetch.max.wait.ms); a store slower than that answers the partition empty
-    while its read goes on filling the chunk cache, so the consumer's next fetch finds it.
+    while its read goes on, and the consumer's next fetch of that offset takes its
+    answer. A fetch that has local records to give does not wait for the store at all,
+    and one waiting for it answers as soon as its local partitions get records: a slow
+    store never holds back local data, in the same fetch or on the same connection.
     """
 
     def __init__(
@@ -64,6 +77,9 @@ class ConsumerReads:
         self.waiters = replicas.waiters
         self.remote = remote
         self.remote_fetch_max_wait_ms = remote_fetch_max_wait_ms
+        # remote reads by what they read: a fetch that gave up waiting leaves its read
+        # here for the next fetch of the same offset, which never starts another
+        self._remote_reads: dict[_RemoteKey, asyncio.Future[Any]] = {}
 
     async def fetch_for_consumer(
         self,
@@ -80,6 +96,7 @@ class ConsumerReads:
         passed."""
         loop = self.replicas.loop()
         deadline = loop.time() + max_wait_ms / 1000
+        remote_deadline = loop.time() + self.remote_fetch_max_wait_ms / 1000
         tps = [(name, p[0]) for name, parts in wanted for p in parts]
         while True:
             pending: list[_RemoteRead] = []
@@ -87,8 +104,10 @@ class ConsumerReads:
                 wanted, max_bytes, committed=committed, pending=pending
             )
             if pending:
-                await self._read_remote(pending, committed)
-                return topics
+                local = [tp for tp in tps if not any(tp == r.key[:2] for r in pending)]
+                if await self._read_remote(pending, committed, total, local, remote_deadline):
+                    return topics
+                continue  # local records came while the store was slow: read them
             remaining = deadline - loop.time()
             if total >= min_bytes or any_error or remaining <= 0 or not tps:
                 return topics
@@ -115,6 +134,7 @@ class ConsumerReads:
         throttled answer is empty and does not update the session either."""
         loop = self.replicas.loop()
         deadline = loop.time() + max_wait_ms / 1000
+        remote_deadline = loop.time() + self.remote_fetch_max_wait_ms / 1000
         more = self._below_lso if committed else self._below_hw
         while True:
             pending: list[_RemoteRead] = []
@@ -126,8 +146,11 @@ class ConsumerReads:
                 pending=pending,
             )
             if pending:
-                await self._read_remote(pending, committed)
-                break
+                keys = {r.key[:2] for r in pending}
+                local = [tp for tp in session.partitions if tp not in keys]
+                if await self._read_remote(pending, committed, total, local, remote_deadline):
+                    break
+                continue
             remaining = deadline - loop.time()
             if full or total >= min_bytes or any_error or remaining <= 0:
                 break
@@ -155,26 +178,78 @@ class ConsumerReads:
             raise LogMQError("unknown partition", ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
         return await list_offset(self.remote, plog, ts, committed)
 
-    async def _read_remote(self, pending: list[_RemoteRead], committed: bool) -> None:
-        """Fill in the partitions whose records are in the remote tier (concurrently)."""
-        remote = self.remote
-        assert remote is not None
-        reads = {
-            asyncio.ensure_future(remote.read(r.plog, r.offset, r.max_bytes, r.upper, committed)): r
-            for r in pending
-        }
-        done, _late = await asyncio.wait(reads, timeout=self.remote_fetch_max_wait_ms / 1000)
+    def _remote_read(self, r: _RemoteRead, committed: bool) -> asyncio.Future[Any]:
+        """The read of ``r``'s offset: the one a previous fetch left going, or a new one."""
+        key = (*r.key, committed)
+        task = self._remote_reads.get(key)
+        if task is None:
+            remote = self.remote
+            assert remote is not None
+            task = asyncio.ensure_future(
+                remote.read(r.plog, r.offset, r.max_bytes, r.upper, committed)
+            )
+            self._remote_reads[key] = task
+            task.add_done_callback(_drop_result)
+            task.add_done_callback(lambda t, k=key: self._forget_later(k, t))
+        return task
+
+    def _forget_later(self, key: _RemoteKey, task: asyncio.Future[Any]) -> None:
+        def forget() -> None:
+            if self._remote_reads.get(key) is task:
+                del self._remote_reads[key]
+
+        asyncio.get_running_loop().call_later(REMOTE_RESULT_KEEP_S, forget)
+
+    async def _read_remote(
+        self,
+        pending: list[_RemoteRead],
+        committed: bool,
+        local_bytes: int,
+        local: list[TopicPartition],
+        deadline: float,
+    ) -> bool:
+        """Fill in the partitions whose records are in the remote tier (concurrently).
+
+        With local records in hand (``local_bytes`` beyond the remote reads' reserved
+        budget) only reads already done are taken; otherwise the store gets up to
+        remote.fetch.max.wait.ms (until ``deadline``, once per fetch), cut short by an
+        append to a ``local`` partition.
+        False when that append came first: the caller reads again (the remote reads go
+        on, and its next round takes them). A read not done is answered empty."""
+        reads = {self._remote_read(r, committed): r for r in pending}
+        reserved = sum(r.max_bytes for r in pending)
+        if local_bytes <= reserved:
+            loop = asyncio.get_running_loop()
+            appended = asyncio.ensure_future(
+                self.waiters.wait(local, deadline - loop.time())
+            ) if local else None  # fmt: skip
+            try:
+                waiting = set(reads)
+                while waiting and (remaining := deadline - loop.time()) > 0:
+                    watch = waiting if appended is None else waiting | {appended}
+                    done, _ = await asyncio.wait(
+                        watch, timeout=remaining, return_when=asyncio.FIRST_COMPLETED
+                    )
+                    if appended is not None and appended in done:
+                        if appended.result():
+                            return False
+                        appended = None  # timed out or shut down: wait on the reads alone
+                    waiting -= done
+            finally:
+                if appended is not None and not appended.done():
+                    appended.cancel()
         for task, r in reads.items():
-            if task not in done:
-                # answered empty; the read goes on and fills the cache for the next fetch
-                task.add_done_callback(_drop_result)
-                continue
+            if not task.done():
+                continue  # answered empty; the next fetch of this offset takes it
+            if self._remote_reads.get((*r.key, committed)) is task:
+                del self._remote_reads[(*r.key, committed)]
             exc = task.exception()
             if exc is None:
                 r.read.records, r.read.aborted = task.result()
             else:
                 code = exc.code if isinstance(exc, LogMQError) else ErrorCode.STORAGE_ERROR
                 r.read.error, r.read.message = code, str(exc)
+        return True
 
     @gc_paused()  # an entry and a region per partition: logmq/gcpause.py
     def _read_for_consumer(

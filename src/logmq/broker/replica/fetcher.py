@@ -383,7 +383,7 @@ class ReplicaFetcher:
 
     def _log_start(self, topic: str, partition: int) -> int:
         plog = self.manager.logs.get_log(topic, partition)
-        return plog.log_start_offset if plog is not None else -1
+        return self.manager.reported_log_start(plog) if plog is not None else -1
 
     async def _fetch(
         self,

@@ -8,7 +8,7 @@ are throttled by the outbound reassignment quota (replication/throttle.py).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from logmq.broker.replica.fetch_results import PartitionRead, TopicRead, failed
 from logmq.errors import ErrorCode
@@ -25,8 +25,11 @@ TopicPartition = tuple[str, int]
 class FollowerReads:
     """Followers' fetches over the replica manager's replicas and the local logs."""
 
-    def __init__(self, replicas: ReplicaManager) -> None:
+    def __init__(self, replicas: ReplicaManager, remote_log: Any = None) -> None:
         self.replicas = replicas
+        # a tiered log's answers carry its log start over both tiers (Kafka's
+        # logStartOffset), so followers learn what DeleteRecords and remote expiry deleted
+        self._log_start = plog_start if remote_log is None else remote_log.log_start_offset
         self.logs = replicas.logs
         self.waiters = replicas.waiters
 
@@ -234,7 +237,7 @@ class FollowerReads:
                     throttled[key] = size
                     allowance = quota_left - size
                 results.append(
-                    PartitionRead(partition, NO_ERROR, hw, plog.log_start_offset, region)
+                    PartitionRead(partition, NO_ERROR, hw, self._log_start(plog), region)
                 )
             topics.append((name, results))
         return topics, total, hws, held
@@ -242,6 +245,10 @@ class FollowerReads:
     def _below_leo(self, tp: TopicPartition, sp: SessionPartition) -> bool:
         plog = self.logs.get_log(*tp)
         return plog is not None and sp.fetch_offset < plog.log_end_offset
+
+
+def plog_start(plog) -> int:
+    return plog.log_start_offset
 
 
 def _below_local_start(plog) -> ErrorCode:

@@ -92,6 +92,7 @@ class RecordDeletion:
             )
         if self.remote is not None and plog.remote_managed:
             self.remote.delete_records_below(plog, target)
+            self.waiters.notify(key)  # the followers learn the new log start now
         if target > plog.log_start_offset:
             plog.advance_log_start_offset(target)
             await self.logs.checkpoint()
@@ -121,14 +122,13 @@ class RecordDeletion:
         """The lowest log start offset over the ISR (-1 unknown); raises if not leader."""
         plog = self.replicas.leader_log(*key)
         replica = self.replicas.replica(key)
+        start = plog.log_start_offset
+        if self.remote is not None and plog.remote_managed:
+            # over both tiers, as the followers of a tiered log report theirs
+            start = self.remote.log_start_offset(plog)
         if replica is None:
-            low = plog.log_start_offset  # a single broker: its own log is the ISR
-        else:
-            low = replica.low_watermark(plog.log_start_offset)
-        if self.remote is not None and plog.remote_managed and low >= 0:
-            # the ISR's local logs start higher; the partition starts at the remote tier
-            low = min(low, self.remote.log_start_offset(plog))
-        return low
+            return start  # a single broker: its own log is the ISR
+        return replica.low_watermark(start)
 
     def _check_trims(self, key: TopicPartition) -> None:
         """Answer the DeleteRecords waiting on ``key`` that the low watermark now passes."""

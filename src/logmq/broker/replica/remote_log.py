@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import random
 import time
 import uuid
 import weakref
@@ -67,6 +68,8 @@ class TierStats:
     fetch_requests: int = 0
     fetch_bytes: int = 0
     fetch_errors: int = 0
+    corrupt_segments: int = 0  # found corrupt by this broker's reads, and marked so
+    segments_recopied: int = 0  # corrupt segments' offsets this follower copied again
     errors_by_kind: dict[str, int] = field(default_factory=dict)
 
     def error(self, kind: str) -> None:
@@ -77,18 +80,7 @@ def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
-def segment_epochs(
-    entries: list[tuple[int, int]], base: int, end: int
-) -> tuple[tuple[int, int], ...]:
-    """The leader-epoch entries in force within offsets ``[base, end]``: the one in force
-    at ``base`` (whose start may be earlier) and every one that starts inside."""
-    out: list[tuple[int, int]] = []
-    for epoch, start in entries:
-        if start <= base:
-            out = [(epoch, start)]
-        elif start <= end:
-            out.append((epoch, start))
-    return tuple(out)
+segment_epochs = tier.epochs_in_force  # what a copy records of its segment
 
 
 def local_segments(plog: PartitionLog) -> list[tier.LocalSegment]:
@@ -159,6 +151,7 @@ class RemoteLogManager:
         self.clock = clock
         self.stats = TierStats()
         self._in_flight: set[str] = set()  # segment ids being copied or deleted here
+        self._marking: set[str] = set()  # segment ids being marked corrupt
         self._busy: set[TopicPartition] = set()
         self._tasks: set[asyncio.Task[None]] = set()
         self._loop_task: asyncio.Task[None] | None = None
@@ -174,6 +167,9 @@ class RemoteLogManager:
             weakref.WeakKeyDictionary()
         )
         self.last_error: dict[TopicPartition, str] = {}
+        # a partition whose store work failed: (failures in a row, monotonic time of the
+        # next try), Kafka's remote.log.manager.task.retry.* backoff
+        self._retry: dict[TopicPartition, tuple[int, float]] = {}
 
     # -- lifecycle ---------------------------------------------------------------------
     async def start(self) -> None:
@@ -206,6 +202,20 @@ class RemoteLogManager:
                 pass
             self._wake.clear()
 
+    def _back_off(self, key: TopicPartition) -> float:
+        """Schedule the partition's next try after a store failure: the backoff doubles
+        from remote.log.manager.task.retry.backoff.ms up to .backoff.max.ms, give or take
+        .jitter, so a store that is down is not hammered and one that is back is soon
+        used again. Returns the delay in seconds."""
+        s = self.settings
+        failures = self._retry.get(key, (0, 0.0))[0] + 1
+        ms = min(s.task_retry_backoff_max_ms, s.task_retry_backoff_ms * 2 ** min(failures - 1, 40))
+        ms *= 1 + random.uniform(-s.task_retry_jitter, s.task_retry_jitter)
+        self._retry[key] = (failures, time.monotonic() + ms / 1000)
+        if not self._stopped:
+            asyncio.get_running_loop().call_later(ms / 1000, self.wake)
+        return ms / 1000
+
     def _spawn(self, coro: Any, key: TopicPartition) -> None:
         task = asyncio.get_running_loop().create_task(coro)
         self._busy.add(key)
@@ -225,6 +235,9 @@ class RemoteLogManager:
         for plog in self.logs.logs():
             key = (plog.topic, plog.partition)
             if plog.closed or key in self._busy:
+                continue
+            retry = self._retry.get(key)
+            if retry is not None and time.monotonic() < retry[1]:
                 continue
             tiered = self.is_tiered(plog)
             plog.remote_managed = tiered
@@ -299,6 +312,14 @@ class RemoteLogManager:
         self._floors[plog] = offset
         self.wake()
 
+    def follow_log_start(self, plog: PartitionLog, leader_log_start: int) -> None:
+        """A follower's fetch answer carried the leader's log start over both tiers:
+        what lies below it is gone (DeleteRecords, remote expiry). Kept as this
+        replica's floor, in its directory as on the leader, so a follower that takes
+        over answers the same log start; its local segments below go in its next pass."""
+        if leader_log_start > self._deleted_below(plog):
+            self.delete_records_below(plog, leader_log_start)
+
     def highest_copied_offset(self, plog: PartitionLog) -> int:
         return self._coverage(plog)[1]
 
@@ -346,6 +367,7 @@ class RemoteLogManager:
             in_flight=frozenset(self._in_flight),
             now_ms=self.clock(),
             settings=settings,
+            leader_epochs=tuple(plog.leader_epochs.entries()),
         )
 
     async def _step(self, plog: PartitionLog, image: MetadataImage) -> None:
@@ -358,20 +380,18 @@ class RemoteLogManager:
             view = self._view(plog, image)
             if view is None or plog.closed or self._stopped:
                 return
-            if not view.is_leader:
-                # a follower copies nothing: it lets go of what a finished copy covers,
-                # by the same local retention as its leader
-                up_to = tier.follower_delete_local_up_to(view)
-                if up_to is not None:
-                    self.stats.local_segments_deleted += retention.delete_local_below(plog, up_to)
-                return
             try:
-                again = await self._act(plog, view, image)
+                if view.is_leader:
+                    again = await self._act(plog, view, image)
+                else:
+                    again = await self._follow(plog, view, image)
                 self.last_error.pop(key, None)
+                self._retry.pop(key, None)
             except RemoteStorageError as e:
                 self.last_error[key] = str(e)
                 self.stats.error("store_retriable" if e.retriable else "store")
-                log.warning("remote tier of %s-%d: %s (retried next pass)", *key, e)
+                delay = self._back_off(key)
+                log.warning("remote tier of %s-%d: %s (retried in %.1f s)", *key, e, delay)
                 return
             except LogMQError as e:
                 self.last_error[key] = str(e)
@@ -382,6 +402,61 @@ class RemoteLogManager:
                 return
             image = self._image()
 
+    async def _follow(self, plog: PartitionLog, view: tier.TierView, image: MetadataImage) -> bool:
+        """A follower's pass: it lets go of what a finished copy covers, by the same local
+        retention as its leader, and copies nothing but the offsets of a segment found
+        corrupt that the leader no longer holds and it does. True if it copied."""
+        up_to = tier.follower_delete_local_up_to(view)
+        if up_to is not None:
+            self.stats.local_segments_deleted += retention.delete_local_below(plog, up_to)
+        grace = max(3 * self.settings.task_interval_ms, 1000)
+        recopy = tier.follower_recopy(view, grace)
+        if not recopy:
+            return False
+        tid = self._topic_id(plog.topic, image)
+        assert tid is not None
+        for local in recopy:
+            log.warning(
+                "copying %s-%d [%d, %d] to the remote tier again from this replica: the "
+                "copy of these offsets is corrupt and the leader no longer has them",
+                plog.topic, plog.partition, local.base_offset, local.end_offset,
+            )  # fmt: skip
+            await self._copy(plog, tid, local, view.leader_epoch)
+            self.stats.segments_recopied += 1
+        return False
+
+    def report_corrupt(self, plog: PartitionLog, seg: RemoteSegment) -> None:
+        """A read found ``seg``'s objects not matching their checksums: mark it so in the
+        quorum (fenced by the leader epoch, as every change), so no broker serves it,
+        every replica keeps the offsets it still holds locally, and whichever has them
+        copies them again (the leader at once, a follower after a grace)."""
+        if seg.corrupt or seg.segment_id in self._marking or self._stopped:
+            return
+        part = self._image().partition(plog.topic, plog.partition)
+        if part is None or part.leader != self.node_id:
+            return
+        self._marking.add(seg.segment_id)
+        self.stats.corrupt_segments += 1
+        change = RemoteSegmentChange.found_corrupt(seg, part.leader_epoch, self.clock())
+
+        async def mark() -> None:
+            try:
+                await self._submit(change)
+                log.warning(
+                    "marked remote segment %s of %s-%d [%d, %d] corrupt: a replica that "
+                    "holds these offsets locally copies them again",
+                    seg.segment_id, plog.topic, plog.partition, seg.base_offset, seg.end_offset,
+                )  # fmt: skip
+            except LogMQError as e:
+                log.warning("marking remote segment %s corrupt: %s", seg.segment_id, e)
+            finally:
+                self._marking.discard(seg.segment_id)
+            self.wake()
+
+        task = asyncio.get_running_loop().create_task(mark())
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
     async def _act(self, plog: PartitionLog, view: tier.TierView, image: MetadataImage) -> bool:
         """Carry out one plan; True if it copied (there may be more to copy)."""
         tid = self._topic_id(plog.topic, image)
@@ -391,6 +466,8 @@ class RemoteLogManager:
             ("a copy that did not finish", plan.orphans),
             ("a delete interrupted", plan.resume_deletes),
             ("retention", plan.expire),
+            ("found corrupt, and copied again", plan.replaced),
+            ("not of this log's leader-epoch lineage: an unclean election", plan.diverged),
         ):
             for seg in segs:
                 await self._delete(plog.topic, seg, view.leader_epoch)
@@ -554,6 +631,7 @@ def build_remote_log(
         index_cache=IndexCache(settings.index_cache_bytes),
         fetch_rate_limiter=fetch_limit,
         max_pending=settings.reader_max_pending_tasks,
+        threads=settings.reader_threads,
     )
     return RemoteLogManager(
         node_id=node_id,

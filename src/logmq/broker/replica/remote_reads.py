@@ -4,7 +4,9 @@ A consumer's fetch of an offset the local log no longer holds (consumer_reads.py
 it here), and ListOffsets over both tiers: the remote segment that holds the offset is
 found in the metadata image and read through the RemoteReader, which fetches only the
 chunks it needs and checks each against the segment's manifest, so a corrupted object
-is refused (and logged once), never served.
+is refused (and logged once), never served: the leader marks it corrupt in the quorum
+(RemoteLogManager.report_corrupt), and until a replica that still holds its offsets
+has copied them again they are answered KAFKA_STORAGE_ERROR, which clients retry.
 """
 
 from __future__ import annotations
@@ -18,8 +20,11 @@ from logmq.storage.remote.segment_files import RemoteCorruptionError
 from logmq.storage.remote.store import RemoteStorageError
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from logmq.broker.replica.remote_log import RemoteLogManager
     from logmq.storage.partition_log import PartitionLog
+    from logmq.storage.remote.segment_metadata import RemoteSegment
 
 log = logging.getLogger("logmq.remote")
 
@@ -43,11 +48,13 @@ class RemoteReads:
         first readable remote segment whose max timestamp reaches ``ts`` and which the
         local log does not hold (None: search the local log)."""
         bound = plog.last_stable_offset if committed else plog.high_watermark
-        for seg in self.manager.remote_segments(plog.topic, plog.partition):
-            if not seg.readable or seg.max_timestamp < ts:
+        remote = self.manager.remote_segments(plog.topic, plog.partition)
+        for seg in remote:
+            if not seg.finished or seg.max_timestamp < ts:
                 continue
             if seg.base_offset >= plog.log_start_offset:
                 return None  # the local log holds it, and the rest
+            seg = self._servable(plog, remote, seg)
             hit = await self.manager.reader.offset_for_timestamp(plog.topic, seg, ts)
             if hit is not None:
                 return hit if hit[0] < bound else (-1, -1)
@@ -59,12 +66,14 @@ class RemoteReads:
 
         local = offset_for(plog, MAX_TIMESTAMP, committed)
         best = None
-        for seg in self.manager.remote_segments(plog.topic, plog.partition):
-            below = seg.readable and seg.base_offset < plog.log_start_offset
+        remote = self.manager.remote_segments(plog.topic, plog.partition)
+        for seg in remote:
+            below = seg.finished and seg.base_offset < plog.log_start_offset
             if below and (best is None or seg.max_timestamp > best.max_timestamp):
                 best = seg
         if best is None or (local[0] >= 0 and local[1] >= best.max_timestamp):
             return local
+        best = self._servable(plog, remote, best)
         hit = await self.manager.reader.offset_for_timestamp(plog.topic, best, best.max_timestamp)
         return hit if hit is not None else local
 
@@ -77,6 +86,7 @@ class RemoteReads:
         remote = self.manager.remote_segments(plog.topic, plog.partition)
         seg = planner.segment_for_offset(remote, offset)
         if seg is None:
+            self._refuse_corrupt(remote, offset)
             raise LogMQError(
                 f"offset {offset} of {plog.topic}-{plog.partition} is in no remote segment",
                 ErrorCode.OFFSET_OUT_OF_RANGE,
@@ -90,6 +100,7 @@ class RemoteReads:
             self.manager.stats.fetch_errors += 1
             if isinstance(e, RemoteCorruptionError) and seg.segment_id not in self._corrupt:
                 self._corrupt.add(seg.segment_id)  # said once per segment
+                self.manager.report_corrupt(plog, seg)
                 log.error(
                     "remote segment %s of %s-%d [%d, %d] is corrupt and is not served: %s",
                     seg.segment_id,
@@ -108,7 +119,9 @@ class RemoteReads:
             end = _batches_end(data)
             # an ABORT marker may be in a later segment than the data it aborts: go on
             # through the later remote segments, then the local log, as Kafka does
-            later = [s for s in remote if s.readable and s.base_offset >= seg.base_offset]
+            # (a corrupt one's transaction index too: verified on its own, its markers
+            # are still the log's)
+            later = [s for s in remote if s.finished and s.base_offset >= seg.base_offset]
             found, passed = await self.manager.reader.collect_aborted(
                 plog.topic, later, offset, end
             )
@@ -116,6 +129,28 @@ class RemoteReads:
                 found += plog.aborted_transactions(offset, end)
             aborted = list(dict.fromkeys(found)) or None
         return data, aborted
+
+    def _servable(
+        self, plog: PartitionLog, remote: Sequence[RemoteSegment], seg: RemoteSegment
+    ) -> RemoteSegment:
+        """``seg``, or the copy that replaced it; a corrupt one with none is refused."""
+        if not seg.corrupt:
+            return seg
+        better = planner.segment_for_offset(remote, seg.base_offset)
+        if better is not None:
+            return better
+        self._refuse_corrupt(remote, seg.base_offset)
+        return seg
+
+    def _refuse_corrupt(self, remote: Sequence[RemoteSegment], offset: int) -> None:
+        """Raise for ``offset`` if a segment found corrupt holds it (and none else)."""
+        for seg in remote:
+            if seg.corrupt and seg.finished and seg.base_offset <= offset <= seg.end_offset:
+                self.manager.stats.fetch_errors += 1
+                raise RemoteCorruptionError(
+                    f"offset {offset} is in remote segment {seg.segment_id}, found corrupt: "
+                    "not served until a replica that holds it copies it again"
+                )
 
 
 def _batches_end(data: bytes) -> int:

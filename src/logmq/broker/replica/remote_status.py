@@ -45,7 +45,8 @@ class RemoteTierStatus:
             "highest_copied_offset": copied,
             "copy_lag_segments": lag_segments,
             "copy_lag_bytes": lag_bytes,
-            "pending_deletes": sum(1 for s in remote if not s.readable),
+            "pending_deletes": sum(1 for s in remote if not s.finished),
+            "corrupt_segments": sum(1 for s in remote if s.corrupt and s.finished),
             "last_error": self.manager.last_error.get((plog.topic, plog.partition)),
         }
 
@@ -100,6 +101,18 @@ class RemoteTierStatus:
                 "Closed local segments not yet copied",
                 "gauge",
                 [({}, lag_segments)],
+            ),
+            (
+                "logmq_remote_corrupt_segments_marked",
+                "Remote segments this broker's reads found corrupt and marked so",
+                "counter",
+                [({}, st.corrupt_segments)],
+            ),
+            (
+                "logmq_remote_segments_recopied",
+                "Corrupt remote segments' offsets this broker copied again as a follower",
+                "counter",
+                [({}, st.segments_recopied)],
             ),
             (
                 "logmq_remote_fetch_requests",

@@ -172,11 +172,20 @@ class ReplicaManager:
         clock: Callable[[], int] = _now_ms,
         fenced: Callable[[], Iterable[int]] = tuple,
         tier_state: TierState | None = None,
+        tier_log_start: Callable[[PartitionLog, int], None] | None = None,
+        tier_log_start_of: Callable[[PartitionLog], int] | None = None,
     ) -> None:
         self.broker_id = broker_id
         # KIP-405: what a follower reset into the remote tier starts from (the leader
         # epochs and producer state at the leader's local log start); None: no tier
         self.tier_state = tier_state
+        # a tiered log's follower takes the leader's log start over both tiers as the
+        # offset below which all is gone (DeleteRecords, remote expiry), never as its
+        # local log start: its local retention is the remote tier's (remote_log.py)
+        self.tier_log_start = tier_log_start
+        # and reports its own over both tiers in its fetches (the leader's DeleteRecords
+        # waits for the ISR's), not its local one
+        self._tier_log_start_of = tier_log_start_of
         self._reset_state: dict[TopicPartition, Any] = {}
         self.fenced = fenced  # the brokers the controller has fenced, from the image
         # A cluster gives every local partition a replica; a single broker gives none
@@ -462,6 +471,12 @@ class ReplicaManager:
         if replica is not None:
             self._run(key, replica.on_leader_epoch_answer(error, epoch, end_offset))
 
+    def reported_log_start(self, plog: PartitionLog) -> int:
+        """The log start this broker reports as a follower (Kafka's logStartOffset)."""
+        if plog.remote_managed and self._tier_log_start_of is not None:
+            return self._tier_log_start_of(plog)
+        return plog.log_start_offset
+
     async def on_fetched(
         self, key: TopicPartition, data: memoryview, leader_hw: int, leader_log_start: int = -1
     ) -> int | None:
@@ -496,7 +511,11 @@ class ReplicaManager:
             if replica is None:
                 return None
         self._run(key, replica.on_fetched(plog.log_end_offset, leader_hw))
-        if leader_log_start > plog.log_start_offset and not plog.closed:
+        if plog.closed:
+            pass
+        elif plog.remote_managed and self.tier_log_start is not None:
+            self.tier_log_start(plog, leader_log_start)
+        elif leader_log_start > plog.log_start_offset:
             plog.advance_log_start_offset(leader_log_start)  # capped at our HW
         return plog.log_end_offset
 

@@ -258,6 +258,10 @@ class RemoteStorageSettings:
             raise RemoteStorageConfigError(
                 f"{rsm}key.prefix: {self.key_prefix!r} must not start with '/'"
             )
+        if {".", ".."} & set(self.key_prefix.split("/")) or "//" in self.key_prefix:
+            raise RemoteStorageConfigError(
+                f"{rsm}key.prefix: {self.key_prefix!r} must not hold '.', '..' or '//' parts"
+            )
         if self.task_retry_backoff_max_ms < self.task_retry_backoff_ms:
             raise RemoteStorageConfigError(
                 "remote.log.manager.task.retry.backoff.max.ms must be >= "

@@ -35,7 +35,10 @@ __all__ = [
     "TierPlan",
     "TierSettings",
     "TierView",
+    "diverged",
+    "epochs_in_force",
     "follower_delete_local_up_to",
+    "follower_recopy",
     "highest_copied_offset",
     "plan_tier",
     "remote_log_start",
@@ -88,7 +91,9 @@ class TierView:
     """Everything one plan looks at, read by the shell at one moment.
 
     ``remote`` is the image's list for the partition (every state); ``in_flight``
-    the segment ids this shell is copying or deleting right now.
+    the segment ids this shell is copying or deleting right now. ``leader_epochs`` is
+    the local log's leader-epoch cache (epoch, start offset), the lineage remote
+    segments are checked against (empty: no check).
     """
 
     broker_id: int
@@ -104,6 +109,7 @@ class TierView:
     in_flight: frozenset[str]
     now_ms: int
     settings: TierSettings
+    leader_epochs: tuple[tuple[int, int], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,6 +121,10 @@ class TierPlan:
     COPY_FINISHED segments to delete by retention or the log start. ``orphans``:
     COPY_STARTED segments nobody is copying (a dead or deposed copier): delete.
     ``resume_deletes``: DELETE_STARTED segments nobody is deleting: delete again.
+    ``replaced``: segments found corrupt whose offsets a new finished copy holds: delete.
+    ``diverged``: finished segments not of the local log's leader-epoch lineage (copied
+    by a leader whose records an unclean election truncated): delete, and copy those
+    offsets from this log.
     ``new_log_start_offset``: the log start after this plan, when it moves.
     ``copy_gap``: (first, last) offsets at the copy point held by neither tier, an
     already-broken log the shell should report; the copy goes on past it, as
@@ -126,6 +136,8 @@ class TierPlan:
     expire: tuple[RemoteSegment, ...] = ()
     orphans: tuple[RemoteSegment, ...] = ()
     resume_deletes: tuple[RemoteSegment, ...] = ()
+    replaced: tuple[RemoteSegment, ...] = ()
+    diverged: tuple[RemoteSegment, ...] = ()
     new_log_start_offset: int | None = None
     copy_gap: tuple[int, int] | None = None
 
@@ -135,6 +147,11 @@ class TierPlan:
 
 
 EMPTY_PLAN = TierPlan()
+
+# A replica that does not lead copies a corrupt segment's offsets again (the leader no
+# longer has them locally): the leader takes such a copy in its own epoch for live while
+# it is this young, then as an orphan of a replica that died mid-copy.
+REPLACEMENT_COPY_TIMEOUT_MS = 10 * 60 * 1000
 
 _Runs = list[tuple[int, int]]
 
@@ -163,11 +180,81 @@ def _covered(runs: _Runs, lo: int, hi: int) -> bool:
     return i >= 0 and runs[i][1] >= hi
 
 
-def _readable_runs(remote: Iterable[RemoteSegment], from_offset: int) -> _Runs:
+def _readable_runs(
+    remote: Iterable[RemoteSegment], from_offset: int, *, corrupt_too: bool = False
+) -> _Runs:
     return _runs(
         (max(s.base_offset, from_offset), s.end_offset)
         for s in remote
-        if s.readable and s.end_offset >= from_offset
+        if (s.finished if corrupt_too else s.readable) and s.end_offset >= from_offset
+    )
+
+
+def epochs_in_force(
+    entries: Iterable[tuple[int, int]], lo: int, hi: int
+) -> tuple[tuple[int, int], ...]:
+    """The leader-epoch entries in force within offsets [lo, hi]: the one in force at
+    ``lo`` (whose start may be earlier) and every one that starts inside (what a copy
+    records of its segment, and what the lineage check compares)."""
+    out: list[tuple[int, int]] = []
+    for epoch, start in entries:
+        if start <= lo:
+            out = [(epoch, start)]
+        elif start <= hi:
+            out.append((epoch, start))
+    return tuple(out)
+
+
+def _epochs_within(entries: Iterable[tuple[int, int]], lo: int, hi: int) -> list[tuple[int, int]]:
+    """``epochs_in_force`` with the first start clamped to ``lo``."""
+    out = list(epochs_in_force(entries, lo, hi))
+    if out and out[0][1] < lo:
+        out[0] = (out[0][0], lo)
+    return out
+
+
+def diverged(seg: RemoteSegment, epochs: Sequence[tuple[int, int]], log_end: int) -> bool:
+    """Whether a finished copy disagrees with the local log's epoch lineage (Kafka's
+    isRemoteSegmentWithinLeaderEpochs): over the offsets the local cache covers, its
+    leader epochs must be the log's, and it must not reach the log end (a copy past it
+    holds records an unclean election truncated). A segment wholly below the cache's
+    first entry cannot be judged here and is taken as it is."""
+    if not epochs or seg.end_offset < epochs[0][1]:
+        return False
+    if seg.end_offset >= log_end:
+        return True
+    lo = max(seg.base_offset, epochs[0][1])
+    return _epochs_within(seg.leader_epochs, lo, seg.end_offset) != _epochs_within(
+        epochs, lo, seg.end_offset
+    )
+
+
+def _lineage_split(
+    view: TierView, segs: Sequence[RemoteSegment]
+) -> tuple[list[RemoteSegment], tuple[RemoteSegment, ...]]:
+    """(the segments to plan with, the finished ones of another lineage)."""
+    if not view.leader_epochs:
+        return list(segs), ()
+    bad = tuple(
+        s
+        for s in segs
+        if s.finished
+        and s.segment_id not in view.in_flight
+        and diverged(s, view.leader_epochs, view.log_end_offset)
+    )
+    if not bad:
+        return list(segs), ()
+    gone = {s.segment_id for s in bad}
+    return [s for s in segs if s.segment_id not in gone], bad
+
+
+def _replacing(seg: RemoteSegment, view: TierView) -> bool:
+    """A live copy of a corrupt segment's offsets by a replica that does not lead."""
+    return (
+        seg.state is SegmentState.COPY_STARTED
+        and seg.broker_id != view.broker_id
+        and seg.copier_epoch == view.leader_epoch
+        and view.now_ms - seg.event_ms < REPLACEMENT_COPY_TIMEOUT_MS
     )
 
 
@@ -181,15 +268,18 @@ def highest_copied_offset(remote: Iterable[RemoteSegment], log_start_offset: int
     (segments wholly below it are dead, whatever their state) and ends at the first
     offset no finished segment holds: a finished segment past a hole (a parallel copy
     that finished while an earlier one failed) does not count, since local segments
-    in the hole are still uncopied.
+    in the hole are still uncopied. A segment found corrupt is such a hole.
     """
     runs = _readable_runs(remote, log_start_offset)
     return runs[0][1] if runs else -1
 
 
 def remote_log_start(remote: Iterable[RemoteSegment], log_start_offset: int = 0) -> int:
-    """The first offset of that coverage (Kafka's remote log start), -1 if none."""
-    runs = _readable_runs(remote, log_start_offset)
+    """The first offset of the finished copies (Kafka's remote log start), -1 if none.
+
+    A segment found corrupt counts: its offsets are the log's still, answered
+    KAFKA_STORAGE_ERROR until copied again, never skipped as out of range."""
+    runs = _readable_runs(remote, log_start_offset, corrupt_too=True)
     return runs[0][0] if runs else -1
 
 
@@ -252,7 +342,11 @@ def plan_tier(view: TierView, max_copies: int = 1) -> TierPlan:
     segs = sorted(view.remote, key=_order)
     in_flight = view.in_flight
     orphans = tuple(
-        s for s in segs if s.state is SegmentState.COPY_STARTED and s.segment_id not in in_flight
+        s
+        for s in segs
+        if s.state is SegmentState.COPY_STARTED
+        and s.segment_id not in in_flight
+        and not _replacing(s, view)
     )
     resume = tuple(
         s for s in segs if s.state is SegmentState.DELETE_STARTED and s.segment_id not in in_flight
@@ -265,7 +359,7 @@ def plan_tier(view: TierView, max_copies: int = 1) -> TierPlan:
         # classic one's (retention.py), not ours.
         if not settings.delete_on_disable:
             return TierPlan(orphans=orphans, resume_deletes=resume)
-        expire = tuple(s for s in segs if s.readable and s.segment_id not in in_flight)
+        expire = tuple(s for s in segs if s.finished and s.segment_id not in in_flight)
         new_start = max(log_start, view.local_log_start_offset)
         return TierPlan(
             expire=expire,
@@ -274,6 +368,7 @@ def plan_tier(view: TierView, max_copies: int = 1) -> TierPlan:
             new_log_start_offset=new_start if new_start > log_start else None,
         )
 
+    segs, other_lineage = _lineage_split(view, segs)
     expired, new_start = _expire(view, segs)
     gone = {s.segment_id for s in expired}
     kept = [s for s in segs if s.readable and s.segment_id not in gone]
@@ -291,12 +386,24 @@ def plan_tier(view: TierView, max_copies: int = 1) -> TierPlan:
     gap = None
     if settings.copy_enabled and max_copies > 0:
         copies, gap = _copies(view, segs, new_start, max_copies)
+    gone = {s.segment_id for s in expired}
+    replaced = tuple(
+        s
+        for s in segs
+        if s.corrupt
+        and s.finished
+        and s.segment_id not in gone
+        and s.segment_id not in in_flight
+        and _covered(kept_runs, s.base_offset, s.end_offset)
+    )
     return TierPlan(
         copy=copies,
         delete_local_up_to=up_to,
         expire=expired,
         orphans=orphans,
         resume_deletes=resume,
+        replaced=replaced,
+        diverged=other_lineage,
         new_log_start_offset=new_start if new_start > log_start else None,
         copy_gap=gap,
     )
@@ -313,9 +420,48 @@ def follower_delete_local_up_to(view: TierView) -> int | None:
     if not view.settings.remote_enabled:
         return None
     _check(view)
-    runs = _runs((s.base_offset, s.end_offset) for s in view.remote if s.readable)
+    live, _ = _lineage_split(view, view.remote)
+    runs = _runs((s.base_offset, s.end_offset) for s in live if s.readable)
     up_to, _ = _local_retention(view, runs, view.log_start_offset, move_start=False)
     return up_to
+
+
+def follower_recopy(view: TierView, grace_ms: int) -> tuple[LocalSegment, ...]:
+    """The local segments a follower copies again for segments found corrupt.
+
+    A corrupt segment no finished copy replaces is a hole the leader fills from its
+    own log if it still has the offsets; ``grace_ms`` after the segment was marked
+    (its ``event_ms``) with neither a replacement in progress nor a finished one, the
+    leader has not, and a follower whose closed local segments hold all of its
+    offsets below its high watermark (so they are committed, the leader's own) copies
+    them. The controller lets the first replica to start do it (remote_segments.py).
+    """
+    if view.is_leader or not view.settings.remote_enabled:
+        return ()
+    _check(view)
+    readable = _runs((s.base_offset, s.end_offset) for s in view.remote if s.readable)
+    busy = [s for s in view.remote if s.state is SegmentState.COPY_STARTED]
+    closed = [
+        seg
+        for seg in view.local[:-1]
+        if seg.closed and seg.end_offset >= seg.base_offset and seg.end_offset < view.high_watermark
+    ]
+    held = _runs((seg.base_offset, seg.end_offset) for seg in closed)
+    out: dict[int, LocalSegment] = {}
+    for bad in view.remote:
+        if not (bad.corrupt and bad.finished) or view.now_ms - bad.event_ms < grace_ms:
+            continue
+        lo, hi = bad.base_offset, bad.end_offset
+        if hi < view.log_start_offset or _covered(readable, lo, hi):
+            continue
+        if any(s.base_offset <= hi and s.end_offset >= lo for s in busy):
+            continue  # being copied again (by us: in flight; by another: the first wins)
+        if not _covered(held, lo, hi):
+            continue
+        for seg in closed:
+            if seg.base_offset <= hi and seg.end_offset >= lo:
+                out[seg.base_offset] = seg
+    return tuple(out[k] for k in sorted(out))
 
 
 def _check(view: TierView) -> None:
@@ -377,8 +523,11 @@ def _expire(view: TierView, segs: list[RemoteSegment]) -> tuple[tuple[RemoteSegm
     gone = {s.segment_id for s in expired}
     expired += [
         s
-        for s in finished
-        if s.end_offset < new_start and s.segment_id not in gone and s.segment_id not in in_flight
+        for s in segs
+        if s.finished
+        and s.end_offset < new_start
+        and s.segment_id not in gone
+        and s.segment_id not in in_flight
     ]
     return tuple(sorted(expired, key=_order)), new_start
 
@@ -453,7 +602,11 @@ def _copies(
     held = _runs(
         (s.base_offset, s.end_offset)
         for s in segs
-        if s.readable or (s.state is SegmentState.COPY_STARTED and s.segment_id in view.in_flight)
+        if s.readable
+        or (
+            s.state is SegmentState.COPY_STARTED
+            and (s.segment_id in view.in_flight or _replacing(s, view))
+        )
     )
     start = log_start
     i = bisect_right(held, (start, float("inf"))) - 1

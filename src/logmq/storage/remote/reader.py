@@ -12,7 +12,8 @@ Store calls are bounded (``max_pending``, Kafka's remote.log.reader.max.pending.
 a read that would start one more answers a retriable error, so a slow store turns into
 consumer retries, not an unbounded queue. Readers of one chunk share one store call, and
 after a read the next chunk is fetched in the background (consumers read on), unless
-the bound is reached.
+the bound is reached. At most ``threads`` (remote.log.reader.threads) store calls run at
+once; the others admitted wait their turn.
 """
 
 from __future__ import annotations
@@ -98,9 +99,12 @@ class RemoteReader:
         index_cache: IndexCache,
         fetch_rate_limiter: ByteRateLimiter | None = None,
         max_pending: int = 100,
+        threads: int = 10,
     ) -> None:
-        if max_pending < 1:
-            raise ValueError(f"max_pending must be at least 1, not {max_pending}")
+        if max_pending < 1 or threads < 1:
+            raise ValueError(
+                f"max_pending and threads must be at least 1: {max_pending}, {threads}"
+            )
         self.store = store
         self.chunks = chunk_cache
         self.indexes = index_cache
@@ -109,6 +113,9 @@ class RemoteReader:
         self.stats = ReaderStats()
         self._inflight: dict[Hashable, asyncio.Task[Any]] = {}
         self._slot_waiters: list[asyncio.Future[None]] = []
+        # remote.log.reader.threads: store calls running at once; the rest of the
+        # max_pending admitted wait their turn (Kafka's reader pool and its queue)
+        self._running = asyncio.Semaphore(threads)
 
     @property
     def pending(self) -> int:
@@ -469,7 +476,8 @@ class RemoteReader:
 
     async def _run(self, key: Hashable, factory: Callable[[], Awaitable[Any]]) -> Any:
         try:
-            return await factory()
+            async with self._running:
+                return await factory()
         except RemoteCorruptionError as e:
             self._count_corrupt()
             log.error("remote object refused: %s", e)

@@ -6,7 +6,9 @@ remote segments in base-offset order, so any broker that becomes leader, any fol
 building its state, and any broker answering a fetch below the local log start, reads
 the same list. A segment's life is COPY_STARTED -> COPY_FINISHED -> DELETE_STARTED ->
 DELETE_FINISHED (then it leaves the image); a COPY_STARTED one whose copier lost the
-leadership is an orphan the next leader deletes (COPY_STARTED -> DELETE_STARTED).
+leadership is an orphan the next leader deletes (COPY_STARTED -> DELETE_STARTED). A
+COPY_FINISHED segment a reader found corrupt is marked so (``corrupt``), stays in
+COPY_FINISHED, and is deleted once a new copy of its offsets has finished.
 """
 
 from __future__ import annotations
@@ -59,9 +61,17 @@ class RemoteSegment:
     # the topic's name when copied: its objects' keys hold it, and a deleted topic's
     # remote data is deleted after the name has left the image
     topic: str = ""
+    # a reader found its objects not matching their checksums: never served, and
+    # copied again from a replica that still holds the offsets locally, if any
+    corrupt: bool = False
 
     def with_state(
-        self, state: SegmentState, *, checksum: str | None = None, event_ms: int | None = None
+        self,
+        state: SegmentState,
+        *,
+        checksum: str | None = None,
+        event_ms: int | None = None,
+        corrupt: bool | None = None,
     ) -> RemoteSegment:
         """This segment in ``state`` (built directly: a start replays one per change, and
         dataclasses.replace costs three times as much)."""
@@ -80,9 +90,15 @@ class RemoteSegment:
             self.checksum if checksum is None else checksum,
             self.event_ms if event_ms is None else event_ms,
             self.topic,
+            self.corrupt if corrupt is None else corrupt,
         )
 
     @property
-    def readable(self) -> bool:
-        """Served to fetches: copied and not being deleted."""
+    def finished(self) -> bool:
+        """Copied and not being deleted: part of the remote tier's offsets, corrupt or not."""
         return self.state is SegmentState.COPY_FINISHED
+
+    @property
+    def readable(self) -> bool:
+        """Served to fetches: copied, not being deleted, and not found corrupt."""
+        return self.state is SegmentState.COPY_FINISHED and not self.corrupt

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from logmq.storage.remote.store import RemoteStore
@@ -30,4 +31,13 @@ def build_store(settings: Any) -> RemoteStore:
     from logmq.storage.remote.directory_store import DirectoryStore
 
     assert settings.root is not None
-    return DirectoryStore(settings.root, max_threads=max(1, settings.thread_pool_size))
+    root = Path(settings.root)
+    if settings.key_prefix:
+        # as S3's: the prefix names a folder (its own, under the root, made at start
+        # when the root is there; a missing root is still the start error it names)
+        parts = [p for p in settings.key_prefix.split("/") if p]  # checked by config.py
+        sub = root.joinpath(*parts)
+        if root.is_dir():
+            sub.mkdir(parents=True, exist_ok=True)
+        root = sub
+    return DirectoryStore(root, max_threads=max(1, settings.thread_pool_size))
