@@ -503,11 +503,18 @@ def test_a_copy_of_another_lineage_is_deleted_and_its_offsets_copied_again():
 def test_a_copy_past_the_log_end_or_below_the_cache_is_judged_as_it_must_be():
     local = local_log((100, 149), active_end=160)
     ours = ((5, 100),)
-    past = eseg(150, 299, [(5, 150)], epoch=5, sid="past")  # records this log never had
+    past = eseg(150, 299, [(5, 150)], epoch=5, sid="past")  # the log is only behind it
     below = eseg(0, 99, [(1, 0)], epoch=1, sid="below")  # not judged: before the cache
     view = make_view(local, [below, past], leader_epochs=ours, local_log_start_offset=100)
-    assert plan_tier(view, 10).diverged == (past,)
-    assert plan_tier(replace(view, leader_epochs=()), 10).diverged == ()  # no cache: no check
+    assert plan_tier(view, 10).diverged == ()
+    # a new epoch at the log end (an unclean election) contradicts nothing yet; once
+    # this leader has written its own records there, the copy holds the lost ones
+    lost = replace(view, leader_epochs=((5, 100), (7, 161)))
+    assert plan_tier(lost, 10).diverged == ()
+    wrote = replace(lost, local=local_log((100, 149), active_end=200))
+    wrote = replace(wrote, log_end_offset=201, high_watermark=201, last_stable_offset=201)
+    assert plan_tier(wrote, 10).diverged == (past,)
+    assert plan_tier(replace(wrote, leader_epochs=()), 10).diverged == ()  # no cache
 
 
 def test_contradictory_views_are_refused():

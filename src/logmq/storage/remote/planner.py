@@ -214,19 +214,20 @@ def _epochs_within(entries: Iterable[tuple[int, int]], lo: int, hi: int) -> list
 
 
 def diverged(seg: RemoteSegment, epochs: Sequence[tuple[int, int]], log_end: int) -> bool:
-    """Whether a finished copy disagrees with the local log's epoch lineage (Kafka's
-    isRemoteSegmentWithinLeaderEpochs): over the offsets the local cache covers, its
-    leader epochs must be the log's, and it must not reach the log end (a copy past it
-    holds records an unclean election truncated). A segment wholly below the cache's
-    first entry cannot be judged here and is taken as it is."""
-    if not epochs or seg.end_offset < epochs[0][1]:
+    """Whether a finished copy contradicts the local log (Kafka's
+    isRemoteSegmentWithinLeaderEpochs): over the offsets this log holds from its
+    leader-epoch cache's first entry to its end, the copy's leader epochs must be the
+    log's. So a copy of records an unclean election lost is found once the new leader
+    has written its own records at those offsets; what lies beyond the log end, or
+    below the cache, is never a reason to delete a copy (a log that is only behind the
+    tier, or restarted empty, has nothing to contradict it with)."""
+    if not epochs:
         return False
-    if seg.end_offset >= log_end:
-        return True
     lo = max(seg.base_offset, epochs[0][1])
-    return _epochs_within(seg.leader_epochs, lo, seg.end_offset) != _epochs_within(
-        epochs, lo, seg.end_offset
-    )
+    hi = min(seg.end_offset, log_end - 1)
+    if hi < lo:
+        return False
+    return _epochs_within(seg.leader_epochs, lo, hi) != _epochs_within(epochs, lo, hi)
 
 
 def _lineage_split(
