@@ -114,11 +114,14 @@ def from_record(r: RemoteSegmentRecord) -> RemoteSegment:
     )
 
 
+_STATES = tuple(SegmentState)  # by value: 0, 1, 2, 3
+
+
 def _state(value: int) -> SegmentState:
-    try:
-        return SegmentState(value)
-    except ValueError:
-        raise RemoteSegmentError(f"unknown remote segment state {value}") from None
+    # a tuple index, not the enum's call: a start replays one per remote segment
+    if 0 <= value < len(_STATES):
+        return _STATES[value]
+    raise RemoteSegmentError(f"unknown remote segment state {value}")
 
 
 def segment_problem(s: RemoteSegment) -> str | None:
@@ -130,7 +133,7 @@ def segment_problem(s: RemoteSegment) -> str | None:
     if s.size_bytes < 0:
         return f"remote segment {s.segment_id}: size {s.size_bytes}"
     epochs = s.leader_epochs
-    if any(a[0] >= b[0] or a[1] > b[1] for a, b in pairwise(epochs)):
+    if len(epochs) > 1 and any(a[0] >= b[0] or a[1] > b[1] for a, b in pairwise(epochs)):
         return f"remote segment {s.segment_id}: leader epochs {list(epochs)} not ascending"
     return None
 
