@@ -430,15 +430,19 @@ _FAST_CHECKS = {
     ),
     "k": "type({v}) is str and len({v}) <= MAX_ID_CHARS",
     "P": (
-        "type({v}) is list and len({v}) <= MAX_PAIRS and all(type(p) is list and "
-        "len(p) == 2 and type(p[0]) is int and type(p[1]) is int for p in {v})"
+        "type({v}) is list and (len({v}) == 1 and type({v}[0]) is list and "
+        "len({v}[0]) == 2 and type({v}[0][0]) is int and type({v}[0][1]) is int or "
+        "len({v}) <= MAX_PAIRS and all(type(p) is list and "
+        "len(p) == 2 and type(p[0]) is int and type(p[1]) is int for p in {v}))"
     ),
 }
 # how a checked field becomes the dataclass value (as is, unless named here)
 _FAST_ARGS = {
     "I": "tuple({v})",
     "E": "tuple((p[0], p[1]) for p in {v})",
-    "P": "tuple((p[0], p[1]) for p in {v})",
+    # one pair (a segment within one leader epoch) without a generator: a start
+    # builds one per remote segment
+    "P": "((({v}[0][0], {v}[0][1]),) if len({v}) == 1 else tuple((p[0], p[1]) for p in {v}))",
 }
 
 
