@@ -200,8 +200,11 @@ def test_an_acks_0_producer_over_its_quota_is_muted(broker):
     stored = {
         c: stored_records(broker, t) for c, t in (("silent", "acks0-slow"), ("loud", "acks0-fast"))
     }
-    assert stored["silent"] * 10_000 < QUOTA * (10 + 3) + 1_500_000, (stored, sent)
-    assert stored["loud"] > 5 * stored["silent"], (stored, sent)
+    held = QUOTA * (10 + 3) + 1_500_000  # the most the quota lets through in the run
+    assert stored["silent"] * 10_000 < held, (stored, sent)
+    # the same sender without a quota gets past that bound (not a ratio of the two:
+    # the silent one's burst allowance is most of what a loaded machine sends in 3 s)
+    assert stored["loud"] * 10_000 > held, (stored, sent)
 
 
 def stored_records(broker, topic: str) -> int:
