@@ -405,7 +405,8 @@ class RemoteLogManager:
     async def _follow(self, plog: PartitionLog, view: tier.TierView, image: MetadataImage) -> bool:
         """A follower's pass: it lets go of what a finished copy covers, by the same local
         retention as its leader, and copies nothing but the offsets of a segment found
-        corrupt that the leader no longer holds and it does. True if it copied."""
+        corrupt that the leader no longer holds and it does. False: a follower plans
+        once per pass (what it copied is in the image for the next)."""
         up_to = tier.follower_delete_local_up_to(view)
         if up_to is not None:
             self.stats.local_segments_deleted += retention.delete_local_below(plog, up_to)
