@@ -104,7 +104,8 @@ class ConsumerReads:
                 wanted, max_bytes, committed=committed, pending=pending
             )
             if pending:
-                local = [tp for tp in tps if not any(tp == r.key[:2] for r in pending)]
+                keys = {r.key[:2] for r in pending}
+                local = [tp for tp in tps if tp not in keys]
                 if await self._read_remote(pending, committed, total, local, remote_deadline):
                     return topics
                 continue  # local records came while the store was slow: read them
